@@ -1,0 +1,179 @@
+"""Where the broker is and which key signs the session's payloads.
+
+A *broker config* is three things: the Redis URL, the signing key (shared out of
+band between the client and its workers) and the key namespace. They are looked up
+in this order, the first that is set wins, field by field:
+
+1. explicit arguments (``remote_map(..., broker="redis://...")``, ``rhtc worker --broker``);
+2. environment variables ``RHTC_BROKER``, ``RHTC_KEY`` (hex) or ``RHTC_KEY_FILE``,
+   ``RHTC_NAMESPACE``;
+3. a JSON config file: ``$RHTC_CONFIG`` or ``~/.config/rhtc/broker.json``, mode 0600::
+
+       {"url": "redis://:password@host:6380/0", "key": "<64 hex chars>", "namespace": "rhtc:alice"}
+
+``rhtc broker`` writes such a file for the broker it starts, so that a second shell,
+a notebook or a batch job finds it.
+
+Example::
+
+    >>> from broker.config import BrokerConfig
+    >>> cfg = BrokerConfig.resolve(url="redis://localhost:7777", key="00" * 32)
+    >>> cfg.url, cfg.namespace.startswith("rhtc:")
+    ('redis://localhost:7777', True)
+"""
+from __future__ import annotations
+
+import dataclasses
+import getpass
+import json
+import os
+import secrets
+import stat
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+ENV_URL = "RHTC_BROKER"
+ENV_KEY = "RHTC_KEY"
+ENV_KEY_FILE = "RHTC_KEY_FILE"
+ENV_NAMESPACE = "RHTC_NAMESPACE"
+ENV_CONFIG = "RHTC_CONFIG"
+
+
+class BrokerNotConfigured(RuntimeError):
+    """No broker URL was given and none is set in the environment or a config file."""
+
+
+class KeyNotConfigured(RuntimeError):
+    """A broker URL is known but no signing key is."""
+
+
+def default_config_path() -> Path:
+    """The config file read when ``$RHTC_CONFIG`` is not set."""
+    env = os.environ.get(ENV_CONFIG)
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "rhtc" / "broker.json"
+
+
+def default_namespace() -> str:
+    """``rhtc:<user>``: every key the project writes lives under it."""
+    try:
+        user = getpass.getuser()
+    except Exception:  # no passwd entry (containers)
+        user = str(os.getuid())
+    return f"rhtc:{user}"
+
+
+def new_key() -> bytes:
+    """A fresh random 32-byte signing key."""
+    return secrets.token_bytes(32)
+
+
+def redact(url: str) -> str:
+    """The URL with its password replaced by ``***``, for logs and error messages."""
+    parts = urlsplit(url)
+    if parts.password:
+        netloc = parts.netloc.replace(":" + parts.password + "@", ":***@", 1)
+        return urlunsplit(parts._replace(netloc=netloc))
+    return url
+
+
+def _read_config_file(path: Path) -> dict:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return {}
+    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise PermissionError(
+            f"{path} holds the broker password and signing key but is readable by others "
+            f"(mode {oct(st.st_mode & 0o777)}); run `chmod 600 {path}`."
+        )
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not valid JSON ({err}); expected "
+                         '{"url": "redis://...", "key": "<hex>", "namespace": "rhtc:you"}') from err
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} must hold a JSON object with keys url, key, namespace")
+    return data
+
+
+def _decode_key(text: str, where: str) -> bytes:
+    try:
+        key = bytes.fromhex(text.strip())
+    except ValueError as err:
+        raise ValueError(f"the signing key from {where} is not hex; make one with "
+                         "`python -c 'import secrets; print(secrets.token_hex(32))'`") from err
+    if len(key) < 16:
+        raise ValueError(f"the signing key from {where} is {len(key)} bytes; use at least 16 (32 recommended)")
+    return key
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokerConfig:
+    """A resolved broker: URL, signing key and namespace."""
+
+    url: str
+    key: bytes
+    namespace: str
+
+    @classmethod
+    def resolve(cls, url: str | None = None, key: bytes | str | None = None,
+                namespace: str | None = None, config_file: str | os.PathLike | None = None,
+                require_key: bool = True) -> "BrokerConfig":
+        """Fill each field from the arguments, then the environment, then the config file.
+
+        Raises :class:`BrokerNotConfigured` naming all three places when no URL is found.
+        """
+        path = Path(config_file).expanduser() if config_file else default_config_path()
+        file_data = _read_config_file(path)
+        url = url or os.environ.get(ENV_URL) or file_data.get("url")
+        if not url:
+            raise BrokerNotConfigured(
+                "no broker configured: pass broker='redis://...' (or --broker), set "
+                f"${ENV_URL}, or write {path} (`rhtc broker` does that for you)."
+            )
+        if isinstance(key, str):
+            key = _decode_key(key, "the key argument")
+        if key is None and os.environ.get(ENV_KEY):
+            key = _decode_key(os.environ[ENV_KEY], f"${ENV_KEY}")
+        if key is None and os.environ.get(ENV_KEY_FILE):
+            kpath = Path(os.environ[ENV_KEY_FILE]).expanduser()
+            if kpath.stat().st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+                raise PermissionError(f"{kpath} holds the signing key but is readable by others; "
+                                      f"run `chmod 600 {kpath}`")
+            key = _decode_key(kpath.read_text(), str(kpath))
+        if key is None and file_data.get("key"):
+            key = _decode_key(file_data["key"], str(path))
+        if key is None:
+            if require_key:
+                raise KeyNotConfigured(
+                    f"the broker {redact(url)} is known but no signing key is: set ${ENV_KEY} "
+                    f"(hex) or ${ENV_KEY_FILE}, or put \"key\" in {path}. Client and workers must "
+                    "share the same key."
+                )
+            key = b""
+        namespace = namespace or os.environ.get(ENV_NAMESPACE) or file_data.get("namespace") \
+            or default_namespace()
+        return cls(url=url, key=key, namespace=namespace)
+
+    def to_json(self) -> str:
+        return json.dumps({"url": self.url, "key": self.key.hex(), "namespace": self.namespace})
+
+    def write(self, path: str | os.PathLike) -> Path:
+        """Write this config as a 0600 JSON file that workers and other clients can read."""
+        path = Path(path).expanduser()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(self.to_json() + "\n")
+        os.chmod(path, 0o600)
+        return path
+
+    def env(self) -> dict[str, str]:
+        """Environment variables that make a child process resolve to this config."""
+        return {ENV_URL: self.url, ENV_KEY: self.key.hex(), ENV_NAMESPACE: self.namespace}
+
+    def __repr__(self) -> str:  # never print the password or key
+        return f"BrokerConfig(url={redact(self.url)!r}, namespace={self.namespace!r})"

@@ -1,0 +1,35 @@
+"""Where a running task meets the worker that runs it, without importing it.
+
+A worker process sets :data:`current` when it starts; code that runs inside a task
+(for instance :meth:`client.chunks.Chunk.arrays`) asks it for the worker's branch cache
+and adds up the bytes it read. Outside a worker ``current`` is ``None`` and that code
+reads directly. Because this lives in an installed module, the cache survives across
+tasks however the user's function was pickled.
+
+    >>> from broker import context
+    >>> context.current is None   # not inside a worker
+    True
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import MutableMapping
+
+
+@dataclasses.dataclass
+class TaskContext:
+    """What the worker offers the task it is running."""
+
+    worker: str
+    cache: MutableMapping | None = None      # branch cache (bytes-capped LRU)
+    bytes_from_cache: int = 0
+    bytes_from_file: int = 0
+    routing_keys: set = dataclasses.field(default_factory=set)  # chunks this task cached
+
+    def begin_task(self) -> None:
+        self.bytes_from_cache = 0
+        self.bytes_from_file = 0
+        self.routing_keys = set()
+
+
+current: TaskContext | None = None

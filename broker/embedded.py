@@ -1,0 +1,174 @@
+"""A private ``redis-server`` for one session: loopback or a unix socket, random password,
+no persistence, stopped when its owner exits (even if the owner is killed).
+
+Example::
+
+    >>> from broker.embedded import EmbeddedBroker
+    >>> with EmbeddedBroker() as b:
+    ...     b.config.url.startswith("redis://:")
+    True
+"""
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import redis
+
+from broker.config import BrokerConfig, default_namespace, new_key
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now (never 6379)."""
+    while True:
+        with socket.socket() as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        if port != 6379:
+            return port
+
+
+def find_redis_server() -> str:
+    path = shutil.which("redis-server")
+    if not path:
+        raise FileNotFoundError(
+            "redis-server is not on PATH: install it (`apt-get install redis-server`, "
+            "`conda install redis`, `brew install redis`) or point at a running broker "
+            "with broker='redis://...' / $RHTC_BROKER"
+        )
+    return path
+
+
+class EmbeddedBroker:
+    """Start a private redis-server; ``.config`` says how to reach it.
+
+    Args:
+        host: interface to bind; loopback by default. Binding anything else is
+            refused unless ``allow_remote=True`` (workers on other nodes need it, and then
+            the random password is all that protects the port).
+        port: TCP port; a free one by default.
+        unix_socket: use a unix socket (a path, or True for one in a private temp dir)
+            instead of TCP.
+        maxmemory: e.g. ``"2gb"``; Redis refuses writes beyond it instead of swapping.
+        key: signing key for the session (random by default).
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int | None = None,
+                 unix_socket: str | bool | None = None, maxmemory: str | None = None,
+                 key: bytes | None = None, namespace: str | None = None,
+                 allow_remote: bool = False, password: str | None = None):
+        if host not in ("127.0.0.1", "localhost", "::1") and not allow_remote:
+            raise ValueError(f"refusing to bind the broker to {host}: pass allow_remote=True "
+                             "(rhtc broker --host ... --allow-remote) to accept workers from other nodes")
+        self.host = host
+        self.port = port
+        self.unix_socket = unix_socket
+        self.maxmemory = maxmemory
+        self.password = password or secrets.token_urlsafe(24)
+        self.key = key or new_key()
+        self.namespace = namespace or default_namespace()
+        self.proc: subprocess.Popen | None = None
+        self._dir: str | None = None
+        self.config: BrokerConfig | None = None
+
+    def start(self, timeout: float = 10.0) -> "EmbeddedBroker":
+        exe = find_redis_server()
+        self._dir = tempfile.mkdtemp(prefix="rhtc-broker-")
+        os.chmod(self._dir, 0o700)
+        args = [exe, "--save", "", "--appendonly", "no", "--dir", self._dir,
+                "--requirepass", self.password, "--loglevel", "warning",
+                "--logfile", os.path.join(self._dir, "redis.log"), "--daemonize", "no",
+                "--maxclients", "4000"]
+        if self.maxmemory:
+            args += ["--maxmemory", str(self.maxmemory), "--maxmemory-policy", "noeviction"]
+        if self.unix_socket:
+            path = self.unix_socket if isinstance(self.unix_socket, str) else \
+                os.path.join(self._dir, "redis.sock")
+            args += ["--port", "0", "--unixsocket", path, "--unixsocketperm", "700"]
+            url = f"unix://:{self.password}@{path}"
+            self.socket_path = path
+        else:
+            self.port = self.port or free_port(self.host)
+            args += ["--bind", self.host, "--port", str(self.port)]
+            url = f"redis://:{self.password}@{self.host}:{self.port}/0"
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     preexec_fn=_die_with_parent)
+        self.config = BrokerConfig(url=url, key=self.key, namespace=self.namespace)
+        atexit.register(self.stop)
+        self._wait_ready(timeout)
+        return self
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        client = redis.Redis.from_url(self.config.url, socket_connect_timeout=1)
+        try:
+            while True:
+                if self.proc.poll() is not None:
+                    log = self.log_tail()
+                    raise RuntimeError(f"redis-server exited at start (code {self.proc.returncode}): {log}")
+                try:
+                    if client.ping():
+                        return
+                except (redis.ConnectionError, redis.BusyLoadingError):
+                    pass
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise TimeoutError(f"redis-server did not answer within {timeout} s")
+                time.sleep(0.02)
+        finally:
+            client.close()
+
+    def log_tail(self, n: int = 2000) -> str:
+        try:
+            with open(os.path.join(self._dir, "redis.log")) as fh:
+                return fh.read()[-n:]
+        except OSError:
+            return ""
+
+    def restart(self) -> None:
+        """Kill the server and start an empty one at the same address (fault tests)."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+        self.stop()
+        self.start()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+        if self._dir:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def __enter__(self) -> "EmbeddedBroker":
+        return self.start() if self.proc is None else self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

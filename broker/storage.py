@@ -1,0 +1,299 @@
+"""Every Redis command of the project, behind one class with plainly named methods.
+
+The rest of the code reads as intent (``enqueue_map``, ``take``, ``finish``, ``reap``),
+never as Redis. The key schema is in :mod:`broker.keys`; the atomic steps are the Lua
+scripts in ``broker/lua/``.
+
+Example (against a running broker)::
+
+    >>> from broker.embedded import EmbeddedBroker
+    >>> from broker.storage import Storage
+    >>> with EmbeddedBroker() as b:
+    ...     s = Storage(b.config)
+    ...     s.ping()
+    True
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import redis
+
+from broker.config import BrokerConfig, redact
+from broker.keys import Keys
+
+_LUA = Path(__file__).with_name("lua")
+
+LEASE_SECONDS = float(os.environ.get("RHTC_LEASE", "5"))   # a worker silent this long is dead
+HEARTBEAT_SECONDS = max(0.2, min(1.0, LEASE_SECONDS / 4))
+MAP_TTL = 120          # a map whose client stopped renewing it is abandoned after this
+RESULT_TTL = 3600      # unread results expire
+FUNCTION_TTL = 86400   # a function blob lives a day after its last use
+LOG_TTL = 86400
+BELL_CAP = 512         # wake-up tokens per queue; enough to wake every idle worker
+MAX_ATTEMPTS = int(os.environ.get("RHTC_MAX_ATTEMPTS", "3"))
+
+ConnectionProblem = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
+
+
+def connect(config: BrokerConfig, **kwargs) -> redis.Redis:
+    """A redis-py client for ``config.url`` (redis://, rediss://, unix://)."""
+    opts = dict(socket_timeout=30, socket_connect_timeout=10, socket_keepalive=True,
+                health_check_interval=15)
+    opts.update(kwargs)
+    try:
+        return redis.Redis.from_url(config.url, **opts)
+    except ValueError as err:
+        raise ValueError(f"cannot use broker URL {redact(config.url)}: {err}. Expected "
+                         "redis://[:password@]host:port[/db], rediss://... or unix:///path.sock") from err
+
+
+class Storage:
+    """The broker as the project sees it: queues, leases, maps, results, workers."""
+
+    def __init__(self, config: BrokerConfig, **redis_kwargs):
+        self.config = config
+        self.keys = Keys(config.namespace)
+        self.r = connect(config, **redis_kwargs)
+        self._scripts = {name: self.r.register_script((_LUA / f"{name}.lua").read_text())
+                         for name in ("take", "steal", "finish", "reap", "purge")}
+        self._map_prefix = self.keys.map("")
+
+    # -- connection -----------------------------------------------------------------
+    def ping(self) -> bool:
+        """True if the broker answers; raises a clear ConnectionError otherwise."""
+        try:
+            return bool(self.r.ping())
+        except redis.AuthenticationError as err:
+            raise PermissionError(f"broker {redact(self.config.url)} refused the password: {err}. "
+                                  "Check the password in the URL or config file.") from err
+        except ConnectionProblem as err:
+            raise ConnectionError(f"cannot reach the broker at {redact(self.config.url)}: {err}. "
+                                  "Is it running (`rhtc broker`) and is the URL right?") from err
+
+    def close(self) -> None:
+        self.r.close()
+
+    def server_info(self) -> dict:
+        return self.r.info("server")
+
+    # -- maps (client side) ---------------------------------------------------------
+    def enqueue_map(self, map_id: str, fn_hash: str, packed_fn: bytes | None, info: dict,
+                    routed: dict[str | None, list[bytes]]) -> None:
+        """Register a map, store its function (if given) and queue its tasks at once.
+
+        ``routed`` maps a worker name (or None for the shared queue) to task frames.
+        """
+        k = self.keys
+        pipe = self.r.pipeline(transaction=True)
+        if packed_fn is not None:
+            pipe.set(k.function(fn_hash), packed_fn, ex=FUNCTION_TTL)
+        else:
+            pipe.expire(k.function(fn_hash), FUNCTION_TTL)
+        pipe.hset(k.map(map_id), mapping={"fn": fn_hash, **{a: str(b) for a, b in info.items()}})
+        pipe.expire(k.map(map_id), MAP_TTL)
+        pipe.zadd(k.maps, {map_id: time.time()})
+        for worker, frames in routed.items():
+            queue = k.shared_queue if worker is None else k.queue(worker)
+            bell = k.shared_bell if worker is None else k.bell(worker)
+            for i in range(0, len(frames), 5000):
+                pipe.lpush(queue, *frames[i:i + 5000])
+            if frames:
+                pipe.rpush(bell, *([b"1"] * min(len(frames), BELL_CAP)))
+        pipe.execute()
+
+    def function_present(self, fn_hash: str) -> bool:
+        return bool(self.r.exists(self.keys.function(fn_hash)))
+
+    def keep_map_alive(self, map_id: str, fn_hash: str) -> bool:
+        """Renew a map's expiry; False if the map is gone (cancelled, or the broker restarted)."""
+        k = self.keys
+        pipe = self.r.pipeline(transaction=False)
+        pipe.expire(k.map(map_id), MAP_TTL)
+        pipe.expire(k.function(fn_hash), FUNCTION_TTL)
+        for key in (k.results(map_id), k.tries(map_id), k.dead(map_id)):
+            pipe.expire(key, RESULT_TTL)
+        return bool(pipe.execute()[0])
+
+    def fetch_results(self, map_id: str, timeout: float, count: int = 1000) -> list[bytes]:
+        """Result frames of a map, waiting up to ``timeout`` seconds for the first one."""
+        key = self.keys.results(map_id)
+        got = self.r.lpop(key, count)
+        if got:
+            return got
+        if timeout <= 0:
+            return []
+        got = self.r.blpop([key], timeout=timeout)
+        return [got[1]] if got else []
+
+    def fetch_dead_tasks(self, map_id: str) -> list[bytes]:
+        """Task frames of a map that used up their attempts (poison tasks)."""
+        return self.r.lpop(self.keys.dead(map_id), 1000) or []
+
+    def attempt_history(self, map_id: str, task_id: bytes) -> str:
+        raw = self.r.hget(self.keys.tries(map_id), task_id[16:20])
+        return raw.decode() if raw else ""
+
+    def end_map(self, map_id: str) -> None:
+        """Delete every key a map owns (its queued tasks are dropped by whoever takes them)."""
+        pipe = self.r.pipeline(transaction=True)
+        pipe.delete(*self.keys.map_keys(map_id))
+        pipe.zrem(self.keys.maps, map_id)
+        pipe.execute()
+
+    def cancel_map(self, map_id: str) -> int:
+        """End a map and remove its queued tasks from every queue; returns how many."""
+        self.end_map(map_id)
+        return int(self._scripts["purge"](args=[self.keys.ns, map_id]))
+
+    def maps_in_flight(self) -> list[dict]:
+        ids = [m.decode() for m in self.r.zrange(self.keys.maps, 0, -1)]
+        pipe = self.r.pipeline(transaction=False)
+        for m in ids:
+            pipe.hgetall(self.keys.map(m))
+            pipe.llen(self.keys.results(m))
+        raw = pipe.execute()
+        out, gone = [], []
+        for m, info, nres in zip(ids, raw[0::2], raw[1::2]):
+            if not info:
+                gone.append(m)
+                continue
+            d = {a.decode(): b.decode() for a, b in info.items()}
+            d.update(map_id=m, unread_results=nres)
+            out.append(d)
+        if gone:
+            self.r.zrem(self.keys.maps, *gone)
+        return out
+
+    # -- workers ----------------------------------------------------------------------
+    def heartbeat(self, worker: str, status: dict) -> None:
+        """Say this worker is alive (renews its lease) and publish its live status."""
+        k = self.keys
+        pipe = self.r.pipeline(transaction=False)
+        pipe.set(k.heartbeat(worker), json.dumps(status), px=int(LEASE_SECONDS * 1000))
+        pipe.sadd(k.workers, worker)
+        pipe.expire(k.holds(worker), max(600, int(LEASE_SECONDS * 4)))
+        pipe.execute()
+
+    def take(self, worker: str, max_tasks: int) -> list[tuple[bytes, str]]:
+        """Lease up to ``max_tasks`` tasks: own queue first, then the shared queue."""
+        k = self.keys
+        flat = self._scripts["take"](
+            keys=[k.queue(worker), k.shared_queue, k.lease(worker), k.bell(worker), k.shared_bell],
+            args=[max_tasks, self._map_prefix, BELL_CAP])
+        return [(flat[i], flat[i + 1].decode()) for i in range(0, len(flat), 2)]
+
+    def steal(self, worker: str) -> list[tuple[bytes, str]]:
+        """Lease one task from the tail of a busy or dead worker's backed-up queue."""
+        flat = self._scripts["steal"](args=[self.keys.ns, worker])
+        return [(flat[0], flat[1].decode())] if flat else []
+
+    def wait_for_work(self, worker: str, timeout: float) -> bool:
+        """Block until a wake-up token arrives for this worker or the shared queue."""
+        return self.r.brpop([self.keys.bell(worker), self.keys.shared_bell], timeout=timeout) is not None
+
+    def finish(self, worker: str, results: Sequence[tuple[str, bytes, bytes]]) -> None:
+        """Hand in (map id, task id, result frame) triples and release their leases."""
+        args: list = [self.keys.ns, RESULT_TTL]
+        for map_id, tid, frame in results:
+            args += [map_id, tid, frame]
+        self._scripts["finish"](keys=[self.keys.lease(worker)], args=args)
+
+    def release(self, worker: str, task_ids: Iterable[bytes]) -> None:
+        """Drop leases without a result (a frame the worker could not read)."""
+        ids = list(task_ids)
+        if ids:
+            self.r.hdel(self.keys.lease(worker), *ids)
+
+    def retire(self, worker: str) -> None:
+        """A worker leaves: its leased and queued tasks go back to the shared queue."""
+        self._scripts["reap"](args=[self.keys.ns, _now(), MAX_ATTEMPTS, 0, RESULT_TTL, worker, BELL_CAP])
+        self.r.delete(self.keys.heartbeat(worker))
+
+    def reap(self, max_attempts: int = MAX_ATTEMPTS, every: float = 1.0) -> list[str]:
+        """Recover the tasks of workers whose heartbeat expired (at most once per ``every`` s
+        across all processes). Returns the names of the workers found dead."""
+        got = self._scripts["reap"](args=[self.keys.ns, _now(), max_attempts, int(every * 1000),
+                                          RESULT_TTL, "", BELL_CAP])
+        return [w.decode() for w in got]
+
+    def get_function(self, fn_hash: str) -> bytes | None:
+        return self.r.get(self.keys.function(fn_hash))
+
+    def map_info(self, map_id: str) -> dict[str, str]:
+        return {a.decode(): b.decode() for a, b in self.r.hgetall(self.keys.map(map_id)).items()}
+
+    def advertise(self, worker: str, added: Iterable[str] = (), removed: Iterable[str] = ()) -> None:
+        """Publish which chunks (routing keys) this worker holds in its cache."""
+        added, removed = list(added), list(removed)
+        pipe = self.r.pipeline(transaction=False)
+        if removed:
+            pipe.srem(self.keys.holds(worker), *removed)
+        if added:
+            pipe.sadd(self.keys.holds(worker), *added)
+            pipe.expire(self.keys.holds(worker), max(600, int(LEASE_SECONDS * 4)))
+        if added or removed:
+            pipe.execute()
+
+    def report(self, message: str) -> None:
+        """Leave a problem where `rhtc status` and the client can see it."""
+        pipe = self.r.pipeline(transaction=False)
+        pipe.lpush(self.keys.log, json.dumps({"t": time.time(), "message": message}))
+        pipe.ltrim(self.keys.log, 0, 199)
+        pipe.expire(self.keys.log, LOG_TTL)
+        pipe.execute()
+
+    def recent_problems(self, n: int = 20) -> list[dict]:
+        return [json.loads(x) for x in self.r.lrange(self.keys.log, 0, n - 1)]
+
+    # -- who is alive, what they hold -------------------------------------------------
+    def live_workers(self) -> list[dict]:
+        """Status of every worker whose heartbeat is current (name, host, state, task...)."""
+        names = sorted(m.decode() for m in self.r.smembers(self.keys.workers))
+        if not names:
+            return []
+        raw = self.r.mget([self.keys.heartbeat(n) for n in names])
+        pipe = self.r.pipeline(transaction=False)
+        for n in names:
+            pipe.llen(self.keys.queue(n))
+        depths = pipe.execute()
+        out = []
+        for name, blob, depth in zip(names, raw, depths):
+            if blob:
+                d = json.loads(blob)
+                d.setdefault("name", name)
+                d["queued"] = depth
+                out.append(d)
+        return out
+
+    def shared_depth(self) -> int:
+        return int(self.r.llen(self.keys.shared_queue))
+
+    def locate(self, routing_keys: Sequence[str]) -> dict[str, str]:
+        """For each routing key cached on a live worker, that worker's name."""
+        if not routing_keys:
+            return {}
+        live = [w["name"] for w in self.live_workers()]
+        if not live:
+            return {}
+        pipe = self.r.pipeline(transaction=False)
+        for w in live:
+            pipe.smismember(self.keys.holds(w), list(routing_keys))
+        where: dict[str, str] = {}
+        for w, flags in zip(live, pipe.execute()):
+            for key, held in zip(routing_keys, flags):
+                if held and key not in where:
+                    where[key] = w
+        return where
+
+    def count_keys(self) -> int:
+        """How many keys exist under this namespace (for tests and `rhtc status`)."""
+        return sum(1 for _ in self.r.scan_iter(match=f"{self.keys.ns}:*", count=1000))
+
+
+def _now() -> str:
+    return time.strftime("%H:%M:%S", time.localtime()) + ("%.3f" % (time.time() % 1))[1:]

@@ -1,0 +1,20 @@
+"""The analyst's API.
+
+    >>> from client import remote_map, LocalCluster, make_chunks      # doctest: +SKIP
+"""
+from client.api import (MapHandle, imap_unordered, last_map, live_workers, remote_map,
+                        resolve_config, submit)
+from client.errors import BrokerLost, MapCancelled, RemoteError
+from client.local import LocalCluster
+from client.maprun import TaskResult
+
+__all__ = ["remote_map", "submit", "imap_unordered", "live_workers", "last_map", "LocalCluster",
+           "MapHandle", "TaskResult", "RemoteError", "MapCancelled", "BrokerLost", "resolve_config",
+           "make_chunks", "Chunk"]
+
+
+def __getattr__(name):  # chunks pull in uproot: import them on first use only
+    if name in ("make_chunks", "Chunk"):
+        from client import chunks
+        return getattr(chunks, name)
+    raise AttributeError(name)

@@ -1,0 +1,155 @@
+"""A cluster on this machine: a private broker and N worker processes.
+
+    >>> from client import LocalCluster, remote_map
+    >>> with LocalCluster(n_workers=2) as cluster:                 # doctest: +SKIP
+    ...     remote_map(str.upper, ["a", "b"], broker=cluster, progress=False)
+    ['A', 'B']
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from broker.config import BrokerConfig
+from broker.embedded import EmbeddedBroker, _die_with_parent
+from broker.storage import Storage
+
+_default: "LocalCluster | None" = None
+_default_lock = threading.Lock()
+
+
+class LocalCluster:
+    """Start an embedded broker (unless ``broker`` is given) and ``n_workers`` workers.
+
+    Args:
+        n_workers: worker processes (default: CPU count).
+        cache_size: each worker's branch cache cap, e.g. ``"2GB"``.
+        broker: an existing BrokerConfig to attach the workers to instead.
+        log_dir: where worker logs go (default: a temp dir, removed on close).
+    """
+
+    def __init__(self, n_workers: int | None = None, *, cache_size: str | None = None,
+                 broker: BrokerConfig | None = None, log_dir: str | None = None,
+                 start_timeout: float = 120.0, name_prefix: str = "local"):
+        self.n_workers = n_workers or os.cpu_count() or 1
+        self.cache_size = cache_size
+        self.embedded: EmbeddedBroker | None = None
+        self._given = broker
+        self.config: BrokerConfig | None = broker
+        self.procs: list[subprocess.Popen] = []
+        self.log_dir = log_dir
+        self.start_timeout = start_timeout
+        self.name_prefix = name_prefix
+        self._serial = 0
+        self._logs = []
+
+    def start(self) -> "LocalCluster":
+        if self.config is None:
+            self.embedded = EmbeddedBroker().start()
+            self.config = self.embedded.config
+        self.log_dir = self.log_dir or tempfile.mkdtemp(prefix="rhtc-workers-")
+        atexit.register(self.close)
+        self.add_workers(self.n_workers)
+        return self
+
+    def add_workers(self, n: int, wait: bool = True) -> list[subprocess.Popen]:
+        """Start ``n`` more worker processes and wait until they heartbeat."""
+        env = dict(os.environ, **self.config.env())
+        env.pop("RHTC_CONFIG", None)
+        new = []
+        for _ in range(n):
+            self._serial += 1
+            name = f"{self.name_prefix}{self._serial}-{os.getpid()}"
+            cmd = [sys.executable, "-m", "worker", "--name", name]
+            if self.cache_size:
+                cmd += ["--cache-size", str(self.cache_size)]
+            logf = open(os.path.join(self.log_dir, f"{name}.log"), "ab")
+            self._logs.append(logf)
+            p = subprocess.Popen(cmd, env=env, stdout=logf, stderr=subprocess.STDOUT,
+                                 preexec_fn=_die_with_parent)
+            p.worker_name = name
+            new.append(p)
+        self.procs += new
+        if wait:
+            self.wait_for_workers(len(self.alive()))
+        return new
+
+    def alive(self) -> list[subprocess.Popen]:
+        return [p for p in self.procs if p.poll() is None]
+
+    def wait_for_workers(self, n: int, timeout: float | None = None) -> None:
+        """Block until ``n`` workers heartbeat (raises with their logs if they die)."""
+        s = Storage(self.config)
+        deadline = time.monotonic() + (timeout or self.start_timeout)
+        try:
+            while True:
+                live = {w["name"] for w in s.live_workers()}
+                mine = [p for p in self.procs if p.worker_name in live]
+                if len(mine) >= n:
+                    return
+                dead = [p for p in self.procs if p.poll() is not None and p.returncode != 0]
+                if dead:
+                    raise RuntimeError(f"worker {dead[0].worker_name} exited with code "
+                                       f"{dead[0].returncode} at start:\n{self.worker_log(dead[0].worker_name)}")
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"only {len(mine)} of {n} local workers registered within "
+                                       f"{timeout or self.start_timeout} s; logs in {self.log_dir}")
+                time.sleep(0.05)
+        finally:
+            s.close()
+
+    def worker_log(self, name: str) -> str:
+        try:
+            with open(os.path.join(self.log_dir, f"{name}.log")) as fh:
+                return fh.read()[-3000:]
+        except OSError:
+            return ""
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.alive()]
+
+    def close(self, timeout: float = 10.0) -> None:
+        """SIGTERM every worker (they hand back their tasks), then stop the broker."""
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for p in self.procs:
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.procs = []
+        for f in self._logs:
+            f.close()
+        self._logs = []
+        if self.embedded is not None:
+            self.embedded.stop()
+            self.embedded = None
+            self.config = self._given
+
+    def __enter__(self) -> "LocalCluster":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<LocalCluster {len(self.alive())} workers, broker {self.config!r}>"
+
+
+def default_cluster() -> LocalCluster:
+    """The session's local cluster, started on first use (one worker per CPU)."""
+    global _default
+    with _default_lock:
+        if _default is None or _default.config is None:
+            _default = LocalCluster().start()
+        return _default

@@ -1,0 +1,280 @@
+"""One map in flight on the client: pack, route, submit, collect, recover, clean up.
+
+This is the engine under :func:`client.remote_map`; analysts use the functions in
+:mod:`client.api`. A :class:`MapRun` owns its map's keys in Redis and deletes them
+when it ends, however it ends.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import secrets
+import socket
+import time
+from typing import Any, Sequence
+
+from broker import protocol
+from broker.storage import ConnectionProblem, Storage
+from client.errors import BrokerLost, RemoteError
+
+log = logging.getLogger("rhtc.client")
+
+TICK_SECONDS = 1.0            # how often the map renews itself and looks for lost tasks
+BROKER_PATIENCE = float(os.environ.get("RHTC_BROKER_PATIENCE", "300"))
+
+
+@dataclasses.dataclass
+class TaskResult:
+    """One task's outcome: its index in the map, value or error, and the worker's metadata."""
+
+    index: int
+    value: Any
+    meta: dict
+    error: RemoteError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def _describe(obj: Any) -> str:
+    try:
+        text = repr(obj)
+    except Exception:
+        text = f"<{type(obj).__name__}>"
+    return text if len(text) < 200 else text[:197] + "..."
+
+
+class MapRun:
+    """Submit ``fn`` over ``args`` and collect the results, exactly once each."""
+
+    def __init__(self, storage: Storage, fn, args: Sequence, *, retries: int = 0,
+                 routing: bool = True, max_task_bytes: int = protocol.MAX_TASK_BYTES,
+                 label: str | None = None):
+        self.storage = storage
+        self.key = storage.config.key
+        self.map_id = secrets.token_hex(8)
+        self.fn = fn
+        self.label = label or getattr(fn, "__name__", type(fn).__name__)
+        self.n = len(args)
+        self.retries = retries
+        self.packed_fn = self._pack_function(fn)
+        self.fn_hash = protocol.function_hash(self.packed_fn)
+        self.frames = [self._pack_argument(i, a, max_task_bytes) for i, a in enumerate(args)]
+        self.routing_keys = [getattr(a, "routing_key", None) for a in args] if routing else [None] * self.n
+        self.argument_text = {}                  # filled lazily for error messages
+        self._args = args
+        self.pending = set(range(self.n))
+        self.rejected: dict[int, RemoteError] = {}  # provisional: a genuine result may still come
+        self.user_attempts: dict[int, int] = {}
+        self.system_attempts: dict[int, int] = {}
+        self.start = self.end = None
+        self.metas: list[dict] = []
+        self.routed_to_workers = 0
+        self.resubmissions = 0
+        self.cancelled = self.closed = False
+        self._next_tick = 0.0
+        self._fn_uploaded = False
+
+    # -- packing ----------------------------------------------------------------------
+    def _pack_function(self, fn) -> bytes:
+        if not callable(fn):
+            raise TypeError(f"remote_map needs a function as its first argument, got {_describe(fn)}")
+        try:
+            return protocol.sign(self.key, protocol.dumps(fn))
+        except Exception as err:
+            raise TypeError(f"cannot pickle the function {self.label!r} to send it to the workers "
+                            f"({type(err).__name__}: {err}). Functions that hold open files, locks, "
+                            "sockets or generators cannot travel: open them inside the function.") from err
+
+    def _pack_argument(self, index: int, arg, limit: int) -> bytes:
+        try:
+            packed = protocol.dumps(arg)
+        except Exception as err:
+            raise TypeError(f"cannot pickle argument {index} ({type(arg).__name__}: {_describe(arg)}): "
+                            f"{type(err).__name__}: {err}") from err
+        if len(packed) > limit:
+            raise ValueError(
+                f"argument {index} ({type(arg).__name__}) is {len(packed) / 1e6:.1f} MB after "
+                f"compression, over the {limit / 1e6:.0f} MB limit per task: pass file paths and "
+                "entry ranges (make_chunks) and let the worker read the data, not the data itself")
+        return protocol.sign(self.key, protocol.pack_task_body(self.map_id, index, packed))
+
+    # -- submitting ---------------------------------------------------------------------
+    def submit(self) -> None:
+        self.start = time.time()
+        self._enqueue(range(self.n))
+        self._next_tick = time.monotonic() + TICK_SECONDS
+
+    def _enqueue(self, indices) -> None:
+        indices = list(indices)
+        routed: dict[str | None, list[bytes]] = {}
+        where = {}
+        keys = [self.routing_keys[i] for i in indices if self.routing_keys[i]]
+        if keys:
+            where = self.storage.locate(keys)
+        for i in indices:
+            w = where.get(self.routing_keys[i]) if self.routing_keys[i] else None
+            routed.setdefault(w, []).append(self.frames[i])
+        self.routed_to_workers = sum(len(v) for w, v in routed.items() if w is not None)
+        upload = not self._fn_uploaded or len(self.packed_fn) < 65536 or \
+            not self.storage.function_present(self.fn_hash)
+        self.storage.enqueue_map(self.map_id, self.fn_hash, self.packed_fn if upload else None,
+                                 self._info(), routed)
+        self._fn_uploaded = True
+
+    def _info(self) -> dict:
+        v = protocol.versions()
+        return {"n": self.n, "label": self.label, "client": f"{socket.gethostname()}:{os.getpid()}",
+                "started": self.start, "python": v["python"], "cloudpickle": v["cloudpickle"]}
+
+    def _requeue(self, indices) -> None:
+        self.resubmissions += len(indices)
+        self._enqueue(indices)
+
+    # -- collecting ---------------------------------------------------------------------
+    @property
+    def done(self) -> bool:
+        return not (self.pending - set(self.rejected))
+
+    def poll(self, timeout: float) -> list[TaskResult]:
+        """New results (each index at most once), waiting up to ``timeout`` for the first."""
+        out: list[TaskResult] = []
+        deadline = time.monotonic() + max(0.0, timeout)
+        lost_since = None
+        while True:
+            try:
+                if time.monotonic() >= self._next_tick:
+                    out += self._tick()
+                wait = min(max(0.0, deadline - time.monotonic()), max(0.0, self._next_tick - time.monotonic()))
+                frames = self.storage.fetch_results(self.map_id, timeout=wait if not out else 0)
+                lost_since = None
+            except ConnectionProblem as err:
+                lost_since = lost_since or time.monotonic()
+                if time.monotonic() - lost_since > BROKER_PATIENCE:
+                    raise BrokerLost(f"the broker {self.storage.config!r} has been unreachable for "
+                                     f"{BROKER_PATIENCE:.0f} s during map {self.map_id}: {err}") from err
+                time.sleep(0.5)
+                continue
+            for frame in frames:
+                r = self._accept(frame)
+                if r is not None:
+                    out.append(r)
+            if out or self.done or time.monotonic() >= deadline:
+                break
+        if self.done and self.rejected:
+            for i, err in sorted(self.rejected.items()):
+                self.pending.discard(i)
+                out.append(TaskResult(i, None, {}, err))
+            self.rejected.clear()
+        if self.done and self.end is None:
+            self.end = time.time()
+        return out
+
+    def _accept(self, frame: bytes) -> TaskResult | None:
+        try:
+            map_id, index, status, payload = protocol.unpack_result(self.key, frame)
+        except protocol.BadFrame as err:
+            log.warning("dropped a result of map %s that failed verification: %s", self.map_id, err)
+            return None
+        if map_id != self.map_id or index not in self.pending:
+            return None                        # a duplicate (a slow worker's second copy)
+        if status == protocol.SYSTEM_ERROR:
+            return self._system_error(index, json.loads(payload))
+        value, meta = protocol.loads(payload)
+        if status == protocol.USER_ERROR:
+            attempts = self.user_attempts.get(index, 0)
+            if attempts < self.retries:
+                self.user_attempts[index] = attempts + 1
+                self._requeue([index])
+                return None
+            err = self._remote_error(index, value, meta)
+            self.pending.discard(index)
+            self.rejected.pop(index, None)
+            self.metas.append(dict(meta, index=index, error=f"{err.remote_type}: {err.message}"[:200],
+                                   retries=attempts))
+            return TaskResult(index, None, meta, err)
+        self.pending.discard(index)
+        self.rejected.pop(index, None)
+        self.metas.append(dict(meta, index=index, error=None, retries=self.user_attempts.get(index, 0)))
+        return TaskResult(index, value, meta)
+
+    def _remote_error(self, index: int, info: dict, meta: dict) -> RemoteError:
+        exc = None
+        if info.get("exception"):
+            try:
+                exc = protocol.loads_plain(info["exception"])
+            except Exception:
+                exc = None
+        return RemoteError(index, info.get("type", "Error"), info.get("message", ""),
+                           info.get("traceback", ""), worker=meta.get("worker"), host=meta.get("host"),
+                           argument=info.get("argument"), exception=exc)
+
+    def _system_error(self, index: int, info: dict) -> TaskResult | None:
+        kind, message, worker = info.get("kind"), info.get("message", ""), info.get("worker")
+        if kind == "missing-function":
+            n = self.system_attempts.get(index, 0)
+            if n < 3:
+                self.system_attempts[index] = n + 1
+                self._fn_uploaded = False
+                self._requeue([index])
+                return None
+        err = RemoteError(index, "WorkerRefused" if kind == "bad-frame" else "WorkerError", message,
+                          worker=worker, argument=_describe(self._args[index]))
+        if kind == "bad-frame":
+            self.rejected[index] = err         # a forged copy must not beat the real task
+            return None
+        self.pending.discard(index)
+        self.metas.append({"index": index, "worker": worker, "error": f"{kind}: {message}"[:200]})
+        return TaskResult(index, None, {"worker": worker}, err)
+
+    def _tick(self) -> list[TaskResult]:
+        """Once a second: keep the map alive, recover from dead workers and restarts."""
+        self._next_tick = time.monotonic() + TICK_SECONDS
+        out = []
+        if not self.storage.keep_map_alive(self.map_id, self.fn_hash):
+            if self.cancelled or self.done:
+                return out
+            log.warning("map %s vanished from the broker (did it restart?); resubmitting %d tasks",
+                        self.map_id, len(self.pending))
+            self._fn_uploaded = False
+            self._requeue(sorted(self.pending))
+            return out
+        self.storage.reap()
+        for frame in self.storage.fetch_dead_tasks(self.map_id):
+            index = protocol.frame_index(frame)
+            if index in self.pending:
+                history = self.storage.attempt_history(self.map_id, protocol.task_id(frame))
+                err = RemoteError(index, "WorkerLost", "the task was running on a worker that died, "
+                                  "every time it was tried; it may be what kills them (memory? a crash "
+                                  "in compiled code?)", worker=None,
+                                  argument=_describe(self._args[index]), history=history)
+                self.pending.discard(index)
+                self.metas.append({"index": index, "error": "WorkerLost: " + history[:180]})
+                out.append(TaskResult(index, None, {}, err))
+        return out
+
+    # -- ending -------------------------------------------------------------------------
+    def cancel(self) -> int:
+        """Remove the map's queued tasks and keys; returns how many queued tasks were dropped."""
+        self.cancelled = True
+        try:
+            removed = self.storage.cancel_map(self.map_id)
+        except ConnectionProblem:
+            removed = 0                          # the keys expire by themselves
+        self.closed = True
+        return removed
+
+    def close(self) -> None:
+        """Delete the map's keys (results already read)."""
+        if not self.closed:
+            self.closed = True
+            try:
+                if self.pending:
+                    self.storage.cancel_map(self.map_id)
+                else:
+                    self.storage.end_map(self.map_id)
+            except ConnectionProblem:
+                pass

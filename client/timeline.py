@@ -1,0 +1,360 @@
+"""How efficient was a map run, and what did every worker do: numbers and a plot.
+
+:func:`efficiency` turns a :class:`~client.record.RunRecord` into the headline numbers,
+:func:`plot_timeline` draws one row per worker with one block per task, and
+``rhtc timeline run.json -o timeline.png`` (:data:`timeline_command`) does both from
+a saved record.
+
+Definitions (all times from the record, in seconds):
+
+* a worker's *busy* time is the union of its tasks' ``[start, stop]`` intervals
+  (overlapping tasks count once);
+* its *span* runs from its first task start to the end of the map: time after its
+  last task counts as idle (it waited while others finished), time before its first
+  task does not (the job had not started yet);
+* per-worker efficiency = busy / span; overall efficiency = total busy / total span;
+* *tail* = time from when 95% of the finished tasks had stopped to when the last one did.
+
+matplotlib is imported only inside the plotting functions, so importing this module
+stays cheap.
+
+Example::
+
+    >>> from client.record import RunRecord
+    >>> from client.timeline import efficiency
+    >>> rec = RunRecord(start=100.0, end=110.0)
+    >>> rec.add_task({"index": 0, "worker": "a", "start": 100, "stop": 105})
+    >>> rec.add_task({"index": 1, "worker": "b", "start": 102, "stop": 110})
+    >>> eff = efficiency(rec)
+    >>> eff["per_worker"], round(eff["efficiency"], 4)
+    ({'a': 0.5, 'b': 1.0}, 0.7222)
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from client.record import RunRecord, TaskRecord
+
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+COLOURS = {"hit": "#2ca02c", "partial": "#98df8a", "miss": "#1f77b4", "error": "#d62728"}
+LABELS = {
+    "hit": "cache hit (all bytes from cache)",
+    "partial": "partial hit",
+    "miss": "read from file",
+    "error": "error",
+}
+MAX_LABELLED_WORKERS = 40
+
+
+def _busy_seconds(intervals: list[tuple[float, float]]) -> float:
+    """Length of the union of ``[start, stop]`` intervals (overlaps counted once)."""
+    total = 0.0
+    cur_start = cur_stop = None
+    for start, stop in sorted(intervals):
+        if cur_stop is None or start > cur_stop:
+            if cur_stop is not None:
+                total += cur_stop - cur_start
+            cur_start, cur_stop = start, stop
+        else:
+            cur_stop = max(cur_stop, stop)
+    if cur_stop is not None:
+        total += cur_stop - cur_start
+    return total
+
+
+def _time_range(record: RunRecord) -> tuple[float, float]:
+    """Map start and end, widened to cover every task (clocks of nodes may disagree).
+
+    A ``start`` of 0 means "not recorded" and falls back to the first task start.
+    """
+    first = min((t.start for t in record.tasks), default=record.start)
+    last = max((t.stop for t in record.tasks), default=record.end)
+    t0 = min(record.start, first) if record.start > 0 else first
+    return t0, max(record.end, last, t0)
+
+
+def efficiency(record: RunRecord) -> dict[str, Any]:
+    """The headline numbers of a run, as plain floats, ints and dicts.
+
+    Keys: ``efficiency`` (overall, 0..1), ``per_worker`` ({worker: 0..1}),
+    ``worker_min``, ``worker_median``, ``busy`` and ``span`` (summed over workers, s),
+    ``wall`` (map start to end, s), ``tail`` (s), ``tail_start`` (s since map start when
+    95% of tasks were done), ``events`` and ``events_per_s`` (None if no task reported
+    events), ``cache_hit`` (fraction of bytes read from cache, None if nothing was
+    read), ``errors`` (tasks that raised).
+
+    Example::
+
+        >>> from client.record import RunRecord
+        >>> rec = RunRecord(start=0.0, end=4.0)
+        >>> rec.add_task({"index": 0, "worker": "w", "start": 0, "stop": 2, "events": 80,
+        ...               "bytes_cache": 3, "bytes_file": 1})
+        >>> e = efficiency(rec)
+        >>> e["efficiency"], e["tail"], e["events_per_s"], e["cache_hit"], e["errors"]
+        (0.5, 0.0, 20.0, 0.75, 0)
+    """
+    t0, end = _time_range(record)
+    intervals: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for task in record.tasks:
+        intervals[task.worker].append((task.start, max(task.start, task.stop)))
+
+    per_worker: dict[str, float] = {}
+    total_busy = total_span = 0.0
+    for worker in record.workers:
+        busy = _busy_seconds(intervals[worker])
+        span = end - min(start for start, _ in intervals[worker])
+        per_worker[worker] = busy / span if span > 0 else 1.0
+        total_busy += busy
+        total_span += span
+
+    stops = sorted(task.stop for task in record.tasks)
+    if stops:
+        k = -(-95 * len(stops) // 100)  # ceil(0.95 n) without float rounding
+        tail, tail_start = stops[-1] - stops[k - 1], stops[k - 1] - t0
+    else:
+        tail = tail_start = 0.0
+
+    wall = end - t0
+    counted = [task.events for task in record.tasks if task.events is not None]
+    events = float(sum(counted)) if counted else None
+    cache = sum(task.bytes_cache for task in record.tasks)
+    read = cache + sum(task.bytes_file for task in record.tasks)
+    values = list(per_worker.values())
+    return {
+        "efficiency": total_busy / total_span if total_span > 0 else (1.0 if values else 0.0),
+        "per_worker": per_worker,
+        "worker_min": min(values) if values else 0.0,
+        "worker_median": float(statistics.median(values)) if values else 0.0,
+        "busy": total_busy,
+        "span": total_span,
+        "wall": wall,
+        "tail": tail,
+        "tail_start": tail_start,
+        "events": events,
+        "events_per_s": events / wall if events is not None and wall > 0 else None,
+        "cache_hit": cache / read if read > 0 else None,
+        "errors": sum(1 for task in record.tasks if task.error),
+    }
+
+
+def _si(value: float) -> str:
+    """``1234567 -> '1.23M'``: short human-readable numbers for titles."""
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g}{suffix}"
+    return f"{value:.3g}"
+
+
+def _headline(record: RunRecord, numbers: dict[str, Any]) -> str:
+    """Two-line title: what ran, then how well."""
+    name = record.function or "map"
+    ident = f" {record.map_id[:8]}" if record.map_id else ""
+    first = (f"{name}{ident}: {len(record.tasks)}/{record.n_tasks} tasks on "
+             f"{len(numbers['per_worker'])} workers in {numbers['wall']:.1f} s")
+    parts = [f"efficiency {numbers['efficiency']:.0%}",
+             f"tail {numbers['tail']:.1f} s (last 5% of tasks)"]
+    if numbers["events_per_s"] is not None:
+        parts.append(f"{_si(numbers['events_per_s'])} events/s")
+    if numbers["cache_hit"] is not None:
+        parts.append(f"cache hit {numbers['cache_hit']:.0%} of bytes")
+    parts.append(f"{numbers['errors']} errors")
+    return first + "\n" + "  |  ".join(parts)
+
+
+def _new_figure(figsize: tuple[float, float], headless: bool) -> "Figure":
+    """A Figure that needs no display: pyplot-managed only for interactive use
+    (pyplot already imported and nothing to save), else a bare Agg-rendered Figure."""
+    if not headless and "matplotlib.pyplot" in sys.modules:
+        import matplotlib.pyplot as plt
+
+        return plt.figure(figsize=figsize, layout="constrained")
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=figsize, layout="constrained")
+
+
+def _draw_tasks(ax: "Axes", record: RunRecord, numbers: dict[str, Any], t0: float) -> None:
+    """One row per worker, one block per task; one PolyCollection per colour."""
+    import numpy as np
+    from matplotlib.collections import PolyCollection
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    workers = record.workers
+    row = {worker: i for i, worker in enumerate(workers)}
+    height = 0.8
+    by_source: dict[str, list[TaskRecord]] = defaultdict(list)
+    for task in record.tasks:
+        by_source[task.source].append(task)
+
+    many = len(workers) > MAX_LABELLED_WORKERS
+    handles = []
+    for source, colour in COLOURS.items():
+        tasks = by_source.get(source)
+        if not tasks:
+            continue
+        x0 = np.array([t.start for t in tasks]) - t0
+        x1 = np.maximum(np.array([t.stop for t in tasks]) - t0, x0)
+        y = np.array([row[t.worker] for t in tasks], dtype=float)
+        lo, hi = y - height / 2, y + height / 2
+        verts = np.stack([np.stack([x0, lo], 1), np.stack([x0, hi], 1),
+                          np.stack([x1, hi], 1), np.stack([x1, lo], 1)], axis=1)
+        ax.add_collection(PolyCollection(
+            verts, facecolors=colour, edgecolors="white" if not many else "none",
+            linewidths=0.4, zorder=2 if source != "error" else 3))
+        handles.append(Patch(facecolor=colour, label=f"{LABELS[source]} ({len(tasks)})"))
+
+    wall = numbers["wall"]
+    if numbers["tail"] > 0:
+        ax.axvspan(numbers["tail_start"], numbers["tail_start"] + numbers["tail"],
+                   color="0.85", alpha=0.5, zorder=1, lw=0)
+        ax.axvline(numbers["tail_start"], color="0.3", ls="--", lw=1, zorder=4)
+        handles.append(Line2D([], [], color="0.3", ls="--", label="95% of tasks done"))
+    ax.axvline(wall, color="black", lw=1, zorder=4)
+    handles.append(Line2D([], [], color="black", label="last result"))
+
+    ax.set_xlim(0.0, wall * 1.01 or 1.0)
+    ax.set_ylim(len(workers) - 0.5, -0.5)  # first worker at the top
+    if many:
+        ax.set_ylabel(f"worker ({len(workers)}, ordered by first task)")
+    else:
+        ax.set_yticks(range(len(workers)), workers, fontsize=7 if len(workers) > 15 else 9)
+    ax.set_xlabel("seconds since map start")
+    ax.grid(axis="x", color="0.9", zorder=0)
+    ax.set_axisbelow(True)
+    ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=len(handles),
+              frameon=False, fontsize=8, handlelength=1.5, borderaxespad=0.2)
+
+
+def _draw_histogram(ax: "Axes", numbers: dict[str, Any]) -> None:
+    """Histogram of per-worker efficiency, with the overall value marked."""
+    values = [100 * v for v in numbers["per_worker"].values()]
+    ax.hist(values, bins=[5 * i for i in range(21)], color="#1f77b4", edgecolor="white")
+    ax.axvline(100 * numbers["efficiency"], color="#d62728", ls="--", lw=1.5,
+               label=f"overall {numbers['efficiency']:.0%}")
+    ax.axvline(100 * numbers["worker_median"], color="0.3", ls=":", lw=1.5,
+               label=f"median {numbers['worker_median']:.0%}")
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("worker efficiency (%)")
+    ax.set_ylabel("workers")
+    ax.set_title("per-worker efficiency", fontsize=10)
+    ax.legend(loc="upper left", fontsize=8, frameon=False)
+
+
+def _draw_metrics(ax: "Axes", record: RunRecord, t0: float) -> None:
+    """CPU % vs time: a faint line per worker and the mean over reporting workers."""
+    import numpy as np
+    from matplotlib.collections import LineCollection
+
+    series: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for sample in record.metrics:
+        series[sample.worker].append((sample.t - t0, sample.cpu))
+    lines = [np.array(sorted(points)) for points in series.values()]
+    alpha = 0.5 if len(lines) <= 10 else max(0.06, 3.0 / len(lines))
+    ax.add_collection(LineCollection(lines, colors="#1f77b4", alpha=alpha, linewidths=0.6))
+
+    t = np.array([s.t - t0 for s in record.metrics])
+    cpu = np.array([s.cpu for s in record.metrics])
+    n_bins = int(min(200, max(10, len(t) / max(1, len(lines)))))
+    edges = np.linspace(t.min(), t.max(), n_bins + 1)
+    which = np.clip(np.digitize(t, edges) - 1, 0, n_bins - 1)
+    counts = np.bincount(which, minlength=n_bins)
+    sums = np.bincount(which, weights=cpu, minlength=n_bins)
+    filled = counts > 0
+    centres = 0.5 * (edges[:-1] + edges[1:])
+    ax.plot(centres[filled], sums[filled] / counts[filled], color="black", lw=1.5,
+            label="mean over reporting workers")
+    ax.set_ylim(0, max(105.0, float(cpu.max()) * 1.05))
+    ax.set_ylabel("CPU %")
+    ax.set_xlabel("seconds since map start")
+    ax.grid(color="0.9")
+    ax.legend(loc="lower left", fontsize=8, frameon=False)
+
+
+def plot_timeline(record: RunRecord, path: str | os.PathLike[str] | None = None,
+                  ax: "Axes | None" = None, metrics: bool = True) -> "Figure":
+    """Draw what every worker did during a map, and how efficient that was.
+
+    One row per worker (ordered by first task start), one block per task coloured by
+    where it read from (green: all bytes from the cache, blue: from the file, red:
+    error); white is idle. The grey band is the tail (from 95% to 100% of tasks
+    done). Beside it a histogram of per-worker efficiency and, if the record has
+    metrics and ``metrics`` is true, CPU % vs time underneath. With ``ax`` only the
+    task rows are drawn, into that Axes. Saves a PNG if ``path`` is given; never
+    calls ``plt.show()``.
+
+    Example::
+
+        >>> from client.record import RunRecord
+        >>> rec = RunRecord(start=0.0, end=3.0)
+        >>> rec.add_task({"index": 0, "worker": "w", "start": 0, "stop": 2, "bytes_file": 10})
+        >>> fig = plot_timeline(rec)
+        >>> fig.axes[0].get_xlabel()
+        'seconds since map start'
+    """
+    numbers = efficiency(record)
+    t0, _ = _time_range(record)
+    if ax is not None:
+        _draw_tasks(ax, record, numbers, t0)
+        ax.set_title(_headline(record, numbers), fontsize=9, loc="left", pad=18)
+        fig = ax.figure
+    else:
+        with_metrics = bool(metrics and record.metrics)
+        n_rows = len(numbers["per_worker"])
+        rows_height = min(8.0, max(3.0, 1.5 + 0.045 * n_rows))
+        heights = [rows_height, 2.2] if with_metrics else [rows_height]
+        fig = _new_figure((14.0, sum(heights) + 1.0), headless=path is not None)
+        grid = fig.add_gridspec(len(heights), 2, width_ratios=[4.2, 1], height_ratios=heights)
+        ax_tasks = fig.add_subplot(grid[0, 0])
+        _draw_tasks(ax_tasks, record, numbers, t0)
+        _draw_histogram(fig.add_subplot(grid[0, 1]), numbers)
+        if with_metrics:
+            ax_cpu = fig.add_subplot(grid[1, 0], sharex=ax_tasks)
+            _draw_metrics(ax_cpu, record, t0)
+            ax_tasks.set_xlabel("")
+        fig.suptitle(_headline(record, numbers), fontsize=11)
+    if path is not None:
+        fig.savefig(path, dpi=110)
+    return fig
+
+
+@click.command("timeline")
+@click.argument("record_path", metavar="RECORD", type=click.Path(exists=True, dir_okay=False))
+@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+              help="PNG to write (default: RECORD with .png instead of .json).")
+@click.option("--no-metrics", is_flag=True, help="Leave out the CPU panel.")
+def timeline_command(record_path: str, output: str | None, no_metrics: bool) -> None:
+    """Plot the timeline of a saved map run and print how efficient it was.
+
+    Example: rhtc timeline run.json -o timeline.png
+    """
+    try:
+        record = RunRecord.load(record_path)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    if output is None:
+        output = os.path.splitext(record_path)[0] + ".png"
+    numbers = efficiency(record)
+    plot_timeline(record, path=output, metrics=not no_metrics)
+
+    click.echo(_headline(record, numbers).splitlines()[0])
+    click.echo(f"efficiency   {numbers['efficiency']:.1%}  (busy {numbers['busy']:.1f} s "
+               f"of {numbers['span']:.1f} worker-seconds)")
+    click.echo(f"per worker   min {numbers['worker_min']:.1%}, "
+               f"median {numbers['worker_median']:.1%}")
+    click.echo(f"tail         {numbers['tail']:.2f} s  (95% -> 100% of tasks done)")
+    if numbers["events_per_s"] is not None:
+        click.echo(f"events/s     {numbers['events_per_s']:.4g}")
+    if numbers["cache_hit"] is not None:
+        click.echo(f"cache hit    {numbers['cache_hit']:.1%} of bytes")
+    click.echo(f"errors       {numbers['errors']}")
+    click.echo(f"wrote {output}")

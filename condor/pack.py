@@ -1,0 +1,278 @@
+"""Pack what a worker needs into one tarball that a batch job unpacks in its scratch dir.
+
+Execute nodes share nothing with the analyst's machine: they have neither this project
+nor numpy, uproot, awkward... and often another Python than the notebook's. ``rhtc pack``
+builds, on the analyst's machine, a ``.tar.gz`` holding
+
+* ``site/``: the worker's dependencies, installed by ``pip install --target`` from
+  binary wheels *for the node's Python version and platform* (``--python-version 3.13
+  --platform manylinux_2_28_x86_64 ...``), so no compiler and no index are needed on the
+  node;
+* ``src/``: this project's own packages (``broker``, ``worker``, ``client``, ...);
+* ``manifest.json``: the Python version it was built for, the requirements, a content hash.
+
+``condor/rhtc_worker.sh --env rhtc-env.tar.gz`` unpacks it and runs
+``python3 -m worker`` with ``PYTHONPATH=src:site``, after checking that the node's
+``python3`` is the version the pack was built for. The pack is cached by content hash
+(``~/.cache/rhtc/packs``): packing again with the same sources and requirements is
+instant, and a change to the project's sources alone reuses the installed dependencies.
+
+Example::
+
+    >>> from condor.pack import pack_environment                  # doctest: +SKIP
+    >>> pack_environment("rhtc-env.tar.gz", python_version="3.11")  # doctest: +SKIP
+    PosixPath('rhtc-env.tar.gz')
+
+The alternatives, for large pools: install the project once on a shared filesystem
+(CVMFS, /home, /cvmfs/...) or in a container image and start the workers with
+``worker_python=/path/to/python`` instead of a pack (see docs/running-on-htcondor.md).
+"""
+from __future__ import annotations
+
+import configparser
+import contextlib
+import fcntl
+import hashlib
+import importlib.metadata
+import io
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterable, Sequence
+
+PACK_FORMAT = 1
+DIST_NAME = "redis-htcondor"
+PROJECT_PACKAGES = ("broker", "worker", "client", "condor", "bench")
+# The worker never draws: leave the client's plotting stack out unless asked for.
+DEFAULT_EXCLUDE = ("matplotlib",)
+DEFAULT_GLIBC = "2.28"   # EL8 and newer; use --glibc 2.17 for EL7-era nodes
+KEEP_PACKS = 3           # the cache keeps this many packs (and installed sites)
+
+
+class PackError(RuntimeError):
+    """The worker environment could not be built; the message says why and what to try."""
+
+
+def project_root() -> Path:
+    """The directory that holds this project's packages (a checkout or site-packages)."""
+    return Path(__file__).resolve().parent.parent
+
+
+def cache_dir() -> Path:
+    """``$RHTC_CACHE``, else ``$XDG_CACHE_HOME/rhtc``, else ``~/.cache/rhtc``."""
+    env = os.environ.get("RHTC_CACHE")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "rhtc"
+
+
+def _requirement_name(req: str) -> str:
+    m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", req)
+    return re.sub(r"[-_.]+", "-", m.group(1)).lower() if m else req.strip().lower()
+
+
+def project_requirements() -> list[str]:
+    """The project's runtime requirements (``install_requires``), without extras.
+
+    Read from ``setup.cfg`` in a source checkout, else from the installed metadata.
+    """
+    cfg = project_root() / "setup.cfg"
+    reqs: list[str] | None = None
+    if cfg.is_file():
+        parser = configparser.ConfigParser()
+        parser.read(cfg)
+        raw = parser.get("options", "install_requires", fallback="")
+        reqs = [line.strip() for line in raw.splitlines() if line.strip() and not line.strip().startswith("#")]
+    if reqs is None:
+        try:
+            reqs = importlib.metadata.requires(DIST_NAME) or []
+        except importlib.metadata.PackageNotFoundError:
+            raise PackError(f"cannot find the requirements of {DIST_NAME}: no setup.cfg in "
+                            f"{project_root()} and the project is not installed (pip install .)")
+    return [r for r in reqs if "extra" not in r.partition(";")[2]]
+
+
+def platform_tags(glibc: str = DEFAULT_GLIBC, arch: str | None = None) -> list[str]:
+    """pip ``--platform`` tags for a Linux node with glibc ``glibc`` or newer.
+
+    >>> platform_tags("2.19", "x86_64")
+    ['manylinux_2_19_x86_64', 'manylinux_2_18_x86_64', 'manylinux_2_17_x86_64', 'manylinux2014_x86_64']
+    """
+    arch = arch or platform.machine() or "x86_64"
+    major, minor = (int(x) for x in glibc.split(".")[:2])
+    if major != 2 or minor < 17:
+        raise PackError(f"glibc {glibc}: wheels exist for glibc 2.17 and newer only")
+    tags = [f"manylinux_2_{m}_{arch}" for m in range(minor, 16, -1)]
+    return tags + [f"manylinux2014_{arch}"]
+
+
+def _project_files(packages: Sequence[str]) -> list[tuple[str, Path]]:
+    root = project_root()
+    files = []
+    for pkg in packages:
+        pdir = root / pkg
+        if not (pdir / "__init__.py").is_file():
+            continue
+        for path in sorted(pdir.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix not in (".pyc", ".pyo"):
+                files.append((str(path.relative_to(root)), path))
+    if not any(name.startswith("worker/") for name, _ in files):
+        raise PackError(f"the worker package is not in {root}: run from a checkout or install the project")
+    return files
+
+
+def _digest(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
+
+
+@contextlib.contextmanager
+def _locked(directory: Path):
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / ".lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _install_site(target: Path, requirements: Sequence[str], python_version: str,
+                  platforms: Sequence[str], pip_args: Sequence[str]) -> None:
+    cmd = [sys.executable, "-m", "pip", "install", "--target", str(target), "--no-compile",
+           "--only-binary=:all:", "--python-version", python_version, "--implementation", "cp",
+           "--disable-pip-version-check", "--no-warn-script-location", "--quiet"]
+    for tag in platforms:
+        cmd += ["--platform", tag]
+    cmd += list(pip_args) + list(requirements)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
+        raise PackError(
+            f"pip could not install the worker's dependencies for Python {python_version} "
+            f"({', '.join(platforms[:1])}...):\n{tail}\n"
+            "A requirement without a binary wheel for that Python/platform cannot be packed; "
+            "pin another version (--with 'pkg==X'), choose --python-version to match the "
+            "nodes, or use a shared filesystem or container image instead."
+        )
+    # console scripts point at the analyst's interpreter: useless on the node
+    shutil.rmtree(target / "bin", ignore_errors=True)
+
+
+def _prune(packs: Path, pattern: str, keep: int) -> None:
+    entries = sorted(packs.glob(pattern), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in entries[keep:]:
+        if old.is_dir():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                old.unlink()
+
+
+def pack_environment(output: str | os.PathLike | None = None, *, python_version: str | None = None,
+                     glibc: str = DEFAULT_GLIBC, arch: str | None = None,
+                     extra: Iterable[str] = (), exclude: Iterable[str] = DEFAULT_EXCLUDE,
+                     pip_args: Sequence[str] = (), rebuild: bool = False,
+                     quiet: bool = True) -> Path:
+    """Build (or reuse) the worker environment tarball; copy it to ``output`` if given.
+
+    Args:
+        output: where to put the tarball (default: leave it in the cache and return that path).
+        python_version: the execute nodes' ``python3`` as ``"3.X"`` (default: this Python's).
+        glibc: oldest glibc of the nodes (wheels up to ``manylinux_<glibc>`` are accepted).
+        arch: the nodes' machine type (default: this machine's, e.g. ``x86_64``).
+        extra: more requirements for your own functions, e.g. ``["coffea", "vector>=1"]``.
+        exclude: project requirements to leave out (by name; default ``matplotlib``).
+        pip_args: passed to pip, e.g. ``["--no-index", "--find-links", "/wheels"]``.
+        rebuild: ignore the cache.
+
+    Example::
+
+        >>> p = pack_environment(python_version="3.13")        # doctest: +SKIP
+        >>> p.name                                              # doctest: +SKIP
+        'rhtc-env-3.13-5f0c8e1d2a3b4c6d.tar.gz'
+    """
+    python_version = python_version or "%d.%d" % sys.version_info[:2]
+    if not re.fullmatch(r"3\.\d+", python_version):
+        raise PackError(f"python_version must look like 3.11, not {python_version!r}")
+    platforms = platform_tags(glibc, arch)
+    excluded = {_requirement_name(x) for x in exclude}
+    requirements = [r for r in project_requirements() if _requirement_name(r) not in excluded]
+    requirements += [r for r in extra if r]
+    files = _project_files(PROJECT_PACKAGES)
+    dep_key = _digest({"format": PACK_FORMAT, "python": python_version, "platforms": platforms,
+                       "requirements": sorted(requirements), "pip_args": list(pip_args)})[:16]
+    src_key = _digest([(name, hashlib.sha256(path.read_bytes()).hexdigest()) for name, path in files])
+    key = _digest([dep_key, src_key])[:16]
+
+    packs = cache_dir() / "packs"
+    tarball = packs / f"rhtc-env-{python_version}-{key}.tar.gz"
+    with _locked(packs):
+        if rebuild or not tarball.is_file():
+            site = packs / f"site-{python_version}-{dep_key}"
+            if rebuild or not (site / ".complete").is_file():
+                shutil.rmtree(site, ignore_errors=True)
+                t0 = time.monotonic()
+                if not quiet:
+                    print(f"installing {len(requirements)} requirements for Python {python_version} "
+                          f"into {site} ...", file=sys.stderr)
+                _install_site(site, requirements, python_version, platforms, pip_args)
+                (site / ".complete").write_text(f"{time.monotonic() - t0:.1f}s\n")
+            os.utime(site)
+            manifest = {"format": PACK_FORMAT, "python": python_version, "platforms": platforms,
+                        "requirements": requirements, "key": key, "packages": sorted(
+                            {name.split("/")[0] for name, _ in files}),
+                        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            fd, tmp = tempfile.mkstemp(dir=packs, prefix=".tmp-", suffix=".tar.gz")
+            os.close(fd)
+            try:
+                with tarfile.open(tmp, "w:gz", compresslevel=6) as tar:
+                    data = json.dumps(manifest, indent=1).encode()
+                    info = tarfile.TarInfo("manifest.json")
+                    info.size, info.mtime, info.mode = len(data), int(time.time()), 0o644
+                    tar.addfile(info, io.BytesIO(data))
+                    tar.add(site, arcname="site", filter=_skip_marker)
+                    for name, path in files:
+                        tar.add(path, arcname=f"src/{name}")
+                os.chmod(tmp, 0o644)
+                os.replace(tmp, tarball)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+            _prune(packs, "rhtc-env-*.tar.gz", KEEP_PACKS)
+            _prune(packs, "site-*", KEEP_PACKS)
+        else:
+            os.utime(tarball)
+    if output is None:
+        return tarball
+    output = Path(output)
+    if output.is_dir():
+        output = output / "rhtc-env.tar.gz"
+    tmp_out = output.with_name(f".{output.name}.tmp{os.getpid()}")
+    shutil.copyfile(tarball, tmp_out)
+    os.chmod(tmp_out, 0o644)
+    os.replace(tmp_out, output)
+    return output
+
+
+def _skip_marker(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    if info.name == "site/.complete" or "__pycache__" in info.name:
+        return None
+    return info
+
+
+def read_manifest(tarball: str | os.PathLike) -> dict:
+    """The manifest of a pack: ``{"python": "3.13", "requirements": [...], "key": ...}``."""
+    with tarfile.open(tarball, "r:gz") as tar:
+        fh = tar.extractfile("manifest.json")
+        if fh is None:
+            raise PackError(f"{tarball} has no manifest.json: it was not made by `rhtc pack`")
+        return json.load(fh)

@@ -1,0 +1,125 @@
+#!/bin/sh
+# rhtc_worker.sh -- the executable of one redis-htcondor worker job (HTCondor or Slurm).
+#
+# It finds a Python that can run the worker, names the worker after its job and
+# runs `python -m worker --config FILE --name NAME` until the batch system sends
+# SIGTERM (condor_rm, scancel, the end of the job's time), which it passes on.
+#
+#   rhtc_worker.sh [--config FILE] [--env TARBALL | --python PYTHON]
+#                  [--cache-size SIZE] [-- EXTRA WORKER ARGS]
+#
+#   --config FILE    broker config (JSON: url, key, namespace; mode 0600).  Default:
+#                    broker.json in the current directory if it is there (HTCondor
+#                    transfers it), else $RHTC_CONFIG, else ~/.config/rhtc/broker.json.
+#   --env TARBALL    a worker environment made by `rhtc pack` (wheels of the worker's
+#                    dependencies installed for the node's Python, plus this project's
+#                    sources).  It is unpacked into the job's scratch directory.
+#   --python PYTHON  a Python that already has the project installed (shared filesystem,
+#                    CVMFS, container image).  Also $RHTC_PYTHON.
+#   --cache-size S   the worker's branch cache cap, e.g. 2GB (default: half the job's
+#                    RequestMemory under HTCondor).
+#
+# Nothing secret is passed on the command line or in the environment: the broker URL and
+# the signing key stay in the 0600 config file.
+set -u
+
+log() { echo "rhtc_worker: $*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+config=""
+env_pack=""
+python="${RHTC_PYTHON:-}"
+cache_size=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --config) config=$2; shift 2 ;;
+        --env) env_pack=$2; shift 2 ;;
+        --python) python=$2; shift 2 ;;
+        --cache-size) cache_size=$2; shift 2 ;;
+        --) shift; break ;;
+        *) break ;;
+    esac
+done
+
+# --- the broker config -----------------------------------------------------------
+if [ -z "$config" ]; then
+    if [ -f broker.json ]; then config=broker.json
+    elif [ -n "${RHTC_CONFIG:-}" ]; then config=$RHTC_CONFIG
+    else config="$HOME/.config/rhtc/broker.json"
+    fi
+fi
+[ -f "$config" ] || die "no broker config at '$config': transfer it with the job (transfer_input_files) or put it on a shared path and pass --config"
+# A transferred copy may have lost its mode; the worker refuses a config others can read.
+[ -O "$config" ] && chmod 600 "$config"
+
+# --- the worker's name: which job is which in `rhtc status` ------------------------
+host=$(hostname 2>/dev/null || uname -n)
+job=""
+if [ -n "${_CONDOR_JOB_AD:-}" ] && [ -r "${_CONDOR_JOB_AD}" ]; then
+    cluster=$(sed -n 's/^ClusterId = //p' "$_CONDOR_JOB_AD" | head -n 1)
+    proc=$(sed -n 's/^ProcId = //p' "$_CONDOR_JOB_AD" | head -n 1)
+    [ -n "$cluster" ] && job="condor-$cluster.$proc"
+fi
+if [ -z "$job" ] && [ -n "${RHTC_CONDOR_JOB:-}" ]; then
+    job="condor-$RHTC_CONDOR_JOB"
+fi
+if [ -z "$job" ] && [ -n "${SLURM_ARRAY_JOB_ID:-}" ]; then
+    job="slurm-${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"
+elif [ -z "$job" ] && [ -n "${SLURM_JOB_ID:-}" ]; then
+    job="slurm-$SLURM_JOB_ID"
+fi
+[ -n "$job" ] || job="job-$$"
+name="$job@$host"
+
+# --- the worker's Python -----------------------------------------------------------
+cleanup_dir=""
+if [ -n "$env_pack" ]; then
+    [ -f "$env_pack" ] || die "worker environment '$env_pack' not found (make it with \`rhtc pack\`)"
+    if [ -n "${_CONDOR_SCRATCH_DIR:-}" ]; then
+        envdir="$_CONDOR_SCRATCH_DIR/rhtc-env"          # HTCondor removes it after the job
+    else
+        envdir=$(mktemp -d "${SLURM_TMPDIR:-${TMPDIR:-/tmp}}/rhtc-env.XXXXXX") || die "cannot make a scratch directory"
+        cleanup_dir=$envdir
+    fi
+    mkdir -p "$envdir"
+    tar -xzf "$env_pack" -C "$envdir" || die "cannot unpack $env_pack into $envdir"
+    want=$(sed -n 's/.*"python": *"\([0-9.]*\)".*/\1/p' "$envdir/manifest.json" | head -n 1)
+    if [ -z "$python" ]; then
+        for candidate in "python$want" python3 python; do
+            if command -v "$candidate" >/dev/null 2>&1; then
+                have=$("$candidate" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+                if [ "$have" = "$want" ]; then python=$(command -v "$candidate"); break; fi
+            fi
+        done
+        [ -n "$python" ] || die "the worker environment was packed for Python $want but this node ($host) has no python$want on PATH; repack with \`rhtc pack --python-version X.Y\` for the node's python3, or pass --python"
+    fi
+    PYTHONPATH="$envdir/src:$envdir/site${PYTHONPATH:+:$PYTHONPATH}"
+    export PYTHONPATH
+else
+    [ -n "$python" ] || python=python3
+    command -v "$python" >/dev/null 2>&1 || die "no '$python' on this node: pass --env (a \`rhtc pack\` tarball) or --python"
+fi
+PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED
+"$python" -c 'import worker' 2>/dev/null || die "$python cannot import the worker (PYTHONPATH=${PYTHONPATH:-}): install the project there, or use --env with a \`rhtc pack\` tarball"
+
+log "starting worker $name with $python ($("$python" -V 2>&1))"
+
+# --- run until SIGTERM, which is passed on to the worker ---------------------------
+child=""
+forward() { [ -n "$child" ] && kill -TERM "$child" 2>/dev/null; }
+trap forward TERM INT HUP
+if [ -n "$cache_size" ]; then
+    "$python" -m worker --config "$config" --name "$name" --cache-size "$cache_size" "$@" &
+else
+    "$python" -m worker --config "$config" --name "$name" "$@" &
+fi
+child=$!
+while :; do
+    wait "$child"
+    status=$?
+    kill -0 "$child" 2>/dev/null || break   # wait was interrupted by a signal: wait again
+done
+[ -n "$cleanup_dir" ] && rm -rf "$cleanup_dir"
+log "worker $name exited with status $status"
+exit "$status"

@@ -1,0 +1,4 @@
+"""The worker process (``rhtc worker`` / ``python -m worker``).
+
+It never imports ``client``: the two meet only through ``broker``'s protocol.
+"""

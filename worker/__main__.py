@@ -1,0 +1,5 @@
+"""``python -m worker --broker URL [--name NAME] [--cache-size 4GB]``"""
+from worker.cli import main
+
+if __name__ == "__main__":
+    main()

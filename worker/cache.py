@@ -1,0 +1,160 @@
+"""The worker's branch cache: arrays read from ROOT files, capped in bytes, LRU out first.
+
+uproot already knows how to use a cache: ``tree.arrays(..., array_cache=mapping)`` looks
+each branch up under a key made of the file's UUID, the tree, the branch, its
+interpretation and the entry range, and stores what it had to read. This module only
+supplies the mapping: a byte-capped LRU that also remembers which *chunk* each entry
+belongs to (so the worker can advertise which chunks it holds and withdraw them when
+they are evicted) and counts the bytes served from memory.
+
+    >>> c = BranchCache(limit_bytes=100)
+    >>> v = c.view("chunk-A")
+    >>> import numpy as np
+    >>> v["k1"] = np.zeros(10, dtype=np.float32)   # 40 bytes
+    >>> c.nbytes, "chunk-A" in c.tags()
+    (40, True)
+"""
+from __future__ import annotations
+
+import collections
+import re
+import sys
+from typing import Any, Iterator, MutableMapping
+
+from broker import context
+
+_UNITS = {"": 1, "B": 1, "K": 1e3, "KB": 1e3, "M": 1e6, "MB": 1e6, "G": 1e9, "GB": 1e9,
+          "T": 1e12, "TB": 1e12, "KIB": 1024, "MIB": 1024 ** 2, "GIB": 1024 ** 3, "TIB": 1024 ** 4}
+
+
+def parse_size(text: str | int | float) -> int:
+    """``"4GB"`` -> 4_000_000_000; ``"512MiB"``, ``"1.5G"`` and plain numbers work too."""
+    if isinstance(text, (int, float)):
+        return int(text)
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([A-Za-z]*)\s*", str(text))
+    if not m or m.group(2).upper() not in _UNITS:
+        raise ValueError(f"cannot read {text!r} as a size: use e.g. 4GB, 512MB, 2GiB or a number of bytes")
+    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+
+
+def nbytes_of(value: Any) -> int:
+    n = getattr(value, "nbytes", None)
+    if isinstance(n, int):
+        return n
+    return sys.getsizeof(value)
+
+
+class BranchCache(MutableMapping):
+    """Byte-capped LRU mapping for uproot's ``array_cache``, with per-chunk tags."""
+
+    def __init__(self, limit_bytes: int):
+        self.limit_bytes = int(limit_bytes)
+        self._data: collections.OrderedDict[str, tuple[Any, int, str | None]] = collections.OrderedDict()
+        self._tag_count: collections.Counter = collections.Counter()
+        self.nbytes = 0
+        self.evicted_tags: set[str] = set()   # chunks no longer held; drained by the worker
+        self.hits = self.misses = 0
+
+    # MutableMapping
+    def __getitem__(self, key: str) -> Any:
+        value = self._data[key]
+        self._data.move_to_end(key)
+        return value[0]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.get_counted(key, default)
+
+    def get_counted(self, key: str, default: Any = None) -> Any:
+        entry = self._data.get(key)
+        if entry is None:
+            self.misses += 1
+            return default
+        self._data.move_to_end(key)
+        self.hits += 1
+        if context.current is not None:
+            context.current.bytes_from_cache += entry[1]
+        return entry[0]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.put(key, value, None)
+
+    def put(self, key: str, value: Any, tag: str | None) -> None:
+        if key in self._data:          # uproot re-stores what it just got from us
+            old = self._data[key]
+            self._data[key] = (value, old[1], old[2])
+            self._data.move_to_end(key)
+            return
+        size = nbytes_of(value)
+        if size > self.limit_bytes:
+            return                      # larger than the whole cache: don't thrash it
+        self._data[key] = (value, size, tag)
+        self.nbytes += size
+        if tag is not None:
+            self._tag_count[tag] += 1
+            self.evicted_tags.discard(tag)
+        while self.nbytes > self.limit_bytes:
+            self._evict_oldest()
+
+    def _evict_oldest(self) -> None:
+        _, (_, size, tag) = self._data.popitem(last=False)
+        self.nbytes -= size
+        if tag is not None:
+            self._tag_count[tag] -= 1
+            if self._tag_count[tag] <= 0:
+                del self._tag_count[tag]
+                self.evicted_tags.add(tag)
+
+    def __delitem__(self, key: str) -> None:
+        _, size, tag = self._data.pop(key)
+        self.nbytes -= size
+        if tag is not None:
+            self._tag_count[tag] -= 1
+            if self._tag_count[tag] <= 0:
+                del self._tag_count[tag]
+                self.evicted_tags.add(tag)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._data))
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def tags(self) -> set[str]:
+        """The chunks (routing keys) with at least one entry in the cache."""
+        return set(self._tag_count)
+
+    def drain_evicted(self) -> set[str]:
+        out, self.evicted_tags = self.evicted_tags, set()
+        return out
+
+    def view(self, tag: str) -> "TaggedView":
+        """A mapping to hand to uproot for one chunk: entries it stores carry ``tag``."""
+        return TaggedView(self, tag)
+
+
+class TaggedView(MutableMapping):
+    """What uproot sees as ``array_cache`` while reading one chunk."""
+
+    def __init__(self, cache: BranchCache, tag: str):
+        self.cache, self.tag = cache, tag
+
+    def __getitem__(self, key):
+        return self.cache[key]
+
+    def get(self, key, default=None):
+        return self.cache.get_counted(key, default)
+
+    def __setitem__(self, key, value):
+        fresh = key not in self.cache._data
+        self.cache.put(key, value, self.tag)
+        if fresh and context.current is not None:
+            context.current.routing_keys.add(self.tag)
+
+    def __delitem__(self, key):
+        del self.cache[key]
+
+    def __iter__(self):
+        return iter(self.cache)
+
+    def __len__(self):
+        return len(self.cache)

@@ -1,0 +1,48 @@
+"""Command line of one worker (also reached as ``rhtc worker``)."""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import click
+import psutil
+
+from broker.config import BrokerConfig, BrokerNotConfigured, KeyNotConfigured
+
+
+def default_cache_size() -> int:
+    """Half the memory HTCondor gave the job if known, else min(4 GB, RAM / (2 * cores))."""
+    ad = os.environ.get("_CONDOR_JOB_AD")
+    if ad and os.path.exists(ad):
+        with open(ad) as fh:
+            for line in fh:
+                if line.startswith("RequestMemory ="):
+                    try:
+                        return int(float(line.split("=", 1)[1]) * 1e6 * 0.5)
+                    except ValueError:
+                        break
+    return int(min(4e9, psutil.virtual_memory().total / (2 * (os.cpu_count() or 1))))
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--broker", "url", help="Broker URL (default: $RHTC_BROKER, then the config file).")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False),
+              help="JSON config with url, key, namespace (default: $RHTC_CONFIG or ~/.config/rhtc/broker.json).")
+@click.option("--name", help="Worker name shown by `rhtc status` (default: host-pid).")
+@click.option("--cache-size", default=None, help="Branch cache cap, e.g. 4GB (default: from the node's memory).")
+@click.option("--namespace", default=None, help="Key namespace (must match the client's).")
+@click.option("-v", "--verbose", is_flag=True)
+def main(url, config_file, name, cache_size, namespace, verbose):
+    """Serve tasks from the broker until SIGTERM (then hand back the current task, exit 0)."""
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from worker.cache import parse_size
+    from worker.main import Worker
+    try:
+        config = BrokerConfig.resolve(url=url, namespace=namespace, config_file=config_file)
+        size = parse_size(cache_size) if cache_size else default_cache_size()
+        w = Worker(config, name=name, cache_bytes=size)
+    except (BrokerNotConfigured, KeyNotConfigured, ValueError, PermissionError) as err:
+        raise click.ClickException(str(err))
+    sys.exit(w.run())
