@@ -1,28 +1,23 @@
 """Generate NanoAOD-schema ROOT files with millions of events for the benchmarks.
 
-The real NanoAOD samples in the repository are a few dozen events each; throughput and
-cache benchmarks need millions. :func:`make_data` writes ``Events`` TTrees (not RNTuple)
-whose branch names and types follow CMS NanoAODv6 (``nMuon`` is ``uint32``,
-``Muon_pt`` is ``float[]``, ``Muon_charge`` is ``int32_t[]``, ``event`` is ``uint64``, ...)
-with the chosen ROOT compression, so that a dimuon analysis written for real NanoAOD runs
-on them unchanged and reads only a few percent of each file's bytes, as it would on real
-NanoAOD.
+The real NanoAOD samples in the repository hold a few dozen events; throughput and cache
+benchmarks need millions. :func:`make_data` writes ``Events`` TTrees (not RNTuple) whose
+branch names and types follow CMS NanoAODv6 (``nMuon`` uint32, ``Muon_pt`` float[],
+``Muon_charge`` int32[], ``event`` uint64, ...) with the chosen ROOT compression, so that
+an analysis written for real NanoAOD runs on them unchanged, and a dimuon analysis reads
+only a few percent of each file's bytes, as on real NanoAOD.
 
-Physics, per event (all vectorised numpy, deterministic given the seed):
+Physics (vectorised numpy, deterministic given the seed): 40% of events hold a Z -> mu mu
+pair (Breit-Wigner, 91.19 GeV, width 2.5 GeV, 60-120 GeV), 20% a Drell-Yan continuum pair
+(12 GeV + exponential with a 30 GeV slope), always of opposite charge, with a 1.5% pt
+resolution; every event gets Poisson soft extra muons of random charge; muons outside
+``|eta| < 2.4`` or below 3 GeV are dropped and the rest sorted by pt. Jets, electrons,
+photons, taus, trigger objects, secondary vertices and event-level branches (MET, PV, rho,
+HLT and Flag bits) get NanoAOD-like distributions and NanoAOD's reduced float precision,
+so that compression ratios look like NanoAOD's.
 
-* 40% Z -> mu mu: Breit-Wigner mass (91.19 GeV, width 2.5 GeV, 60-120 GeV), smeared by
-  a 1.5% pt resolution; 20% Drell-Yan continuum (mass 12 GeV + exponential, 30 GeV
-  slope); both muons of a pair have opposite charge; 40% of events have no prompt pair;
-* every event also gets Poisson-distributed soft extra muons of random charge;
-* muons outside ``|eta| < 2.4`` or below 3 GeV are dropped, the rest sorted by pt;
-* jets, electrons, photons, taus, trigger objects, secondary vertices and flat
-  event-level branches (MET, PV, rho, HLT and Flag bits) with NanoAOD-like
-  distributions and NanoAOD's reduced float precision, so that compression ratios look
-  like NanoAOD's.
-
-Files are called ``nano_gen_000.root``, ``nano_gen_001.root``, ...; a sidecar
-``nano_gen_000.root.json`` records the parameters, and a later call with the same
-parameters reuses the file instead of writing it again.
+Files are ``nano_gen_000.root``, ``nano_gen_001.root``, ...; a sidecar ``.json`` records
+the parameters, and a later call with the same parameters reuses the file.
 
 Example::
 
@@ -36,11 +31,11 @@ Example::
 from __future__ import annotations
 
 import json
-import math
+import multiprocessing
 import os
 import time
 import warnings
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -54,17 +49,12 @@ FORMAT_VERSION = 1
 
 #: Accepted compression names and the level used for each (LZMA 9 is NanoAOD's default).
 COMPRESSIONS: dict[str, tuple[type, int]] = {
-    "LZMA": (uproot.LZMA, 9),
-    "ZLIB": (uproot.ZLIB, 1),
-    "LZ4": (uproot.LZ4, 1),
-    "ZSTD": (uproot.ZSTD, 5),
-}
+    "LZMA": (uproot.LZMA, 9), "ZLIB": (uproot.ZLIB, 1), "LZ4": (uproot.LZ4, 1), "ZSTD": (uproot.ZSTD, 5)}
 
 #: The branches a dimuon-mass analysis reads.
 DIMUON_BRANCHES: tuple[str, ...] = ("nMuon", "Muon_pt", "Muon_eta", "Muon_phi", "Muon_mass", "Muon_charge")
 
 Z_MASS, Z_WIDTH, MUON_MASS = 91.1876, 2.4952, 0.1056583745
-_TWO_PI = np.float32(2 * np.pi)
 
 
 def parse_compression(name: str) -> uproot.compression.Compression:
@@ -86,110 +76,79 @@ def parse_compression(name: str) -> uproot.compression.Compression:
         raise ValueError(f"bad compression level in {name!r}: {exc}") from None
 
 
-# ----------------------------------------------------------------------------------------
-# Field recipes. Each field: (name, dtype, recipe, mantissa bits kept or None).
-# Recipes: ("uni", lo, hi), ("exp", offset, scale), ("tri", centre, half-width),
-# ("pow", k, scale) = scale*u**k, ("int", lo, hi), ("bool", p), ("choice", values, probs),
-# ("const", value). Types follow NanoAODv6 as in nano_dimuon.root.
-_F, _I, _B, _U = "f4", "i4", "?", "u1"
-_LEPTON_IP = [("dxy", _F, ("tri", 0, 0.01), 10), ("dxyErr", _F, ("exp", 0.001, 0.002), 8),
-              ("dz", _F, ("tri", 0, 0.02), 10), ("dzErr", _F, ("exp", 0.001, 0.003), 8),
-              ("ip3d", _F, ("exp", 0, 0.006), 10), ("sip3d", _F, ("exp", 0, 1.5), 10),
-              ("pfRelIso03_all", _F, ("exp", 0, 0.12), 8), ("jetIdx", _I, ("int", -1, 6), None),
-              ("cleanmask", _U, ("const", 1), None)]
-_MUON = _LEPTON_IP + [
-    ("pfRelIso04_all", _F, ("exp", 0, 0.15), 8), ("miniPFRelIso_all", _F, ("exp", 0, 0.1), 8),
-    ("tkRelIso", _F, ("exp", 0, 0.05), 8), ("segmentComp", _F, ("uni", 0.2, 1.0), 8),
-    ("nStations", _I, ("int", 1, 5), None), ("nTrackerLayers", _I, ("int", 6, 18), None),
-    ("tightId", _B, ("bool", 0.8), None), ("mediumId", _B, ("bool", 0.85), None),
-    ("looseId", _B, ("bool", 0.95), None), ("isGlobal", _B, ("bool", 0.9), None),
-    ("isTracker", _B, ("bool", 0.97), None), ("isPFcand", _B, ("bool", 0.95), None),
-    ("softId", _B, ("bool", 0.8), None), ("pfIsoId", _U, ("int", 0, 7), None),
-    ("highPtId", _U, ("choice", (0, 1, 2), (0.8, 0.05, 0.15)), None)]
-_ELECTRON = _LEPTON_IP + [
-    ("deltaEtaSC", _F, ("tri", 0, 0.02), 10), ("hoe", _F, ("exp", 0, 0.03), 8),
-    ("r9", _F, ("uni", 0.5, 1.0), 10), ("sieie", _F, ("exp", 0.005, 0.005), 10),
-    ("eInvMinusPInv", _F, ("tri", 0, 0.02), 10), ("mvaFall17V2Iso", _F, ("uni", -1, 1), 10),
-    ("mvaFall17V2noIso", _F, ("uni", -1, 1), 10), ("cutBased", _I, ("int", 0, 5), None),
-    ("photonIdx", _I, ("int", -1, 2), None), ("tightCharge", _I, ("int", 0, 3), None),
-    ("convVeto", _B, ("bool", 0.9), None), ("mvaFall17V2Iso_WP90", _B, ("bool", 0.7), None),
-    ("mvaFall17V2Iso_WP80", _B, ("bool", 0.6), None), ("lostHits", _U, ("int", 0, 3), None)]
-_PHOTON = [
-    ("r9", _F, ("uni", 0.3, 1.0), 10), ("sieie", _F, ("exp", 0.005, 0.006), 10),
-    ("hoe", _F, ("exp", 0, 0.05), 8), ("mvaID", _F, ("uni", -1, 1), 10),
-    ("pfRelIso03_all", _F, ("exp", 0, 0.3), 8), ("pfRelIso03_chg", _F, ("exp", 0, 0.2), 8),
-    ("charge", _I, ("const", 0), None), ("pdgId", _I, ("const", 22), None),
-    ("cutBasedBitmap", _I, ("int", 0, 8), None), ("jetIdx", _I, ("int", -1, 8), None),
-    ("electronIdx", _I, ("int", -1, 1), None), ("electronVeto", _B, ("bool", 0.8), None),
-    ("pixelSeed", _B, ("bool", 0.2), None), ("isScEtaEB", _B, ("bool", 0.75), None),
-    ("mvaID_WP90", _B, ("bool", 0.5), None), ("cleanmask", _U, ("const", 1), None)]
-_JET = [
-    ("area", _F, ("uni", 0.35, 0.65), 10), ("btagDeepFlavB", _F, ("pow", 4, 1), 10),
-    ("btagDeepFlavC", _F, ("pow", 3, 1), 10), ("btagDeepB", _F, ("pow", 4, 1), 10),
-    ("btagDeepC", _F, ("pow", 3, 1), 10), ("btagCSVV2", _F, ("pow", 2, 1), 10),
-    ("qgl", _F, ("uni", 0, 1), 10), ("chHEF", _F, ("uni", 0, 1), 6), ("neHEF", _F, ("pow", 2, 1), 6),
-    ("chEmEF", _F, ("pow", 3, 1), 6), ("neEmEF", _F, ("pow", 2, 1), 6), ("muEF", _F, ("pow", 8, 1), 6),
-    ("rawFactor", _F, ("uni", 0, 0.3), 6), ("bRegCorr", _F, ("tri", 1.05, 0.2), 10),
-    ("bRegRes", _F, ("exp", 0.05, 0.05), 10), ("jetId", _I, ("choice", (0, 2, 6), (0.05, 0.05, 0.9)), None),
-    ("puId", _I, ("choice", (0, 4, 6, 7), (0.2, 0.1, 0.1, 0.6)), None),
-    ("nConstituents", _I, ("int", 2, 60), None), ("nMuons", _I, ("int", 0, 2), None),
-    ("nElectrons", _I, ("int", 0, 2), None), ("muonIdx1", _I, ("int", -1, 2), None),
-    ("muonIdx2", _I, ("const", -1), None), ("electronIdx1", _I, ("int", -1, 1), None),
-    ("electronIdx2", _I, ("const", -1), None), ("cleanmask", _U, ("int", 0, 2), None)]
-_TAU = [("decayMode", _I, ("choice", (0, 1, 10, 11), (0.3, 0.45, 0.2, 0.05)), None),
-        ("dxy", _F, ("tri", 0, 0.02), 10), ("dz", _F, ("tri", 0, 0.05), 14),
-        ("chargedIso", _F, ("exp", 0, 3.0), 10), ("neutralIso", _F, ("exp", 0, 2.0), 10),
-        ("rawDeepTau2017v2p1VSjet", _F, ("uni", 0, 1), 10), ("rawDeepTau2017v2p1VSe", _F, ("uni", 0, 1), 10),
-        ("rawDeepTau2017v2p1VSmu", _F, ("uni", 0, 1), 10), ("jetIdx", _I, ("int", -1, 6), None),
-        ("idDeepTau2017v2p1VSjet", _U, ("int", 0, 256), None), ("idDeepTau2017v2p1VSe", _U, ("int", 0, 256), None),
-        ("idDeepTau2017v2p1VSmu", _U, ("int", 0, 16), None), ("idDecayModeNewDMs", _B, ("bool", 0.95), None),
-        ("cleanmask", _U, ("const", 1), None)]
-_TRIGOBJ = [("id", _I, ("choice", (1, 11, 13, 15, 22), (0.4, 0.15, 0.2, 0.1, 0.15)), None),
-            ("filterBits", _I, ("int", 0, 1024), None), ("l1pt", _F, ("exp", 0, 20.0), 8)]
-_SV = [("dlen", _F, ("exp", 0, 0.5), 10), ("dlenSig", _F, ("exp", 3, 10), 10),
-       ("dxy", _F, ("exp", 0, 0.3), 10), ("dxySig", _F, ("exp", 3, 10), 10),
-       ("pAngle", _F, ("exp", 0, 0.03), 10), ("chi2", _F, ("exp", 0, 1.0), 8),
-       ("ndof", _F, ("int", 1, 8), 8), ("x", _F, ("tri", 0, 0.5), 10), ("y", _F, ("tri", 0, 0.5), 10),
-       ("z", _F, ("tri", 0, 5), 14)]
+# Branch recipes, one field per "|": name dtype recipe args [mantissa bits kept, floats only].
+# dtypes: f = float32, i = int32, u = uint8, b = bool (NanoAODv6's types, as in
+# nano_dimuon.root). Recipes: uni LO HI | exp OFFSET SCALE | tri CENTRE HALFWIDTH (triangular)
+# | pow K SCALE (SCALE*u**K) | int LO HI (LO..HI-1) | bool P | choice V1/V2/.. P1/P2/.. | const V.
+_MUON = """dxy f tri 0 .01 10 | dz f tri 0 .02 10 | sip3d f exp 0 1.5 10 | jetIdx i int -1 6
+pfRelIso03_all f exp 0 .12 8 | pfRelIso04_all f exp 0 .15 8 | miniPFRelIso_all f exp 0 .1 8
+tkRelIso f exp 0 .05 8 | nStations i int 1 5 | nTrackerLayers i int 6 18 | tightId b bool .8
+mediumId b bool .85 | looseId b bool .95 | isGlobal b bool .9 | isPFcand b bool .95 | pfIsoId u int 0 7"""
+_ELECTRON = """dxy f tri 0 .01 10 | dz f tri 0 .02 10 | sip3d f exp 0 1.5 10 | pfRelIso03_all f exp 0 .12 8
+deltaEtaSC f tri 0 .02 10 | hoe f exp 0 .03 8 | r9 f uni .5 1 10 | sieie f exp .005 .005 10
+mvaFall17V2Iso f uni -1 1 10 | cutBased i int 0 5 | jetIdx i int -1 6 | convVeto b bool .9
+mvaFall17V2Iso_WP90 b bool .7 | lostHits u int 0 3"""
+_PHOTON = """r9 f uni .3 1 10 | sieie f exp .005 .006 10 | hoe f exp 0 .05 8 | mvaID f uni -1 1 10
+pfRelIso03_all f exp 0 .3 8 | charge i const 0 | pdgId i const 22 | cutBasedBitmap i int 0 8
+jetIdx i int -1 8 | electronVeto b bool .8 | pixelSeed b bool .2 | mvaID_WP90 b bool .5"""
+_JET = """area f uni .35 .65 10 | btagDeepFlavB f pow 4 1 10 | btagDeepB f pow 4 1 10
+btagCSVV2 f pow 2 1 10 | qgl f uni 0 1 10 | chHEF f uni 0 1 6 | neHEF f pow 2 1 6 | chEmEF f pow 3 1 6
+neEmEF f pow 2 1 6 | muEF f pow 8 1 6 | rawFactor f uni 0 .3 6 | bRegCorr f tri 1.05 .2 10
+jetId i choice 0/2/6 .05/.05/.9 | puId i choice 0/4/6/7 .2/.1/.1/.6 | nConstituents i int 2 60
+muonIdx1 i int -1 2 | electronIdx1 i int -1 1 | cleanmask u int 0 2"""
+_TAU = """decayMode i choice 0/1/10/11 .3/.45/.2/.05 | dxy f tri 0 .02 10 | dz f tri 0 .05 14
+chargedIso f exp 0 3 10 | rawDeepTau2017v2p1VSjet f uni 0 1 10 | jetIdx i int -1 6
+idDeepTau2017v2p1VSjet u int 0 256 | idDeepTau2017v2p1VSe u int 0 256 | idDeepTau2017v2p1VSmu u int 0 16"""
+_TRIGOBJ = "id i choice 1/11/13/15/22 .4/.15/.2/.1/.15 | filterBits i int 0 1024 | l1pt f exp 0 20 8"
+_SV = """dlen f exp 0 .5 10 | dlenSig f exp 3 10 10 | dxy f exp 0 .3 10 | dxySig f exp 3 10 10
+pAngle f exp 0 .03 10 | chi2 f exp 0 1 8 | ndof f int 1 8 8"""
+_FLAT = """MET_pt f exp 0 25 23 | MET_phi f uni -3.14159 3.14159 12 | MET_sumEt f exp 200 500 23
+MET_significance f exp 0 3 10 | MET_covXX f exp 50 200 8 | MET_covXY f tri 0 50 8 | MET_covYY f exp 50 200 8
+PV_ndof f exp 10 80 8 | PV_x f tri .096 .002 10 | PV_y f tri -.06 .002 10 | PV_z f tri 0 6 16
+PV_chi2 f tri 1 .3 8 | PV_score f exp 100 3000 8 | PV_npvs i int 5 60 | PV_npvsGood i int 5 55
+fixedGridRhoFastjetAll f exp 5 15 10 | fixedGridRhoFastjetCentral f exp 5 14 10
+fixedGridRhoFastjetCentralCalo f exp 3 9 10 | fixedGridRhoFastjetCentralNeutral f exp 1 3 10
+HLT_IsoMu27 b bool .25 | HLT_Mu50 b bool .05 | HLT_Mu17 b bool .1 | HLT_Mu8 b bool .2
+HLT_Mu17_TrkIsoVVL b bool .2 | HLT_Mu37_TkMu27 b bool .02 | HLT_TripleMu_12_10_5 b bool .01
+HLT_Ele32_WPTight_Gsf b bool .05 | HLT_Ele35_WPTight_Gsf b bool .04 | HLT_PFJet500 b bool .01
+HLT_Ele23_Ele12_CaloIdL_TrackIdL_IsoVL b bool .02 | HLT_DoubleEle25_CaloIdL_MW b bool .01
+HLT_Photon200 b bool .005 | HLT_PFHT1050 b bool .01 | HLT_PFMET120_PFMHT120_IDTight b bool .01
+HLT_DoubleMu4_3_Jpsi b bool .01 | HLT_Dimuon25_Jpsi b bool .01 | Flag_goodVertices b bool .999
+Flag_globalSuperTightHalo2016Filter b bool .999 | Flag_HBHENoiseFilter b bool .999
+Flag_EcalDeadCellTriggerPrimitiveFilter b bool .999 | Flag_BadPFMuonFilter b bool .999
+Flag_eeBadScFilter b bool .999 | Flag_METFilters b bool .995"""
 # (collection, mean multiplicity, pt threshold, pt slope, |eta| limit, mass recipe,
 #  charge: None = no charge branch, 0 = charge only, pdg = charge and pdgId, extra fields)
 _COLLECTIONS = [
-    ("Electron", 0.8, 5.0, 15.0, 2.5, ("const", 0.000511), 11, _ELECTRON),
-    ("Photon", 1.0, 5.0, 12.0, 2.5, ("const", 0.0), None, _PHOTON),
-    ("Jet", 5.0, 15.0, 25.0, 4.7, ("jetmass",), None, _JET),
-    ("Tau", 0.6, 18.0, 15.0, 2.3, ("uni", 0.14, 1.8), 0, _TAU),
-    ("TrigObj", 3.0, 3.0, 20.0, 2.5, None, None, _TRIGOBJ),
-    ("SV", 1.0, 1.0, 8.0, 2.4, ("exp", 0.3, 1.5), None, _SV),
+    ("Electron", 0.6, 5.0, 15.0, 2.5, "const 0.000511", 11, _ELECTRON),
+    ("Photon", 0.8, 5.0, 12.0, 2.5, "const 0", None, _PHOTON),
+    ("Jet", 4.5, 15.0, 25.0, 4.7, "jet", None, _JET),
+    ("Tau", 0.5, 18.0, 15.0, 2.3, "uni 0.14 1.8", 0, _TAU),
+    ("TrigObj", 2.5, 3.0, 20.0, 2.5, None, None, _TRIGOBJ),
+    ("SV", 0.7, 1.0, 8.0, 2.4, "exp 0.3 1.5", None, _SV),
 ]
-_FLAT = [
-    ("MET_pt", _F, ("exp", 0, 25.0), None), ("MET_phi", _F, ("uni", -np.pi, np.pi), 12),
-    ("MET_sumEt", _F, ("exp", 200, 500.0), None), ("MET_significance", _F, ("exp", 0, 3.0), 10),
-    ("MET_covXX", _F, ("exp", 50, 200.0), 8), ("MET_covXY", _F, ("tri", 0, 50.0), 8),
-    ("MET_covYY", _F, ("exp", 50, 200.0), 8), ("PV_ndof", _F, ("exp", 10, 80.0), 8),
-    ("PV_x", _F, ("tri", 0.096, 0.002), 10), ("PV_y", _F, ("tri", -0.06, 0.002), 10),
-    ("PV_z", _F, ("tri", 0.0, 6.0), 16), ("PV_chi2", _F, ("tri", 1.0, 0.3), 8),
-    ("PV_score", _F, ("exp", 100, 3000.0), 8), ("PV_npvs", _I, ("int", 5, 60), None),
-    ("PV_npvsGood", _I, ("int", 5, 55), None), ("fixedGridRhoFastjetAll", _F, ("exp", 5, 15.0), 10),
-    ("fixedGridRhoFastjetCentral", _F, ("exp", 5, 14.0), 10),
-    ("fixedGridRhoFastjetCentralCalo", _F, ("exp", 3, 9.0), 10),
-    ("fixedGridRhoFastjetCentralChargedPileUp", _F, ("exp", 1, 8.0), 10),
-    ("fixedGridRhoFastjetCentralNeutral", _F, ("exp", 1, 3.0), 10)]
-_OTHER_BITS = [
-    ("HLT_IsoMu27", 0.25), ("HLT_Mu50", 0.05), ("HLT_Mu17", 0.1), ("HLT_Mu8", 0.2),
-    ("HLT_Mu17_TrkIsoVVL", 0.2), ("HLT_Mu37_TkMu27", 0.02), ("HLT_TripleMu_12_10_5", 0.01),
-    ("HLT_Ele32_WPTight_Gsf", 0.05), ("HLT_Ele35_WPTight_Gsf", 0.04), ("HLT_Ele115_CaloIdVT_GsfTrkIdT", 0.01),
-    ("HLT_Ele23_Ele12_CaloIdL_TrackIdL_IsoVL", 0.02), ("HLT_DoubleEle25_CaloIdL_MW", 0.01),
-    ("HLT_Mu23_TrkIsoVVL_Ele12_CaloIdL_TrackIdL_IsoVL_DZ", 0.01), ("HLT_Photon200", 0.005),
-    ("HLT_PFJet450", 0.01), ("HLT_PFJet500", 0.01), ("HLT_PFHT1050", 0.01), ("HLT_PFHT890", 0.01),
-    ("HLT_PFMET120_PFMHT120_IDTight", 0.01), ("HLT_PFMETNoMu120_PFMHTNoMu120_IDTight", 0.01),
-    ("HLT_DoubleMu4_3_Jpsi", 0.01), ("HLT_Dimuon25_Jpsi", 0.01), ("Flag_goodVertices", 0.999),
-    ("Flag_globalSuperTightHalo2016Filter", 0.999), ("Flag_HBHENoiseFilter", 0.999),
-    ("Flag_HBHENoiseIsoFilter", 0.999), ("Flag_EcalDeadCellTriggerPrimitiveFilter", 0.999),
-    ("Flag_BadPFMuonFilter", 0.999), ("Flag_eeBadScFilter", 0.999), ("Flag_METFilters", 0.995)]
+_DTYPES = {"f": "f4", "i": "i4", "u": "u1", "b": "?"}
+
+
+def _parse_fields(text: str) -> list[tuple[str, str, tuple, int | None]]:
+    """``"name dtype recipe args.. [bits] | ..."`` -> ``[(name, dtype, recipe, bits), ..]``."""
+    out = []
+    for item in text.replace("\n", "|").split("|"):
+        name, dtype, kind, *args = item.split()
+        nargs = 1 if kind in ("bool", "const") else 2
+        values = [tuple(float(x) for x in a.split("/")) if kind == "choice" else float(a)
+                  for a in args[:nargs]]
+        bits = int(args[nargs]) if len(args) > nargs else None
+        out.append((name, _DTYPES[dtype], (kind, *values), bits))
+    return out
+
+
+_SPECS = {name: _parse_fields(text) for name, *_, text in _COLLECTIONS}
+_SPECS.update(Muon=_parse_fields(_MUON), flat=_parse_fields(_FLAT))
 
 
 def _reduce_precision(x: np.ndarray, bits: int | None) -> np.ndarray:
-    """Round float32 mantissas to ``bits`` bits, as NanoAOD's ``precision=`` does."""
+    """Round float32 mantissas to ``bits`` bits in place, as NanoAOD's ``precision=`` does."""
     if bits is None or bits >= 23:
         return x
     shift = 23 - bits
@@ -199,38 +158,39 @@ def _reduce_precision(x: np.ndarray, bits: int | None) -> np.ndarray:
     return x
 
 
-def _draw(rng: np.random.Generator, n: int, recipe: tuple, dtype: str) -> np.ndarray:
-    """``n`` values from one recipe (see the table above), as ``dtype``."""
-    kind = recipe[0]
+def _draw(rng: np.random.Generator, n: int, recipe: tuple, dtype: str = "f4") -> np.ndarray:
+    """``n`` values of ``dtype`` from one recipe (see the tables above)."""
+    kind, *a = recipe
+    if kind == "int":
+        return rng.integers(int(a[0]), int(a[1]), n, dtype=np.int32).astype(dtype, copy=False)
+    if kind == "bool":
+        return rng.random(n, np.float32) < a[0]
+    if kind == "const":
+        return np.full(n, a[0], dtype=dtype)
+    if kind == "choice":
+        cumulative = np.cumsum(a[1]) / np.sum(a[1])
+        index = np.searchsorted(cumulative, rng.random(n), side="right")
+        return np.asarray(a[0], dtype=dtype)[np.minimum(index, len(a[0]) - 1)]
+    lo, scale = np.float32(a[0]), np.float32(a[1])
     if kind == "uni":
-        out = np.float32(recipe[1]) + np.float32(recipe[2] - recipe[1]) * rng.random(n, np.float32)
+        out = lo + (np.float32(a[1] - a[0])) * rng.random(n, np.float32)
     elif kind == "exp":
-        out = np.float32(recipe[1]) + np.float32(recipe[2]) * rng.standard_exponential(n, np.float32)
+        out = lo + scale * rng.standard_exponential(n, np.float32)
     elif kind == "tri":
-        out = rng.random(n, np.float32) - rng.random(n, np.float32)
-        out = np.float32(recipe[1]) + np.float32(recipe[2]) * out
+        out = lo + scale * (rng.random(n, np.float32) - rng.random(n, np.float32))
     elif kind == "pow":
-        out = np.float32(recipe[2]) * rng.random(n, np.float32) ** recipe[1]
-    elif kind == "int":
-        return rng.integers(recipe[1], recipe[2], n, dtype=np.int32).astype(dtype, copy=False)
-    elif kind == "bool":
-        return rng.random(n, np.float32) < recipe[1]
-    elif kind == "choice":
-        cumulative = np.cumsum(recipe[2], dtype=np.float32)
-        index = np.searchsorted(cumulative / cumulative[-1], rng.random(n, np.float32), side="right")
-        return np.asarray(recipe[1], dtype=dtype)[np.minimum(index, len(recipe[1]) - 1)]
-    elif kind == "const":
-        return np.full(n, recipe[1], dtype=dtype)
+        out = scale * rng.random(n, np.float32) ** lo
     else:
         raise ValueError(f"unknown recipe {recipe!r}")
     return out.astype(dtype, copy=False)
 
 
 def _fields(rng: np.random.Generator, n: int, spec: Sequence[tuple]) -> dict[str, np.ndarray]:
+    """Draw every field of a parsed table."""
     out = {}
     for name, dtype, recipe, bits in spec:
         values = _draw(rng, n, recipe, dtype)
-        out[name] = _reduce_precision(values, bits) if dtype == _F else values
+        out[name] = _reduce_precision(values, bits) if dtype == "f4" else values
     return out
 
 
@@ -243,57 +203,57 @@ def _jagged(counts: np.ndarray, fields: dict[str, np.ndarray]) -> ak.Array:
     return ak.Array(ak.contents.ListOffsetArray(ak.index.Index64(offsets), record))
 
 
-def _pairs(rng: np.random.Generator, mass: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Decay dimuon systems of the given masses: (pt, eta, phi) of both muons."""
+def _pairs(rng: np.random.Generator, mass: np.ndarray) -> list[np.ndarray]:
+    """Decay dimuon systems of the given masses: pt, eta, phi of both muons."""
     n = len(mass)
     qt = 8.0 * rng.standard_exponential(n)                   # pair transverse momentum
     y = 1.4 * rng.standard_normal(n)                         # pair rapidity
     phi = rng.uniform(-np.pi, np.pi, n)
     mt = np.sqrt(mass**2 + qt**2)
-    energy, pz = mt * np.cosh(y), mt * np.sinh(y)
-    beta = np.stack([qt * np.cos(phi), qt * np.sin(phi), pz]) / energy
+    energy = mt * np.cosh(y)
+    beta = np.stack([qt * np.cos(phi), qt * np.sin(phi), mt * np.sinh(y)]) / energy
     gamma = energy / mass
     cos_t, phi_star = rng.uniform(-1, 1, n), rng.uniform(-np.pi, np.pi, n)
     sin_t = np.sqrt(1 - cos_t**2)
     pstar = np.sqrt(np.maximum(mass**2 / 4 - MUON_MASS**2, 0))
     p_rest = pstar * np.stack([sin_t * np.cos(phi_star), sin_t * np.sin(phi_star), cos_t])
     out = []
-    for sign in (1.0, -1.0):
-        bp = (beta * p_rest).sum(axis=0) * sign
+    for sign in (1.0, -1.0):                                 # back to back in the rest frame
+        bp = sign * (beta * p_rest).sum(axis=0)
         p = sign * p_rest + beta * (gamma**2 / (gamma + 1) * bp + gamma * mass / 2)
-        pt = np.hypot(p[0], p[1]) * (1 + 0.015 * rng.standard_normal(n))
-        out += [pt, np.arcsinh(p[2] / np.hypot(p[0], p[1])), np.arctan2(p[1], p[0])]
-    return tuple(out)
+        pt = np.hypot(p[0], p[1])
+        smeared = pt * (1 + 0.015 * rng.standard_normal(n))  # 1.5% pt resolution
+        out += [smeared, np.arcsinh(p[2] / pt), np.arctan2(p[1], p[0])]
+    return out
 
 
 def _muons(rng: np.random.Generator, n: int) -> tuple[ak.Array, np.ndarray, np.ndarray]:
     """The Muon collection (Z peak, continuum, extras), the leading and second muon pt."""
     u = rng.random(n)
-    is_z, is_dy = u < 0.4, (u >= 0.4) & (u < 0.6)
+    is_z, has_pair = u < 0.4, u < 0.6
     lo, hi = (np.arctan((x - Z_MASS) / (Z_WIDTH / 2)) for x in (60.0, 120.0))
-    z_mass = Z_MASS + Z_WIDTH / 2 * np.tan(rng.uniform(lo, hi, int(is_z.sum())))
-    dy_mass = 12.0 + 30.0 * rng.standard_exponential(int(is_dy.sum()))
-    with_pair = np.flatnonzero(is_z | is_dy)
-    mass = np.empty(len(with_pair))
-    mass[is_z[with_pair]], mass[~is_z[with_pair]] = z_mass, dy_mass
+    with_pair = np.flatnonzero(has_pair)
+    z = is_z[with_pair]
+    mass = 12.0 + 30.0 * rng.standard_exponential(len(with_pair))      # continuum
+    mass[z] = Z_MASS + Z_WIDTH / 2 * np.tan(rng.uniform(lo, hi, int(z.sum())))  # Breit-Wigner
     pt1, eta1, phi1, pt2, eta2, phi2 = _pairs(rng, mass)
     q1 = rng.integers(0, 2, len(with_pair), dtype=np.int32) * 2 - 1
-    n_extra = rng.poisson(np.where(is_z | is_dy, 0.25, 0.9))
+    n_extra = rng.poisson(np.where(has_pair, 0.3, 1.0))
     n_x = int(n_extra.sum())
     event = np.concatenate([with_pair, with_pair, np.repeat(np.arange(n), n_extra)])
     pt = np.concatenate([pt1, pt2, 3.0 + 6.0 * rng.standard_exponential(n_x)]).astype(np.float32)
     eta = np.concatenate([eta1, eta2, rng.uniform(-2.4, 2.4, n_x)]).astype(np.float32)
     phi = np.concatenate([phi1, phi2, rng.uniform(-np.pi, np.pi, n_x)]).astype(np.float32)
     charge = np.concatenate([q1, -q1, rng.integers(0, 2, n_x, dtype=np.int32) * 2 - 1])
-    keep = (np.abs(eta) < 2.4) & (pt > 3.0)
+    keep = (np.abs(eta) < 2.4) & (pt > 3.0)                   # NanoAOD's muon acceptance
     order = np.lexsort((-pt[keep], event[keep]))             # by event, then pt descending
     event, pt, eta, phi, charge = (a[keep][order] for a in (event, pt, eta, phi, charge))
     counts = np.bincount(event, minlength=n)
-    m = len(pt)
     fields = {"pt": pt, "eta": _reduce_precision(eta, 12), "phi": _reduce_precision(phi, 12),
-              "mass": _reduce_precision(np.full(m, MUON_MASS, np.float32), 10), "charge": charge,
-              "pdgId": -13 * charge, "ptErr": _reduce_precision(pt * np.float32(0.012), 6)}
-    fields.update(_fields(rng, m, _MUON))
+              "mass": _reduce_precision(np.full(len(pt), MUON_MASS, np.float32), 10),
+              "charge": charge, "pdgId": np.int32(-13) * charge,
+              "ptErr": _reduce_precision(pt * np.float32(0.012), 6)}
+    fields.update(_fields(rng, len(pt), _SPECS["Muon"]))
     starts = np.cumsum(counts) - counts
     leading, second = np.zeros(n, np.float32), np.zeros(n, np.float32)
     leading[counts > 0] = pt[starts[counts > 0]]
@@ -301,30 +261,28 @@ def _muons(rng: np.random.Generator, n: int) -> tuple[ak.Array, np.ndarray, np.n
     return _jagged(counts, fields), leading, second
 
 
-def _collection(rng: np.random.Generator, n: int, mean: float, pt_min: float, pt_slope: float,
-                eta_max: float, mass: tuple | None, pdg: int | None, extra: Sequence[tuple]) -> ak.Array:
+def _collection(rng: np.random.Generator, n: int, name: str, mean: float, pt_min: float,
+                pt_slope: float, eta_max: float, mass: str | None, pdg: int | None) -> ak.Array:
     """A NanoAOD-like collection with Poisson multiplicity, sorted by pt in each event."""
-    counts = rng.poisson(mean, n).astype(np.int64)
+    counts = rng.poisson(mean, n)
     m = int(counts.sum())
     pt = pt_min + np.float32(pt_slope) * rng.standard_exponential(m, np.float32)
-    # sort by pt within each event, as NanoAOD does: event index + a key in [0, 1)
     key = np.repeat(np.arange(n, dtype=np.float64), counts) + 1.0 / (1.0 + pt)
-    pt = pt[np.argsort(key, kind="stable")]
-    fields = {"pt": _reduce_precision(pt, 10),
-              "eta": _draw(rng, m, ("tri", 0, eta_max), _F),
-              "phi": _draw(rng, m, ("uni", -np.pi, np.pi), _F)}
-    if mass == ("jetmass",):
+    pt = _reduce_precision(pt[np.argsort(key)], 10)         # by event, then pt descending
+    fields = {"pt": pt, "eta": _reduce_precision(_draw(rng, m, ("tri", 0, eta_max)), 10),
+              "phi": _reduce_precision(_draw(rng, m, ("uni", -np.pi, np.pi)), 10)}
+    if mass == "jet":
         fields["mass"] = pt * (np.float32(0.05) + np.float32(0.15) * rng.random(m, np.float32))
     elif mass is not None:
-        fields["mass"] = _draw(rng, m, mass, _F)
-    for name in ("eta", "phi", "mass"):
-        if name in fields:
-            _reduce_precision(fields[name], 10)
+        kind, *args = mass.split()
+        fields["mass"] = _draw(rng, m, (kind, *map(float, args)))
+    if "mass" in fields:
+        _reduce_precision(fields["mass"], 10)
     if pdg is not None:
         fields["charge"] = rng.integers(0, 2, m, dtype=np.int32) * 2 - 1
         if pdg:
             fields["pdgId"] = np.int32(-pdg) * fields["charge"]
-    fields.update(_fields(rng, m, extra))
+    fields.update(_fields(rng, m, _SPECS[name]))
     return _jagged(counts, fields)
 
 
@@ -332,27 +290,26 @@ def generate_events(n: int, rng: np.random.Generator, first_event: int = 1) -> d
     """One batch of ``n`` NanoAOD-like events, ready for ``uproot`` ``extend``.
 
     Flat branches are numpy arrays; collections are jagged awkward records, which
-    uproot writes as ``nMuon``, ``Muon_pt``, ... (the counter is made ``uint32`` by
-    :func:`make_data`, as in NanoAODv6).
+    uproot writes as ``nMuon``, ``Muon_pt``, ... (:func:`make_data` makes the counters
+    ``uint32``, as in NanoAODv6).
 
     >>> import numpy as np
     >>> batch = generate_events(1000, np.random.default_rng(1))
-    >>> sorted(batch["Muon"].fields)[:4], batch["event"][:3].tolist()
-    (['charge', 'cleanmask', 'dxy', 'dxyErr'], [1, 2, 3])
+    >>> batch["Muon"].fields[:5], batch["event"][:3].tolist()
+    (['pt', 'eta', 'phi', 'mass', 'charge'], [1, 2, 3])
     """
     event = np.arange(first_event, first_event + n, dtype=np.uint64)
-    out: dict[str, Any] = {"run": np.ones(n, np.uint32),
-                           "luminosityBlock": ((event - 1) // 1000 + 1).astype(np.uint32),
-                           "event": event}
+    out: dict[str, Any] = {"run": np.ones(n, np.uint32), "event": event,
+                           "luminosityBlock": ((event - 1) // 1000 + 1).astype(np.uint32)}
     out["Muon"], leading, second = _muons(rng, n)
-    for name, *params in _COLLECTIONS:
-        out[name] = _collection(rng, n, *params)
-    out.update(_fields(rng, n, _FLAT))
-    u = rng.random(n, np.float32)
+    for name, mean, pt_min, pt_slope, eta_max, mass, pdg, _ in _COLLECTIONS:
+        out[name] = _collection(rng, n, name, mean, pt_min, pt_slope, eta_max, mass, pdg)
+    out.update(_fields(rng, n, _SPECS["flat"]))
+    u = rng.random(n, np.float32)                            # muon triggers follow the muons
     out["HLT_IsoMu24"] = (leading > 26) & (u < 0.92)
-    out["HLT_Mu17_TrkIsoVVL_Mu8_TrkIsoVVL_DZ_Mass8"] = (leading > 17) & (second > 8) & (u < 0.9)
-    out["HLT_Mu17_TrkIsoVVL_Mu8_TrkIsoVVL_DZ_Mass3p8"] = out["HLT_Mu17_TrkIsoVVL_Mu8_TrkIsoVVL_DZ_Mass8"]
-    out.update({name: rng.random(n, np.float32) < p for name, p in _OTHER_BITS})
+    dimuon = (leading > 17) & (second > 8) & (u < 0.9)
+    out["HLT_Mu17_TrkIsoVVL_Mu8_TrkIsoVVL_DZ_Mass8"] = dimuon
+    out["HLT_Mu17_TrkIsoVVL_Mu8_TrkIsoVVL_DZ_Mass3p8"] = dimuon.copy()
     return out
 
 
@@ -374,12 +331,6 @@ def _unsigned_counters(tree: Any, file: Any) -> None:
         warnings.warn(f"could not make counters uint32 ({exc}); they stay int32", stacklevel=2)
 
 
-def _file_params(index: int, events: int, compression: str, seed: int, basket_events: int) -> dict:
-    return {"generator": "bench.datagen", "format": FORMAT_VERSION, "file_index": index,
-            "events": events, "compression": compression, "seed": seed,
-            "basket_events": basket_events}
-
-
 def _is_current(path: Path, params: dict) -> bool:
     """Whether ``path`` exists and was written with exactly ``params``."""
     try:
@@ -389,7 +340,7 @@ def _is_current(path: Path, params: dict) -> bool:
         return False
 
 
-def _write_file(path: str, params: dict, progress: Any = None) -> str:
+def _write_file(path: str, params: dict, progress: Callable[[int], Any] | None = None) -> str:
     """Write one file (into a temporary name, renamed when complete) and its sidecar."""
     target = Path(path)
     part = target.with_name(f".{target.name}.part")
@@ -403,7 +354,8 @@ def _write_file(path: str, params: dict, progress: Any = None) -> str:
             data = generate_events(n, np.random.default_rng(ss), first + start)
             if tree is None:
                 types = {k: (v.type if isinstance(v, ak.Array) else v.dtype) for k, v in data.items()}
-                tree = file.mktree("Events", types, title="Events")
+                tree = file.mktree("Events", types, title="Events",
+                                   initial_basket_capacity=-(-events // batch) + 1)
                 _unsigned_counters(tree, file)
             tree.extend(data)
             if progress is not None:
@@ -414,34 +366,18 @@ def _write_file(path: str, params: dict, progress: Any = None) -> str:
     return str(target)
 
 
-def _write_file_queued(path: str, params: dict, queue: Any) -> str:
-    return _write_file(path, params, queue.put)
-
-
 def make_data(outdir: str | os.PathLike[str], *, files: int = 8, events: int = 1_000_000,
               compression: str = "LZ4", seed: int = 0, basket_events: int | None = None,
               progress: bool = True, workers: int | None = None) -> list[str]:
     """Write ``files`` NanoAOD-schema files of ``events`` events each into ``outdir``.
 
-    Args:
-        outdir: directory to write into (created if needed).
-        files: number of files, ``nano_gen_000.root`` ... .
-        events: events per file.
-        compression: ``"LZMA"`` (NanoAOD's default), ``"ZLIB"``, ``"LZ4"`` or ``"ZSTD"``,
-            case-insensitive, optionally ``"NAME:LEVEL"``.
-        seed: random seed; the same seed and parameters give the same events.
-        basket_events: events per ``extend`` call, i.e. per TBasket (default
-            ``min(events, 100_000)``); bounds the memory used.
-        progress: show a tqdm progress bar.
-        workers: processes writing files in parallel (default: one per CPU, at most
-            one per file).
-
-    Returns:
-        The paths of the files, in order. Files already written with the same
-        parameters (recorded in a ``.json`` sidecar) are reused, not rewritten.
-
-    Raises:
-        ValueError: for an unknown compression or non-positive counts.
+    ``compression`` is ``"LZMA"`` (NanoAOD's default), ``"ZLIB"``, ``"LZ4"`` or ``"ZSTD"``
+    (case-insensitive, optionally ``"NAME:LEVEL"``; anything else raises ValueError). The
+    same ``seed`` and parameters give the same events. ``basket_events`` is the number of
+    events per ``extend`` call, i.e. per TBasket (default ``min(events, 100_000)``), which
+    bounds the memory used. ``workers`` processes write files in parallel (default one
+    per CPU). Returns the paths in order; files already written with the same parameters
+    (recorded in a ``.json`` sidecar) are reused, not rewritten.
 
     >>> paths = make_data("/tmp/nano_small", files=1, events=5_000, compression="zstd", progress=False)
     >>> import uproot; uproot.open(paths[0])["Events"].num_entries
@@ -456,8 +392,9 @@ def make_data(outdir: str | os.PathLike[str], *, files: int = 8, events: int = 1
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / f"nano_gen_{i:03d}.root" for i in range(files)]
-    params = [_file_params(i, events, repr(codec).replace("(", ":").rstrip(")"), seed, batch)
-              for i in range(files)]
+    params = [{"generator": "bench.datagen", "format": FORMAT_VERSION, "file_index": i,
+               "events": events, "compression": f"{type(codec).__name__}:{codec.level}",
+               "seed": seed, "basket_events": batch} for i in range(files)]
     todo = [i for i in range(files) if not _is_current(paths[i], params[i])]
     if not todo:
         return [str(p) for p in paths]
@@ -469,28 +406,15 @@ def make_data(outdir: str | os.PathLike[str], *, files: int = 8, events: int = 1
         if nproc == 1:
             for i in todo:
                 _write_file(str(paths[i]), params[i], bar.update)
-        else:
-            _run_parallel([(str(paths[i]), params[i]) for i in todo], nproc, bar.update)
+        else:  # one file per process; fork, so scripts without a __main__ guard work too
+            methods = multiprocessing.get_all_start_methods()
+            context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+            with ProcessPoolExecutor(nproc, mp_context=context) as pool:
+                jobs = [pool.submit(_write_file, str(paths[i]), params[i]) for i in todo]
+                for job in as_completed(jobs):
+                    job.result()
+                    bar.update(events)
     return [str(p) for p in paths]
-
-
-def _run_parallel(jobs: list[tuple[str, dict]], nproc: int, update: Callable[[int], Any]) -> None:
-    import multiprocessing
-    import queue as queue_module
-
-    context = multiprocessing.get_context("spawn")
-    with context.Manager() as manager, ProcessPoolExecutor(nproc, mp_context=context) as pool:
-        q = manager.Queue()
-        futures = [pool.submit(_write_file_queued, path, params, q) for path, params in jobs]
-        while not all(f.done() for f in futures):
-            try:
-                update(q.get(timeout=0.2))
-            except queue_module.Empty:
-                pass
-        while not q.empty():
-            update(q.get())
-        for f in futures:
-            f.result()  # re-raise a worker's error here
 
 
 def dimuon_fraction(path: str | os.PathLike[str], branches: Sequence[str] = DIMUON_BRANCHES) -> float:

@@ -8,7 +8,8 @@ A receiver checks the magic, the version and the signature *before* it looks at 
 body, so bytes that were not signed with the session's key are never unpickled.
 Bodies:
 
-* task:   map id (16 ascii) | index (uint32 BE) | lz4(cloudpickle(argument))
+* task:   map id (16 ascii) | index (uint32 BE) | function hash (32 ascii) | lz4(cloudpickle(argument))
+  (the function itself is stored once per map under its content hash)
 * result: map id (16 ascii) | index (uint32 BE) | status (1 byte) | payload
 * function: lz4(cloudpickle(function))
 
@@ -19,9 +20,10 @@ Example::
 
     >>> from broker import protocol
     >>> key = b"k" * 32
-    >>> frame = protocol.pack_task(key, "0123456789abcdef", 7, {"x": 1})
-    >>> protocol.unpack_task(key, frame)[:2], protocol.loads(protocol.unpack_task(key, frame)[2])
-    (('0123456789abcdef', 7), {'x': 1})
+    >>> frame = protocol.pack_task(key, "0123456789abcdef", 7, "f" * 32, {"x": 1})
+    >>> map_id, index, fn_hash, arg = protocol.unpack_task(key, frame)
+    >>> map_id, index, protocol.loads(arg)
+    ('0123456789abcdef', 7, {'x': 1})
 """
 from __future__ import annotations
 
@@ -41,6 +43,7 @@ SIG_LEN = 32
 MAP_ID_LEN = 16
 FRAME_PREFIX = HEADER_LEN + SIG_LEN            # where the body starts
 TASK_ID_LEN = MAP_ID_LEN + 4                    # map id + index: names a task
+FN_HASH_LEN = 32
 MAX_TASK_BYTES = 2 * 1024 * 1024                # compressed argument limit
 
 # result status byte
@@ -123,19 +126,20 @@ def task_id(frame: bytes) -> bytes:
     return frame[FRAME_PREFIX:FRAME_PREFIX + TASK_ID_LEN]
 
 
-def pack_task_body(map_id: str, index: int, packed_arg: bytes) -> bytes:
-    return map_id.encode("ascii") + _INDEX.pack(index) + packed_arg
+def pack_task_body(map_id: str, index: int, fn_hash: str, packed_arg: bytes) -> bytes:
+    return map_id.encode("ascii") + _INDEX.pack(index) + fn_hash.encode("ascii") + packed_arg
 
 
-def pack_task(key: bytes, map_id: str, index: int, arg) -> bytes:
-    return sign(key, pack_task_body(map_id, index, dumps(arg)))
+def pack_task(key: bytes, map_id: str, index: int, fn_hash: str, arg) -> bytes:
+    return sign(key, pack_task_body(map_id, index, fn_hash, dumps(arg)))
 
 
-def unpack_task(key: bytes, frame: bytes) -> tuple[str, int, bytes]:
-    """Verify a task frame; return (map id, index, packed argument)."""
+def unpack_task(key: bytes, frame: bytes) -> tuple[str, int, str, bytes]:
+    """Verify a task frame; return (map id, index, function hash, packed argument)."""
     body = verify(key, frame)
+    end = TASK_ID_LEN + FN_HASH_LEN
     return (body[:MAP_ID_LEN].decode("ascii"), _INDEX.unpack_from(body, MAP_ID_LEN)[0],
-            body[TASK_ID_LEN:])
+            body[TASK_ID_LEN:end].decode("ascii"), body[end:])
 
 
 def pack_result(key: bytes, map_id: str, index: int, status: int, payload: bytes) -> bytes:

@@ -1,6 +1,6 @@
 """Every Redis command of the project, behind one class with plainly named methods.
 
-The rest of the code reads as intent (``enqueue_map``, ``take``, ``finish``, ``reap``),
+The rest of the code reads as intent (``enqueue_map``, ``take``, ``wait_for_task``, ``reap``),
 never as Redis. The key schema is in :mod:`broker.keys`; the atomic steps are the Lua
 scripts in ``broker/lua/``.
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -34,7 +35,6 @@ MAP_TTL = 120          # a map whose client stopped renewing it is abandoned aft
 RESULT_TTL = 3600      # unread results expire
 FUNCTION_TTL = 86400   # a function blob lives a day after its last use
 LOG_TTL = 86400
-BELL_CAP = 512         # wake-up tokens per queue; enough to wake every idle worker
 MAX_ATTEMPTS = int(os.environ.get("RHTC_MAX_ATTEMPTS", "3"))
 
 ConnectionProblem = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
@@ -60,8 +60,9 @@ class Storage:
         self.keys = Keys(config.namespace)
         self.r = connect(config, **redis_kwargs)
         self._scripts = {name: self.r.register_script((_LUA / f"{name}.lua").read_text())
-                         for name in ("take", "steal", "finish", "reap", "purge")}
-        self._map_prefix = self.keys.map("")
+                         for name in ("take", "steal", "reap", "purge", "enqueue", "audit")}
+        self._fast = _FastLane(self.r)
+        self._finished_maps: list[str] = []    # deleted with the next enqueue (or flush)
 
     # -- connection -----------------------------------------------------------------
     def ping(self) -> bool:
@@ -76,6 +77,11 @@ class Storage:
                                   "Is it running (`rhtc broker`) and is the URL right?") from err
 
     def close(self) -> None:
+        try:
+            self.flush()
+        except ConnectionProblem:
+            pass
+        self._fast.reset()
         self.r.close()
 
     def server_info(self) -> dict:
@@ -83,28 +89,34 @@ class Storage:
 
     # -- maps (client side) ---------------------------------------------------------
     def enqueue_map(self, map_id: str, fn_hash: str, packed_fn: bytes | None, info: dict,
-                    routed: dict[str | None, list[bytes]]) -> None:
-        """Register a map, store its function (if given) and queue its tasks at once.
+                    routed: dict[str | None, list[bytes]], wait_first: float = 0.0) -> list[bytes]:
+        """Register a map, store its function (if given) and queue its tasks, atomically.
 
         ``routed`` maps a worker name (or None for the shared queue) to task frames.
+        With ``wait_first`` > 0 the same round trip also waits that long for the first
+        results, which are returned.
         """
-        k = self.keys
-        pipe = self.r.pipeline(transaction=True)
-        if packed_fn is not None:
-            pipe.set(k.function(fn_hash), packed_fn, ex=FUNCTION_TTL)
-        else:
-            pipe.expire(k.function(fn_hash), FUNCTION_TTL)
-        pipe.hset(k.map(map_id), mapping={"fn": fn_hash, **{a: str(b) for a, b in info.items()}})
-        pipe.expire(k.map(map_id), MAP_TTL)
-        pipe.zadd(k.maps, {map_id: time.time()})
+        args: list = [self.keys.ns, map_id, fn_hash, packed_fn or b"", MAP_TTL, FUNCTION_TTL,
+                      time.time()]
+        flat_info = [x for kv in info.items() for x in (kv[0], str(kv[1]))]
+        args += [len(flat_info), *flat_info]
+        if self._finished_maps:
+            args += ["DEL", len(self._finished_maps), *self._finished_maps]
+            self._finished_maps = []
         for worker, frames in routed.items():
-            queue = k.shared_queue if worker is None else k.queue(worker)
-            bell = k.shared_bell if worker is None else k.bell(worker)
-            for i in range(0, len(frames), 5000):
-                pipe.lpush(queue, *frames[i:i + 5000])
             if frames:
-                pipe.rpush(bell, *([b"1"] * min(len(frames), BELL_CAP)))
-        pipe.execute()
+                args += [worker or "", len(frames), *frames]
+        with self._fast.lock:
+            try:
+                self._fast.script(self._scripts["enqueue"], [], args, wait=wait_first <= 0)
+                if wait_first <= 0:
+                    return []
+                got = self._fast.call("BLPOP", self.keys.results(map_id), wait_first)
+            except redis.exceptions.NoScriptError:
+                self._fast._loaded.clear()
+                self._fast.script(self._scripts["enqueue"], [], args)
+                return []
+        return [got[1]] if got else []
 
     def function_present(self, fn_hash: str) -> bool:
         return bool(self.r.exists(self.keys.function(fn_hash)))
@@ -138,12 +150,27 @@ class Storage:
         raw = self.r.hget(self.keys.tries(map_id), task_id[16:20])
         return raw.decode() if raw else ""
 
-    def end_map(self, map_id: str) -> None:
-        """Delete every key a map owns (its queued tasks are dropped by whoever takes them)."""
+    def end_map(self, map_id: str, lazy: bool = False) -> None:
+        """Delete every key a map owns. ``lazy``: with this client's next command instead
+        (the keys expire anyway); its queued tasks are dropped by whoever takes them."""
+        if lazy:
+            self._finished_maps.append(map_id)
+            return
         pipe = self.r.pipeline(transaction=True)
         pipe.delete(*self.keys.map_keys(map_id))
         pipe.zrem(self.keys.maps, map_id)
         pipe.execute()
+
+    def flush(self) -> None:
+        """Delete the keys of maps ended lazily."""
+        done, self._finished_maps = self._finished_maps, []
+        for m in done:
+            self.end_map(m)
+
+    def audit_map(self, map_id: str) -> set[int]:
+        """Indices of a map's tasks that are somewhere: queued, leased, dead or answered."""
+        raw = self._scripts["audit"](args=[self.keys.ns, map_id])
+        return {int.from_bytes(x, "big") for x in raw}
 
     def cancel_map(self, map_id: str) -> int:
         """End a map and remove its queued tasks from every queue; returns how many."""
@@ -179,46 +206,52 @@ class Storage:
         pipe.expire(k.holds(worker), max(600, int(LEASE_SECONDS * 4)))
         pipe.execute()
 
-    def take(self, worker: str, max_tasks: int) -> list[tuple[bytes, str]]:
-        """Lease up to ``max_tasks`` tasks: own queue first, then the shared queue."""
+    def take(self, worker: str, max_tasks: int,
+             results: Sequence[tuple[str, bytes, bytes]] = ()) -> list[bytes]:
+        """Hand in (map id, task id, result frame) triples, then lease up to ``max_tasks``
+        tasks: own queue first, then the shared queue. One round trip."""
         k = self.keys
-        flat = self._scripts["take"](
-            keys=[k.queue(worker), k.shared_queue, k.lease(worker), k.bell(worker), k.shared_bell],
-            args=[max_tasks, self._map_prefix, BELL_CAP])
-        return [(flat[i], flat[i + 1].decode()) for i in range(0, len(flat), 2)]
-
-    def steal(self, worker: str) -> list[tuple[bytes, str]]:
-        """Lease one task from the tail of a busy or dead worker's backed-up queue."""
-        flat = self._scripts["steal"](args=[self.keys.ns, worker])
-        return [(flat[0], flat[1].decode())] if flat else []
-
-    def wait_for_work(self, worker: str, timeout: float) -> bool:
-        """Block until a wake-up token arrives for this worker or the shared queue."""
-        return self.r.brpop([self.keys.bell(worker), self.keys.shared_bell], timeout=timeout) is not None
-
-    def finish(self, worker: str, results: Sequence[tuple[str, bytes, bytes]]) -> None:
-        """Hand in (map id, task id, result frame) triples and release their leases."""
-        args: list = [self.keys.ns, RESULT_TTL]
+        args: list = [k.ns, RESULT_TTL, max_tasks]
         for map_id, tid, frame in results:
             args += [map_id, tid, frame]
-        self._scripts["finish"](keys=[self.keys.lease(worker)], args=args)
+        return self._fast.script(self._scripts["take"], [k.queue(worker), k.shared_queue,
+                                                          k.lease(worker)], args)
+
+    def wait_for_task(self, worker: str, timeout: float) -> bytes | None:
+        """Block until a task arrives in this worker's queue or the shared one; lease it.
+
+        The lease is written without waiting for Redis to confirm it (it is on the wire
+        before the task starts), so an idle worker's wake-up costs no extra round trip."""
+        k = self.keys
+        got = self._fast.call("BRPOP", k.queue(worker), k.shared_queue, timeout)
+        if not got:
+            return None
+        frame = got[1]
+        if len(frame) >= 55 and frame[:2] == b"RH":
+            self._fast.send("HSET", k.lease(worker), frame[35:55], frame)
+        return frame
+
+    def steal(self, worker: str) -> bytes | None:
+        """Lease one task from the tail of a busy or dead worker's backed-up queue."""
+        return self._fast.script(self._scripts["steal"], [], [self.keys.ns, worker]) or None
 
     def release(self, worker: str, task_ids: Iterable[bytes]) -> None:
         """Drop leases without a result (a frame the worker could not read)."""
         ids = list(task_ids)
         if ids:
-            self.r.hdel(self.keys.lease(worker), *ids)
+            self._fast.call("HDEL", self.keys.lease(worker), *ids)
 
     def retire(self, worker: str) -> None:
         """A worker leaves: its leased and queued tasks go back to the shared queue."""
-        self._scripts["reap"](args=[self.keys.ns, _now(), MAX_ATTEMPTS, 0, RESULT_TTL, worker, BELL_CAP])
+        self._fast.drain()
+        self._scripts["reap"](args=[self.keys.ns, _now(), MAX_ATTEMPTS, 0, RESULT_TTL, worker])
         self.r.delete(self.keys.heartbeat(worker))
 
     def reap(self, max_attempts: int = MAX_ATTEMPTS, every: float = 1.0) -> list[str]:
         """Recover the tasks of workers whose heartbeat expired (at most once per ``every`` s
         across all processes). Returns the names of the workers found dead."""
         got = self._scripts["reap"](args=[self.keys.ns, _now(), max_attempts, int(every * 1000),
-                                          RESULT_TTL, "", BELL_CAP])
+                                          RESULT_TTL, ""])
         return [w.decode() for w in got]
 
     def get_function(self, fn_hash: str) -> bytes | None:
@@ -297,3 +330,74 @@ class Storage:
 
 def _now() -> str:
     return time.strftime("%H:%M:%S", time.localtime()) + ("%.3f" % (time.time() % 1))[1:]
+
+
+class _FastLane:
+    """One dedicated connection for a worker's hot path, where a command can be sent
+    without waiting for its reply (the reply is read before the next command's)."""
+
+    def __init__(self, r: redis.Redis):
+        self.r = r
+        self.conn = None
+        self.pending = 0
+        self._loaded = set()
+        self.lock = threading.RLock()     # for clients with several maps in threads
+
+    def _connection(self):
+        if self.conn is None:
+            self.conn = self.r.connection_pool.get_connection()
+        return self.conn
+
+    def drain(self) -> None:
+        try:
+            while self.pending:
+                self.pending -= 1
+                self.conn.read_response()
+        except ConnectionProblem:
+            self.reset()
+            raise
+
+    def send(self, *args) -> None:
+        try:
+            self._connection().send_command(*args)
+        except ConnectionProblem:
+            self.reset()
+            raise
+        self.pending += 1
+
+    def call(self, *args):
+        self.drain()
+        conn = self._connection()
+        try:
+            conn.send_command(*args)
+            return conn.read_response()
+        except ConnectionProblem:
+            self.reset()
+            raise
+
+    def script(self, script, keys: list, args: list, wait: bool = True):
+        """Run a Lua script by its hash (loading it if the broker forgot it). With
+        ``wait=False`` the reply is read before the next command instead (the script is
+        then loaded first, so that a NOSCRIPT cannot go unnoticed)."""
+        if not wait:
+            if script.sha not in self._loaded:
+                self.call("SCRIPT", "LOAD", script.script)
+                self._loaded.add(script.sha)
+            self.send("EVALSHA", script.sha, len(keys), *keys, *args)
+            return None
+        try:
+            return self.call("EVALSHA", script.sha, len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError:        # a restarted broker forgot it
+            self.call("SCRIPT", "LOAD", script.script)
+            return self.call("EVALSHA", script.sha, len(keys), *keys, *args)
+
+    def reset(self) -> None:
+        if self.conn is not None:
+            try:
+                self.conn.disconnect()
+                self.r.connection_pool.release(self.conn)
+            except Exception:
+                pass
+        self.conn = None
+        self.pending = 0
+        self._loaded = set()

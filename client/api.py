@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import warnings
 from typing import Any, Callable, Iterable, Iterator
 
 from broker.config import BrokerConfig, BrokerNotConfigured
@@ -73,15 +72,11 @@ def live_workers(broker=None) -> list[dict]:
     return storage_for(broker).live_workers()
 
 
-def _start(fn, args, broker, retries, routing, label) -> MapRun:
+def _start(fn, args, broker, retries, routing, label, wait_first: float = 0.0) -> MapRun:
     args = list(args)
     storage = storage_for(broker)
     run = MapRun(storage, fn, args, retries=retries, routing=routing, label=label)
-    if not storage.live_workers():
-        warnings.warn(f"no workers are connected to the broker {storage.config!r}: the "
-                      f"{len(args)} tasks wait in the queue until one starts (`rhtc workers -n 4`, "
-                      "or `condor_submit condor/workers.sub`)", stacklevel=3)
-    run.submit()
+    run.submit(wait_first=wait_first)
     return run
 
 
@@ -252,7 +247,8 @@ def remote_map(fn: Callable, args: Iterable, *, broker=None, reduce: bool | Call
     args = list(args)
     if not args:
         return None if reduce else []
-    run = _start(fn, args, broker, retries, routing, label)
+    # a small map waits for its first result in the same round trip as its submission
+    run = _start(fn, args, broker, retries, routing, label, wait_first=0.05 if len(args) <= 4 else 0.0)
     handle = MapHandle(run, reduce=reduce, errors=errors, progress=progress)
     _last = handle
     try:

@@ -22,6 +22,7 @@ from client.errors import BrokerLost, RemoteError
 log = logging.getLogger("rhtc.client")
 
 TICK_SECONDS = 1.0            # how often the map renews itself and looks for lost tasks
+AUDIT_SECONDS = 5.0           # how often it checks that every pending task is somewhere
 BROKER_PATIENCE = float(os.environ.get("RHTC_BROKER_PATIENCE", "300"))
 
 
@@ -77,6 +78,10 @@ class MapRun:
         self.cancelled = self.closed = False
         self._next_tick = 0.0
         self._fn_uploaded = False
+        self._early: list[bytes] = []
+        self._missing_before: set[int] = set()
+        self._next_audit = 0.0
+        self._warned_no_workers = False
 
     # -- packing ----------------------------------------------------------------------
     def _pack_function(self, fn) -> bytes:
@@ -100,15 +105,17 @@ class MapRun:
                 f"argument {index} ({type(arg).__name__}) is {len(packed) / 1e6:.1f} MB after "
                 f"compression, over the {limit / 1e6:.0f} MB limit per task: pass file paths and "
                 "entry ranges (make_chunks) and let the worker read the data, not the data itself")
-        return protocol.sign(self.key, protocol.pack_task_body(self.map_id, index, packed))
+        return protocol.sign(self.key, protocol.pack_task_body(self.map_id, index, self.fn_hash, packed))
 
     # -- submitting ---------------------------------------------------------------------
-    def submit(self) -> None:
+    def submit(self, wait_first: float = 0.0) -> None:
+        """Queue every task; with ``wait_first``, also wait that long for the first result
+        in the same round trip (what makes a one-task map fast)."""
         self.start = time.time()
-        self._enqueue(range(self.n))
+        self._early = self._enqueue(range(self.n), wait_first)
         self._next_tick = time.monotonic() + TICK_SECONDS
 
-    def _enqueue(self, indices) -> None:
+    def _enqueue(self, indices, wait_first: float = 0.0) -> list[bytes]:
         indices = list(indices)
         routed: dict[str | None, list[bytes]] = {}
         where = {}
@@ -121,9 +128,10 @@ class MapRun:
         self.routed_to_workers = sum(len(v) for w, v in routed.items() if w is not None)
         upload = not self._fn_uploaded or len(self.packed_fn) < 65536 or \
             not self.storage.function_present(self.fn_hash)
-        self.storage.enqueue_map(self.map_id, self.fn_hash, self.packed_fn if upload else None,
-                                 self._info(), routed)
+        early = self.storage.enqueue_map(self.map_id, self.fn_hash, self.packed_fn if upload else None,
+                                         self._info(), routed, wait_first=wait_first)
         self._fn_uploaded = True
+        return early
 
     def _info(self) -> dict:
         v = protocol.versions()
@@ -142,6 +150,17 @@ class MapRun:
     def poll(self, timeout: float) -> list[TaskResult]:
         """New results (each index at most once), waiting up to ``timeout`` for the first."""
         out: list[TaskResult] = []
+        if self.done and not self._early and not self.rejected:
+            return out
+        if self._early:
+            for frame in self._early:
+                r = self._accept(frame)
+                if r is not None:
+                    out.append(r)
+            self._early = []
+            if self.done:
+                self.end = time.time()
+                return out
         deadline = time.monotonic() + max(0.0, timeout)
         lost_since = None
         while True:
@@ -243,6 +262,8 @@ class MapRun:
             self._requeue(sorted(self.pending))
             return out
         self.storage.reap()
+        if time.monotonic() >= self._next_audit:
+            self._audit()
         for frame in self.storage.fetch_dead_tasks(self.map_id):
             index = protocol.frame_index(frame)
             if index in self.pending:
@@ -255,6 +276,24 @@ class MapRun:
                 self.metas.append({"index": index, "error": "WorkerLost: " + history[:180]})
                 out.append(TaskResult(index, None, {}, err))
         return out
+
+    def _audit(self) -> None:
+        """Requeue pending tasks that are nowhere in the broker, twice in a row (a worker
+        killed between taking a task and its lease reaching Redis; a lost connection)."""
+        self._next_audit = time.monotonic() + AUDIT_SECONDS
+        waiting = self.pending - set(self.rejected)
+        if not waiting:
+            return
+        missing = waiting - self.storage.audit_map(self.map_id)
+        lost = sorted(missing & self._missing_before)
+        self._missing_before = missing - set(lost)
+        if lost:
+            log.warning("map %s: %d task(s) vanished from the broker; resubmitting them", self.map_id, len(lost))
+            self._requeue(lost)
+        if not self._warned_no_workers and not self.storage.live_workers():
+            self._warned_no_workers = True
+            log.warning("map %s waits for workers: none is connected to %r (`rhtc workers -n 4`, "
+                        "or `condor_submit condor/workers.sub`)", self.map_id, self.storage.config)
 
     # -- ending -------------------------------------------------------------------------
     def cancel(self) -> int:
@@ -275,6 +314,6 @@ class MapRun:
                 if self.pending:
                     self.storage.cancel_map(self.map_id)
                 else:
-                    self.storage.end_map(self.map_id)
+                    self.storage.end_map(self.map_id, lazy=True)
             except ConnectionProblem:
                 pass

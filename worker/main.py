@@ -79,15 +79,21 @@ class Worker:
         log.info("worker %s serving %s (namespace %s)", self.name, redact(self.config.url),
                  self.config.namespace)
         backoff = 0.1
-        just_ran_out = False
+        idle_since = None
         while not self.stopping:
             try:
-                self._flush()
-                did = self._work_once(steal=just_ran_out)
-                just_ran_out = did
-                if not did and not self.stopping:
-                    woke = self.storage.wait_for_work(self.name, timeout=1.0)
-                    just_ran_out = not woke   # idle a whole second: look for work to steal
+                batch = self._take()
+                if not batch:
+                    if idle_since is not None and time.monotonic() - idle_since > 0.5:
+                        stolen = self.storage.steal(self.name)
+                        batch = [stolen] if stolen else []
+                    if not batch:
+                        idle_since = idle_since or time.monotonic()
+                        frame = self.storage.wait_for_task(self.name, timeout=1.0)
+                        batch = [frame] if frame else []
+                if batch:
+                    idle_since = None
+                    self._run_batch(batch)
                 backoff = 0.1
             except HandBack:
                 break
@@ -137,41 +143,36 @@ class Worker:
                 log.exception("heartbeat of %s failed", self.name)
 
     # -- taking and running ------------------------------------------------------------
-    def _work_once(self, steal: bool) -> bool:
-        n = max(1, min(self.max_batch, int(BATCH_SECONDS / max(self._ewma, 1e-6))))
-        batch = self.storage.take(self.name, n)
-        if not batch and steal:
-            batch = self.storage.steal(self.name)
-        if not batch:
-            return False
-        last_flush = time.perf_counter()
-        for frame, fn_hash in batch:
-            if self.stopping:
-                break                      # the rest is still leased: retire() hands it back
-            self._run_frame(frame, fn_hash)
-            if time.perf_counter() - last_flush > BATCH_SECONDS:
-                self._flush()
-                last_flush = time.perf_counter()
-        self._flush()
-        return True
-
-    def _flush(self) -> None:
-        if self._unflushed:
-            self.storage.finish(self.name, self._unflushed)
-            self._unflushed = []
+    def _take(self) -> list[bytes]:
+        """Hand in finished results and lease the next batch, in one round trip."""
+        n = 0 if self.stopping else max(1, min(self.max_batch, int(BATCH_SECONDS / max(self._ewma, 1e-6))))
+        batch = self.storage.take(self.name, n, self._unflushed)
+        self._unflushed = []
         evicted = self.cache.drain_evicted()
         if evicted:
             self.storage.advertise(self.name, removed=evicted)
+        return batch
 
-    def _run_frame(self, frame: bytes, fn_hash: str) -> None:
+    def _run_batch(self, batch: list[bytes]) -> None:
+        for frame in batch:
+            if self.stopping:
+                break                      # the rest is still leased: retire() hands it back
+            self._run_frame(frame)
+
+    def _flush(self) -> None:
+        if self._unflushed:
+            self.storage.take(self.name, 0, self._unflushed)
+            self._unflushed = []
+
+    def _run_frame(self, frame: bytes) -> None:
         map_id = protocol.frame_map_id(frame)
         index = protocol.frame_index(frame)
-        if not fn_hash:
+        if len(frame) < protocol.FRAME_PREFIX + protocol.TASK_ID_LEN or frame[:2] != protocol.MAGIC:
             self._problem(f"worker {self.name} dropped {len(frame)} bytes from a queue that are "
                           f"not a task frame: {frame[:40]!r}")
             return
         try:
-            map_id, index, packed_arg = protocol.unpack_task(self.key, frame)
+            map_id, index, fn_hash, packed_arg = protocol.unpack_task(self.key, frame)
         except protocol.BadFrame as err:
             self._problem(f"worker {self.name} refused task {index} of map {map_id}: {err}")
             self.storage.release(self.name, [protocol.task_id(frame)])

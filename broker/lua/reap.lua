@@ -2,11 +2,10 @@
 -- Leased tasks go back to the head of the shared queue with the death noted in the
 -- map's attempt history, or to the map's dead list once they used up their attempts.
 -- Tasks in the worker's own queue go back to the shared queue as they are.
--- ARGV: namespace, time text, max attempts, lock ms, ttl (s), retiring worker or '',
---       bell cap
+-- ARGV: namespace, time text, max attempts, lock ms, ttl (s), retiring worker or ''
 -- Returns the names of the workers reaped.
 local ns, now, maxtries = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local ttl, retiring, cap = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])
+local ttl, retiring = tonumber(ARGV[5]), ARGV[6]
 local shared = ns .. ':q:shared'
 local victims = {}
 if retiring ~= '' then
@@ -48,16 +47,7 @@ for _, w in ipairs(victims) do
   for i = 1, #items, 1000 do
     redis.call('RPUSH', shared, unpack(items, i, math.min(i + 999, #items)))
   end
-  redis.call('DEL', q, lease, ns .. ':bell:w:' .. w, ns .. ':holds:' .. w)
+  redis.call('DEL', q, lease, ns .. ':holds:' .. w)
   redis.call('SREM', ns .. ':workers', w)
-end
-if #victims > 0 then
-  local want = math.min(redis.call('LLEN', shared), cap)
-  local have = redis.call('LLEN', ns .. ':bell:shared')
-  if have < want then
-    local t = {}
-    for i = 1, want - have do t[i] = '1' end
-    redis.call('RPUSH', ns .. ':bell:shared', unpack(t))
-  end
 end
 return victims

@@ -1,0 +1,142 @@
+"""``rhtc``: the command line.
+
+    rhtc broker                 run a private broker in the foreground, print its URL
+    rhtc worker [--broker URL]  run one worker (same as ``python -m worker``)
+    rhtc workers -n 4           run a local pool of workers on the configured broker
+    rhtc status [-w]            live workers, queues, maps in flight
+    rhtc timeline run.json      draw a map's timeline from its saved record
+    rhtc submit --workers 50    submit workers to HTCondor (or --scheduler slurm)
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import click
+
+from broker.config import BrokerConfig, BrokerNotConfigured, KeyNotConfigured, default_config_path
+
+_PASSTHROUGH = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main():
+    """redis-htcondor: fan a NanoAOD analysis out to workers through one Redis broker."""
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to listen on.")
+@click.option("--port", type=int, default=None, help="TCP port (default: a free one).")
+@click.option("--unix-socket", "unix_socket", default=None, help="Listen on this unix socket instead of TCP.")
+@click.option("--allow-remote", is_flag=True, help="Allow a non-loopback --host (workers on other nodes).")
+@click.option("--maxmemory", default=None, help="Cap Redis memory, e.g. 2gb (writes fail beyond it).")
+@click.option("--config", "config_path", default=None,
+              help="Where to write the URL + key for clients and workers (default: ~/.config/rhtc/broker.json).")
+def broker(host, port, unix_socket, allow_remote, maxmemory, config_path):
+    """Run a private redis-server in the foreground (random password, no persistence)."""
+    from broker.embedded import EmbeddedBroker
+    try:
+        b = EmbeddedBroker(host=host, port=port, unix_socket=unix_socket, allow_remote=allow_remote,
+                           maxmemory=maxmemory).start()
+    except (ValueError, FileNotFoundError, RuntimeError) as err:
+        raise click.ClickException(str(err))
+    path = b.config.write(config_path or default_config_path())
+    click.echo(f"broker: {b.config.url}")
+    click.echo(f"config (url, signing key, namespace; mode 0600): {path}")
+    click.echo(f"clients and workers on this machine find it there; elsewhere copy the file and set RHTC_CONFIG.")
+    click.echo("Ctrl-C stops the broker.")
+    _wait_for_signal()
+    b.stop()
+    try:
+        if path.exists() and BrokerConfig.resolve(config_file=path).url == b.config.url:
+            path.unlink()
+    except Exception:
+        pass
+
+
+@main.command(context_settings=_PASSTHROUGH)
+@click.pass_context
+def worker(ctx):
+    """Run one worker: rhtc worker [--broker URL] [--name NAME] [--cache-size 4GB]."""
+    os.execv(sys.executable, [sys.executable, "-m", "worker", *ctx.args])
+
+
+@main.command(context_settings=_PASSTHROUGH)
+@click.pass_context
+def submit(ctx):
+    """Submit workers to HTCondor or Slurm: rhtc submit --workers N [--scheduler slurm]."""
+    os.execv(sys.executable, [sys.executable, "-m", "condor", "submit", *ctx.args])
+
+
+@main.command()
+@click.option("-n", "--workers", "n", type=int, default=None, help="How many (default: CPU count).")
+@click.option("--cache-size", default=None, help="Branch cache cap per worker, e.g. 2GB.")
+@click.option("--broker", "url", default=None, help="Broker URL (default: configured, else start one).")
+def workers(n, cache_size, url):
+    """Run a local pool of workers in the foreground until Ctrl-C."""
+    from client.local import LocalCluster
+    try:
+        config = BrokerConfig.resolve(url=url)
+    except BrokerNotConfigured:
+        config = None
+    except KeyNotConfigured as err:
+        raise click.ClickException(str(err))
+    cluster = LocalCluster(n, cache_size=cache_size, broker=config)
+    cluster.start()
+    if config is None:
+        path = cluster.config.write(default_config_path())
+        click.echo(f"started a broker for this pool: {cluster.config.url} (config in {path})")
+    click.echo(f"{len(cluster.pids)} workers running (logs in {cluster.log_dir}); Ctrl-C stops them.")
+    _wait_for_signal()
+    cluster.close()
+
+
+@main.command()
+@click.option("--broker", "url", default=None, help="Broker URL (default: configured).")
+@click.option("-w", "--watch", is_flag=True, help="Refresh like top until Ctrl-C.")
+@click.option("--interval", default=1.0, show_default=True, help="Seconds between refreshes.")
+def status(url, watch, interval):
+    """Live workers (current task, last heartbeat, CPU, memory, cache), queues, maps in flight."""
+    from client.status import render_status
+    from client.api import storage_for
+    try:
+        storage = storage_for(BrokerConfig.resolve(url=url, require_key=False))
+    except (BrokerNotConfigured, ConnectionError, PermissionError) as err:
+        raise click.ClickException(str(err))
+    while True:
+        text = render_status(storage)
+        if watch:
+            click.clear()
+        click.echo(text)
+        if not watch:
+            return
+        try:
+            time.sleep(interval)
+        except KeyboardInterrupt:
+            return
+
+
+def _register_optional() -> None:
+    try:
+        from client.timeline import timeline_command
+    except ImportError:
+        return
+    main.add_command(timeline_command, "timeline")
+
+
+def _wait_for_signal() -> None:
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+    try:
+        while not stop:
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+
+
+_register_optional()
+
+if __name__ == "__main__":
+    main()
