@@ -459,3 +459,7 @@ def make_data_command(out: str, files: int, events: int, compression: str, seed:
                f"({len(paths) * events / max(seconds, 1e-9) / 1e6:.2f} M events/s)")
     click.echo(f"dimuon branches ({', '.join(DIMUON_BRANCHES)}) are "
                f"{dimuon_fraction(paths[0]):.1%} of the compressed bytes")
+
+
+if __name__ == "__main__":
+    make_data_command()

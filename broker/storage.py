@@ -42,8 +42,9 @@ ConnectionProblem = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadin
 
 def connect(config: BrokerConfig, **kwargs) -> redis.Redis:
     """A redis-py client for ``config.url`` (redis://, rediss://, unix://)."""
-    opts = dict(socket_timeout=30, socket_connect_timeout=10, socket_keepalive=True,
-                health_check_interval=15)
+    opts = dict(socket_timeout=30, socket_connect_timeout=10, health_check_interval=15)
+    if not config.url.startswith("unix:"):
+        opts["socket_keepalive"] = True
     opts.update(kwargs)
     try:
         return redis.Redis.from_url(config.url, **opts)

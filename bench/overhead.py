@@ -1,0 +1,172 @@
+"""``bench overhead``: what the queue itself costs, side by side with dask.distributed.
+
+* round trip: one empty task at a time (``remote_map(noop, [i])``), N times, median;
+* throughput: a map of many no-op tasks, median of a few repeats;
+* with ``--sleep A:B``: tasks that sleep uniformly A-B s, and the timeline efficiency
+  (the seed's 150-worker, 10,000-task test).
+
+Both systems run N single-threaded worker processes on this machine, in the same run.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import statistics
+import time
+
+import click
+
+
+def noop(x):
+    return x
+
+
+def nap(seconds):
+    time.sleep(seconds)
+    return seconds
+
+
+def _ours(workers: int, roundtrips: int, tasks: int, repeats: int, sleep: tuple | None,
+          timeline: str | None, record_path: str | None) -> dict:
+    from client import LocalCluster, remote_map, submit
+    out: dict = {}
+    t0 = time.perf_counter()
+    with LocalCluster(n_workers=workers, cache_size="64MB") as cluster:
+        out["startup_s"] = time.perf_counter() - t0
+        remote_map(noop, range(workers * 4), broker=cluster, progress=False)   # warm up
+        if sleep is None:
+            rts = []
+            for i in range(roundtrips):
+                t = time.perf_counter()
+                remote_map(noop, [i], broker=cluster, progress=False)
+                rts.append(time.perf_counter() - t)
+            out["roundtrip_ms_median"] = statistics.median(rts) * 1e3
+            out["roundtrip_ms_p90"] = sorted(rts)[int(0.9 * len(rts))] * 1e3
+            rates = []
+            for _ in range(repeats):
+                t = time.perf_counter()
+                res = remote_map(noop, range(tasks), broker=cluster, progress=False)
+                rates.append(tasks / (time.perf_counter() - t))
+                assert res == list(range(tasks))
+            out["tasks_per_s_median"] = statistics.median(rates)
+        else:
+            rng = random.Random(1)
+            args = [rng.uniform(*sleep) for _ in range(tasks)]
+            t = time.perf_counter()
+            h = submit(nap, args, broker=cluster)
+            last_progress = 0
+            while not h.done():
+                time.sleep(0.5)
+                got = h.progress()[0]
+                if got - last_progress >= tasks // 10:
+                    click.echo(f"  {got}/{tasks} tasks done", err=True)
+                    last_progress = got
+            res = h.wait()
+            returned = time.time()
+            out["wall_s"] = time.perf_counter() - t
+            rec = h.record()
+            out["last_result_to_return_ms"] = (returned - rec.end) * 1e3
+            from client.timeline import efficiency, plot_timeline
+            eff = efficiency(rec)
+            out["efficiency"] = eff["overall"]
+            out["worker_efficiency_min"] = min(eff["per_worker"].values())
+            out["worker_efficiency_median"] = statistics.median(eff["per_worker"].values())
+            out["tail_s"] = eff["tail"]
+            out["ideal_s"] = sum(args) / workers
+            assert res == args
+            if record_path:
+                rec.save(record_path)
+            if timeline:
+                plot_timeline(rec, path=timeline)
+    return out
+
+
+def _dask(workers: int, roundtrips: int, tasks: int, repeats: int, sleep: tuple | None) -> dict:
+    try:
+        from dask.distributed import Client, LocalCluster
+    except ImportError:
+        return {"error": "dask.distributed is not installed (pip install 'redis-htcondor[bench]')"}
+    out: dict = {}
+    t0 = time.perf_counter()
+    import logging
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                      silence_logs=logging.CRITICAL) as cluster, Client(cluster) as client:
+        out["startup_s"] = time.perf_counter() - t0
+        client.gather(client.map(noop, range(workers * 4), pure=False))
+        if sleep is None:
+            rts = []
+            for i in range(roundtrips):
+                t = time.perf_counter()
+                client.submit(noop, i, pure=False).result()
+                rts.append(time.perf_counter() - t)
+            out["roundtrip_ms_median"] = statistics.median(rts) * 1e3
+            out["roundtrip_ms_p90"] = sorted(rts)[int(0.9 * len(rts))] * 1e3
+            rates = []
+            for _ in range(repeats):
+                t = time.perf_counter()
+                res = client.gather(client.map(noop, range(tasks), pure=False))
+                rates.append(tasks / (time.perf_counter() - t))
+                assert res == list(range(tasks))
+            out["tasks_per_s_median"] = statistics.median(rates)
+        else:
+            rng = random.Random(1)
+            args = [rng.uniform(*sleep) for _ in range(tasks)]
+            t = time.perf_counter()
+            client.gather(client.map(nap, args, pure=False))
+            out["wall_s"] = time.perf_counter() - t
+            out["ideal_s"] = sum(args) / workers
+    return out
+
+
+def _ratio(a, b):
+    return (a / b) if a and b else float("nan")
+
+
+@click.command("overhead")
+@click.option("--workers", default=2, show_default=True, help="Worker processes (each system).")
+@click.option("--roundtrips", default=300, show_default=True, help="Sequential one-task maps.")
+@click.option("--tasks", default=5000, show_default=True, help="Tasks in the throughput map.")
+@click.option("--repeats", default=3, show_default=True, help="Throughput repeats (median).")
+@click.option("--sleep", default=None, help="A:B - tasks sleep uniformly A-B s (efficiency test).")
+@click.option("--dask/--no-dask", "with_dask", default=None, help="Also run dask (default: yes, unless --sleep).")
+@click.option("--timeline", default=None, help="With --sleep: write the timeline PNG here.")
+@click.option("--record", "record_path", default=None, help="With --sleep: save the run record (JSON).")
+@click.option("--json", "json_path", default=None, help="Write the figures here.")
+def overhead_command(workers, roundtrips, tasks, repeats, sleep, with_dask, timeline, record_path, json_path):
+    """Queue overhead: round trip and no-op throughput, ours beside dask's."""
+    sl = tuple(float(x) for x in sleep.split(":")) if sleep else None
+    if sl is not None and (len(sl) != 2 or sl[0] > sl[1] or sl[0] < 0):
+        raise click.BadParameter("use --sleep A:B with 0 <= A <= B, e.g. 0.2:0.4")
+    with_dask = (sl is None) if with_dask is None else with_dask
+    click.echo(f"bench overhead: {workers} workers, {os.cpu_count()} cores", err=True)
+    ours = _ours(workers, roundtrips, tasks, repeats, sl, timeline, record_path)
+    theirs = _dask(workers, roundtrips, tasks, repeats, sl) if with_dask else {}
+    result = {"workers": workers, "tasks": tasks, "sleep": sleep, "ours": ours, "dask": theirs}
+    if sl is None:
+        click.echo(f"{'':24}{'redis-htcondor':>16}{'dask':>12}{'ratio':>10}")
+        click.echo(f"{'round trip median (ms)':24}{ours['roundtrip_ms_median']:>16.3f}"
+                   f"{theirs.get('roundtrip_ms_median', float('nan')):>12.3f}"
+                   f"{_ratio(theirs.get('roundtrip_ms_median'), ours['roundtrip_ms_median']):>9.1f}x")
+        click.echo(f"{'round trip p90 (ms)':24}{ours['roundtrip_ms_p90']:>16.3f}"
+                   f"{theirs.get('roundtrip_ms_p90', float('nan')):>12.3f}")
+        click.echo(f"{'no-op tasks/s (median)':24}{ours['tasks_per_s_median']:>16,.0f}"
+                   f"{theirs.get('tasks_per_s_median', float('nan')):>12,.0f}"
+                   f"{_ratio(ours['tasks_per_s_median'], theirs.get('tasks_per_s_median')):>9.1f}x")
+        result["roundtrip_speedup_vs_dask"] = _ratio(theirs.get("roundtrip_ms_median"), ours["roundtrip_ms_median"])
+        result["throughput_ratio_vs_dask"] = _ratio(ours["tasks_per_s_median"], theirs.get("tasks_per_s_median"))
+    else:
+        click.echo(f"{tasks} tasks sleeping {sleep} s on {workers} workers: wall {ours['wall_s']:.1f} s "
+                   f"(ideal {ours['ideal_s']:.1f} s)")
+        click.echo(f"mean efficiency (timeline): {ours['efficiency'] * 100:.2f}%   per worker: min "
+                   f"{ours['worker_efficiency_min'] * 100:.2f}%, median {ours['worker_efficiency_median'] * 100:.2f}%")
+        click.echo(f"tail (95% -> 100% done): {ours['tail_s']:.2f} s   last result -> remote_map "
+                   f"returned: {ours['last_result_to_return_ms']:.1f} ms")
+        if theirs.get("wall_s"):
+            click.echo(f"dask wall {theirs['wall_s']:.1f} s  (ours/dask {ours['wall_s'] / theirs['wall_s']:.2f})")
+        if timeline:
+            click.echo(f"timeline: {timeline}")
+    if json_path:
+        with open(json_path, "w") as fh:
+            json.dump(result, fh, indent=2)
+    return result

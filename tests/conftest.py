@@ -1,0 +1,119 @@
+"""Fixtures: a real redis-server on a free port, real worker processes.
+
+Nothing here is mocked; every process a test starts is stopped by pid.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from broker.embedded import EmbeddedBroker
+from broker.storage import Storage
+
+ROOT = Path(__file__).resolve().parents[1]
+NANOAOD = Path(os.environ.get("RHTC_NANOAOD", ROOT.parent / "shared" / "data" / "nanoaod"))
+
+
+@pytest.fixture(autouse=True)
+def _no_user_config(monkeypatch, tmp_path_factory):
+    """Tests never pick up the developer's own broker config or environment."""
+    for var in ("RHTC_BROKER", "RHTC_KEY", "RHTC_KEY_FILE", "RHTC_NAMESPACE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("RHTC_CONFIG", str(tmp_path_factory.mktemp("cfg") / "none.json"))
+
+
+@pytest.fixture
+def broker():
+    """A private redis-server (random port, password) for one test."""
+    b = EmbeddedBroker().start()
+    yield b
+    b.stop()
+
+
+@pytest.fixture
+def storage(broker):
+    s = Storage(broker.config)
+    yield s
+    s.close()
+
+
+class Workers:
+    """Real `python -m worker` processes attached to a broker; stopped by pid."""
+
+    def __init__(self, config, tmp: Path):
+        self.config, self.tmp, self.procs, self._n = config, tmp, {}, 0
+
+    def start(self, n: int = 1, wait: bool = True, extra: tuple = (), env: dict | None = None) -> list[str]:
+        names = []
+        for _ in range(n):
+            self._n += 1
+            name = f"tw{self._n}-{os.getpid()}"
+            log = open(self.tmp / f"{name}.log", "wb")
+            e = dict(os.environ, **self.config.env(), **(env or {}))
+            p = subprocess.Popen([sys.executable, "-m", "worker", "--name", name, *extra],
+                                 env=e, stdout=log, stderr=subprocess.STDOUT, cwd=str(ROOT))
+            log.close()
+            self.procs[name] = p
+            names.append(name)
+        if wait:
+            self.wait_live(names)
+        return names
+
+    def wait_live(self, names, timeout: float = 30.0) -> None:
+        s = Storage(self.config)
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                live = {w["name"] for w in s.live_workers()}
+                if set(names) <= live:
+                    return
+                for n in names:
+                    if self.procs[n].poll() is not None:
+                        raise RuntimeError(f"worker {n} died at start:\n{self.log(n)}")
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"workers {names} did not register")
+                time.sleep(0.05)
+        finally:
+            s.close()
+
+    def log(self, name: str) -> str:
+        return (self.tmp / f"{name}.log").read_text(errors="replace")
+
+    def signal(self, name: str, sig=signal.SIGTERM) -> None:
+        self.procs[name].send_signal(sig)
+
+    def stop_all(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                try:
+                    p.send_signal(signal.SIGCONT)
+                    p.terminate()
+                except ProcessLookupError:
+                    pass
+        for p in self.procs.values():
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+@pytest.fixture
+def workers(broker, tmp_path):
+    w = Workers(broker.config, tmp_path)
+    yield w
+    w.stop_all()
+
+
+def map_keys(storage: Storage) -> list[str]:
+    """Keys of maps (not of workers) under the namespace."""
+    ns = storage.keys.ns
+    return sorted(k.decode() for k in storage.r.scan_iter(match=f"{ns}:*")
+                  if any(k.decode().startswith(f"{ns}:{p}:") for p in ("map", "res", "tries", "dead", "fn"))
+                  and not k.decode().startswith(f"{ns}:fn:"))
