@@ -34,7 +34,7 @@ import multiprocessing
 import os
 import statistics
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -65,11 +65,14 @@ def _generate(outdir: str | os.PathLike[str], codecs: Sequence[str], events: int
     with ProcessPoolExecutor(nproc, mp_context=context) as pool, \
             tqdm(total=len(codecs), desc=f"files of {events:,} events", unit="file",
                  disable=not progress) as bar:
-        jobs = {codec: pool.submit(_one_file, str(outdir), codec, events, seed) for codec in codecs}
+        pending = {codec: pool.submit(_one_file, str(outdir), codec, events, seed) for codec in codecs}
         paths = {}
-        for codec, job in jobs.items():
-            paths[codec] = job.result()
-            bar.update(1)
+        while pending:
+            bar.set_postfix_str("writing/checking " + ", ".join(pending))  # also redraws the clock
+            done, _ = wait(pending.values(), timeout=1.0, return_when=FIRST_COMPLETED)
+            for codec in [c for c, job in pending.items() if job in done]:
+                paths[codec] = pending.pop(codec).result()
+                bar.update(1)
     return paths
 
 
@@ -178,8 +181,7 @@ def format_table(result: dict[str, Any]) -> str:
 def compression_command(events: int, out: str, repeats: int, seed: int, json_path: str | None) -> None:
     """Compare reading the dimuon branches from LZMA, ZLIB, LZ4 and ZSTD files."""
     start = time.perf_counter()
-    result = compression_benchmark(out, events=events, repeats=repeats, seed=seed, progress=False)
-    click.echo(format_table(result))
+    result = compression_benchmark(out, events=events, repeats=repeats, seed=seed)
     click.echo(f"({time.perf_counter() - start:.1f} s including generating missing files)")
     if json_path:
         Path(json_path).parent.mkdir(parents=True, exist_ok=True)

@@ -346,20 +346,24 @@ def _write_file(path: str, params: dict, progress: Callable[[int], Any] | None =
     part = target.with_name(f".{target.name}.part")
     events, batch = params["events"], params["basket_events"]
     first = params["file_index"] * events + 1
-    with uproot.recreate(part, compression=parse_compression(params["compression"])) as file:
-        tree = None
-        for b, start in enumerate(range(0, events, batch)):
-            ss = np.random.SeedSequence(params["seed"], spawn_key=(params["file_index"], b))
-            n = min(batch, events - start)
-            data = generate_events(n, np.random.default_rng(ss), first + start)
-            if tree is None:
-                types = {k: (v.type if isinstance(v, ak.Array) else v.dtype) for k, v in data.items()}
-                tree = file.mktree("Events", types, title="Events",
-                                   initial_basket_capacity=-(-events // batch) + 1)
-                _unsigned_counters(tree, file)
-            tree.extend(data)
-            if progress is not None:
-                progress(n)
+    try:
+        with uproot.recreate(part, compression=parse_compression(params["compression"])) as file:
+            tree = None
+            for b, start in enumerate(range(0, events, batch)):
+                ss = np.random.SeedSequence(params["seed"], spawn_key=(params["file_index"], b))
+                n = min(batch, events - start)
+                data = generate_events(n, np.random.default_rng(ss), first + start)
+                if tree is None:
+                    types = {k: (v.type if isinstance(v, ak.Array) else v.dtype) for k, v in data.items()}
+                    tree = file.mktree("Events", types, title="Events",
+                                       initial_basket_capacity=-(-events // batch) + 1)
+                    _unsigned_counters(tree, file)
+                tree.extend(data)
+                if progress is not None:
+                    progress(n)
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
     os.replace(part, target)
     meta = {"params": params, "bytes": target.stat().st_size}
     target.with_name(target.name + ".json").write_text(json.dumps(meta, indent=1))
@@ -436,7 +440,8 @@ def dimuon_fraction(path: str | os.PathLike[str], branches: Sequence[str] = DIMU
 @click.option("--events", default=1_000_000, show_default=True, type=click.IntRange(min=1),
               help="Events per file.")
 @click.option("--compression", default="LZ4", show_default=True,
-              help="LZMA (NanoAOD's default), ZLIB, LZ4 or ZSTD; NAME:LEVEL sets the level.")
+              help="LZMA (NanoAOD's default; slow to write, ~1-2 MB/s), ZLIB, LZ4 or ZSTD; "
+                   "NAME:LEVEL sets the level.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Random seed.")
 @click.option("--workers", default=None, type=click.IntRange(min=1), help="Parallel writers [one per CPU].")
 def make_data_command(out: str, files: int, events: int, compression: str, seed: int,

@@ -1,0 +1,216 @@
+"""NanoAOD chunks: a file, a tree and an entry range, read through the worker's cache.
+
+    >>> from client import make_chunks
+    >>> chunks = make_chunks(["../shared/data/nanoaod/nano_dy.root"], step=25)   # doctest: +SKIP
+    >>> chunks[0].arrays(["Muon_pt"], how=dict)["Muon_pt"]                        # doctest: +SKIP
+    <Array [[], [...], ..., [34.4, 24.5]] type='25 * var * float32'>
+
+A chunk carries the file's UUID, so a cache can never confuse two files that share a
+name, and its ``routing_key`` lets the client send it back to the worker that read it.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import difflib
+import glob
+import os
+import threading
+from typing import Iterable, Sequence
+
+from broker import context
+
+_OPEN_FILES_MAX = 64
+_open_files: collections.OrderedDict = collections.OrderedDict()
+_open_lock = threading.Lock()
+
+
+class BranchNotFound(KeyError):
+    """A branch the function asked for is not in the tree."""
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+class ChunkFileError(OSError):
+    """A chunk's file is missing, unreadable, not ROOT, or changed since make_chunks."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Chunk:
+    """Entries ``[entry_start, entry_stop)`` of ``tree`` in ``file`` (path or URL)."""
+
+    file: str
+    tree: str
+    entry_start: int
+    entry_stop: int
+    uuid: str
+
+    @property
+    def num_entries(self) -> int:
+        return self.entry_stop - self.entry_start
+
+    @property
+    def routing_key(self) -> str:
+        """Names this chunk for sticky routing: file UUID, tree, entry range."""
+        return f"{self.uuid}:{self.tree}:{self.entry_start}-{self.entry_stop}"
+
+    def arrays(self, branches: Sequence[str], **kwargs):
+        """Read ``branches`` for this chunk's entries as awkward arrays (uproot's
+        ``TTree.arrays``; pass ``how=dict`` for a dict of arrays, ``library="np"`` for numpy).
+
+        On a worker the read goes through the worker's branch cache: a rerun of the same
+        chunk reads nothing from the file. Outside a worker it reads the file directly.
+        """
+        if isinstance(branches, str):
+            branches = [branches]
+        tree = self.open_tree()
+        _check_branches(tree, branches, self)
+        ctx = context.current
+        cache = ctx.cache.view(self.routing_key) if ctx is not None and ctx.cache is not None else None
+        source = tree.file.source
+        before = getattr(source, "num_requested_bytes", 0)
+        try:
+            out = tree.arrays(list(branches), entry_start=self.entry_start, entry_stop=self.entry_stop,
+                              array_cache=cache, **kwargs)
+        except (OSError, ValueError) as err:
+            raise ChunkFileError(f"reading {list(branches)} from {self.file} entries "
+                                 f"{self.entry_start}-{self.entry_stop} failed: {type(err).__name__}: "
+                                 f"{err}. Is the file complete and readable?") from err
+        if ctx is not None:
+            ctx.bytes_from_file += getattr(source, "num_requested_bytes", 0) - before
+        return out
+
+    def open_tree(self):
+        """The uproot TTree, from this process's cache of open files."""
+        return _tree(self.file, self.tree, self.uuid)
+
+    def __repr__(self) -> str:
+        return f"Chunk({os.path.basename(self.file)!r}, {self.tree!r}, {self.entry_start}-{self.entry_stop})"
+
+
+def _open(path: str):
+    import uproot
+    if "://" not in path and os.path.isfile(path):
+        with open(path, "rb") as fh:
+            magic = fh.read(4)
+        if magic != b"root":
+            raise ChunkFileError(f"{path} is not a ROOT file (it starts with {magic!r}, not b'root')")
+    try:
+        return uproot.open(path)
+    except FileNotFoundError as err:
+        raise ChunkFileError(f"{path}: no such file. Check the path (make_chunks takes paths, "
+                             "globs or URLs that uproot opens, e.g. root://...)") from err
+    except ValueError as err:
+        if "not a ROOT file" in str(err) or "first four bytes" in str(err):
+            raise ChunkFileError(f"{path} is not a ROOT file ({err})") from err
+        raise ChunkFileError(f"{path} cannot be opened: {err}") from err
+    except OSError as err:
+        raise ChunkFileError(f"{path} cannot be opened: {type(err).__name__}: {err}") from err
+
+
+def _tree(path: str, treename: str, uuid: str | None):
+    key = (path, treename)
+    with _open_lock:
+        hit = _open_files.get(key)
+        if hit is not None:
+            _open_files.move_to_end(key)
+    if hit is not None and (uuid is None or hit[1] == uuid):
+        return hit[0]
+    f = _open(path)
+    file_uuid = str(f.file.uuid)
+    if uuid is not None and file_uuid != uuid:
+        f.close()
+        raise ChunkFileError(f"{path} has changed since the chunks were made (UUID {file_uuid}, "
+                             f"expected {uuid}): call make_chunks again")
+    try:
+        tree = f[treename]
+    except KeyError as err:
+        trees = sorted({k.split(";")[0] for k, v in f.classnames().items() if v in ("TTree", "TNtuple")})
+        f.close()
+        raise ChunkFileError(f"{path} has no tree {treename!r}; its trees: {trees or 'none'}") from err
+    with _open_lock:
+        _open_files[key] = (tree, file_uuid, set(tree.keys()))
+        while len(_open_files) > _OPEN_FILES_MAX:
+            _, (old, _, _) = _open_files.popitem(last=False)
+            old.file.close()
+    return tree
+
+
+def _check_branches(tree, branches: Sequence[str], chunk: Chunk) -> None:
+    with _open_lock:
+        known = _open_files.get((chunk.file, chunk.tree), (None, None, None))[2]
+    if known is None:
+        known = set(tree.keys())
+    for b in branches:
+        if b not in known:
+            prefix = b.split("_")[0]
+            similar = difflib.get_close_matches(b, known, n=6, cutoff=0.6)
+            similar += sorted(k for k in known if k.lower().startswith(prefix.lower()) and k not in similar)[:6]
+            hint = f"; similar branches: {', '.join(similar)}" if similar else \
+                f"; the tree has no branch starting with {prefix!r}"
+            raise BranchNotFound(f"branch {b!r} is not in tree {chunk.tree!r} of {chunk.file} "
+                                 f"({len(known)} branches){hint}")
+
+
+def _expand(files: str | Iterable[str]) -> list[str]:
+    if isinstance(files, (str, os.PathLike)):
+        files = [files]
+    out = []
+    for f in files:
+        f = os.fspath(f)
+        if "://" not in f and any(c in f for c in "*?["):
+            matched = sorted(glob.glob(os.path.expanduser(f)))
+            if not matched:
+                raise ChunkFileError(f"{f}: the pattern matches no file")
+            out += matched
+        else:
+            out.append(f if "://" in f else os.path.abspath(os.path.expanduser(f)))
+    if not out:
+        raise ValueError("make_chunks needs at least one file")
+    return out
+
+
+def file_info(path: str, tree: str = "Events") -> tuple[str, int, str]:
+    """(path, number of entries, UUID) of one file's tree; errors name the file."""
+    t = _tree(path, tree, None)
+    with _open_lock:
+        uuid = _open_files[(path, tree)][1]
+    return path, int(t.num_entries), uuid
+
+
+def make_chunks(files: str | Iterable[str], tree: str = "Events", step: int = 100_000, *,
+                remote: bool = False, broker=None) -> list[Chunk]:
+    """Split ROOT files into chunks of at most ``step`` entries.
+
+    Args:
+        files: paths, glob patterns or URLs uproot opens (``root://...``).
+        tree: the TTree (NanoAOD: ``Events``).
+        step: entries per chunk.
+        remote: count the entries on the workers through ``remote_map`` (faster for
+            hundreds of remote files); ``broker`` as for remote_map.
+
+    Example::
+
+        >>> chunks = make_chunks("../shared/data/nanoaod/*.root", step=50)    # doctest: +SKIP
+        >>> chunks[0]                                                          # doctest: +SKIP
+        Chunk('EGamma_2022E_v13.root', 'Events', 0-50)
+    """
+    if step <= 0:
+        raise ValueError(f"step must be a positive number of entries, not {step}")
+    paths = _expand(files)
+    if remote:
+        from client.api import remote_map
+        infos = remote_map(_file_info_star, [(p, tree) for p in paths], broker=broker,
+                           progress=True, label="count entries")
+    else:
+        infos = [file_info(p, tree) for p in paths]
+    chunks = []
+    for path, n, uuid in infos:
+        for start in range(0, n, step):
+            chunks.append(Chunk(path, tree, start, min(n, start + step), uuid))
+    return chunks
+
+
+def _file_info_star(args):
+    return file_info(*args)

@@ -1,0 +1,167 @@
+"""Chunks of real NanoAOD, the worker's branch cache, sticky routing and reduction."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from client import RemoteError, imap_unordered, make_chunks, remote_map
+from client.chunks import BranchNotFound, ChunkFileError
+from client.reduce import combine
+from examples.dimuon import BRANCHES, dimuon
+from tests.conftest import NANOAOD, ROOT
+
+REAL = [str(NANOAOD / "nano_dimuon.root"), str(NANOAOD / "nano_dy.root")]
+pytestmark = pytest.mark.skipif(not os.path.exists(REAL[0]), reason=f"real NanoAOD files not found in {NANOAOD}")
+
+
+def muon_pt_sum(chunk):
+    import awkward as ak
+    a = chunk.arrays(["Muon_pt"], how=dict)
+    return float(ak.sum(a["Muon_pt"]))
+
+
+def test_make_chunks_covers_every_entry_once():
+    chunks = make_chunks(REAL, step=7)
+    import uproot
+    for path in REAL:
+        mine = [c for c in chunks if c.file == path]
+        n = uproot.open(path)["Events"].num_entries
+        assert mine[0].entry_start == 0 and mine[-1].entry_stop == n
+        assert all(a.entry_stop == b.entry_start for a, b in zip(mine, mine[1:]))
+        assert all(c.num_entries <= 7 for c in mine)
+        assert len({c.uuid for c in mine}) == 1
+    assert chunks[0].uuid != [c for c in chunks if c.file == REAL[1]][0].uuid
+
+
+@pytest.mark.parametrize("bad, message", [
+    ("/no/such/file.root", "no such file"),
+    (__file__, "is not a ROOT file"),
+])
+def test_bad_files_are_named(bad, message):
+    with pytest.raises(ChunkFileError, match=message) as info:
+        make_chunks([REAL[0], bad])
+    assert bad in str(info.value)
+
+
+def test_missing_tree_lists_the_trees():
+    with pytest.raises(ChunkFileError, match=r"has no tree 'Evnts'.*Events"):
+        make_chunks(REAL[0], tree="Evnts")
+
+
+def test_missing_branch_names_branch_file_and_similar_ones():
+    chunk = make_chunks(str(NANOAOD / "scouting_nano.root"), step=100)[0]
+    with pytest.raises(BranchNotFound) as info:
+        chunk.arrays(["Muon_pt"])
+    text = str(info.value)
+    assert "'Muon_pt'" in text and "scouting_nano.root" in text and "ScoutingMuon_pt" in text
+
+
+def test_missing_branch_on_a_worker_comes_back_as_remote_error(broker, workers):
+    workers.start(1)
+    chunks = make_chunks([REAL[0], str(NANOAOD / "scouting_nano.root")], step=100)
+    out = remote_map(muon_pt_sum, chunks, broker=broker, progress=False, errors="return")
+    assert isinstance(out[0], float)
+    err = out[1]
+    assert isinstance(err, RemoteError) and err.remote_type == "BranchNotFound"
+    assert "scouting_nano.root" in str(err) and "ScoutingMuon_pt" in str(err)
+
+
+def test_rerun_reads_nothing_from_files_and_stays_on_the_same_worker(broker, workers):
+    workers.start(2)
+    chunks = make_chunks(REAL, step=5)
+    first = {r.index: r for r in imap_unordered(muon_pt_sum, chunks, broker=broker)}
+    assert all(r.meta["bytes_file"] > 0 for r in first.values())
+    assert all(r.meta["bytes_cache"] == 0 for r in first.values())
+    second = {r.index: r for r in imap_unordered(muon_pt_sum, chunks, broker=broker)}
+    assert [second[i].value for i in range(len(chunks))] == [first[i].value for i in range(len(chunks))]
+    assert all(r.meta["bytes_file"] == 0 for r in second.values()), "cached chunks read the file again"
+    assert all(r.meta["bytes_cache"] > 0 for r in second.values())
+    moved = sum(second[i].meta["worker"] != first[i].meta["worker"] for i in range(len(chunks)))
+    assert moved <= 2        # at most a steal or two at the tail
+    # an overlapping, different list of chunks: the common ones are still routed home
+    more = chunks[::2] + make_chunks(str(NANOAOD / "nanoAOD_2015_CMS_Open_Data_ttbar.root"), step=100)
+    third = list(imap_unordered(muon_pt_sum, more, broker=broker))
+    cached = [r for r in third if r.index < len(chunks[::2])]
+    assert all(r.meta["bytes_file"] == 0 for r in cached)
+
+
+def test_routing_survives_a_client_restart(broker, workers):
+    workers.start(2)
+    script = textwrap.dedent(f"""
+        from client import imap_unordered, make_chunks
+        from tests.test_nanoaod import muon_pt_sum, REAL
+        rs = list(imap_unordered(muon_pt_sum, make_chunks(REAL, step=10)))
+        print(sum(r.meta['bytes_file'] for r in rs), sum(r.meta['bytes_cache'] for r in rs))
+    """)
+    env = dict(os.environ, **broker.config.env())
+    runs = [subprocess.run([sys.executable, "-c", script], env=env, cwd=str(ROOT), capture_output=True,
+                           text=True, timeout=120) for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr
+    from_file_1, _ = map(int, runs[0].stdout.split())
+    from_file_2, from_cache_2 = map(int, runs[1].stdout.split())
+    assert from_file_1 > 0 and from_file_2 == 0 and from_cache_2 > 0
+
+
+def test_dead_workers_chunks_go_to_the_living(broker, workers):
+    names = workers.start(2, env={"RHTC_LEASE": "2"})
+    chunks = make_chunks(REAL, step=5)
+    first = {r.index: r for r in imap_unordered(muon_pt_sum, chunks, broker=broker)}
+    victim = first[0].meta["worker"]
+    workers.signal(victim, signal.SIGKILL)
+    workers.procs[victim].wait(5)
+    t = time.monotonic()
+    second = {r.index: r for r in imap_unordered(muon_pt_sum, chunks, broker=broker)}
+    assert time.monotonic() - t < 30
+    assert [second[i].value for i in range(len(chunks))] == [first[i].value for i in range(len(chunks))]
+    assert all(r.meta["worker"] != victim for r in second.values())
+    survivor = next(n for n in names if n != victim)
+    assert all(r.meta["bytes_file"] == 0 for r in second.values() if first[r.index].meta["worker"] == survivor)
+
+
+def test_reduce_combines_histograms_counts_and_dicts(broker, workers):
+    workers.start(2)
+    chunks = make_chunks(REAL, step=4)
+    total = remote_map(dimuon, chunks, broker=broker, reduce=True, progress=False)
+    parts = [dimuon(c) for c in chunks]                    # the same, one by one, here
+    assert total["events"] == 80 == sum(p["events"] for p in parts)
+    assert np.array_equal(total["mass_z"].values(), sum(p["mass_z"].values() for p in parts))
+    assert total["pairs"] == sum(p["pairs"] for p in parts) > 0
+    # the Z: most in-window pairs sit between 80 and 100 GeV
+    values, edges = total["mass_z"].values(), total["mass_z"].axes[0].edges
+    assert values[(edges[:-1] >= 80) & (edges[:-1] < 100)].sum() > 0.6 * values.sum()
+
+
+def test_reduce_with_custom_function_and_nested_values(broker, workers):
+    workers.start(1)
+    assert remote_map(lambda x: {"n": 1, "s": np.array([x, 1.0]), "t": (x, [x])}, range(5),
+                      broker=broker, reduce=True, progress=False)["n"] == 5
+    assert remote_map(abs, [-1, 5, -3], broker=broker, reduce=max, progress=False) == 5
+    assert combine({"a": 1}, {"b": 2}) == {"a": 1, "b": 2}
+    with pytest.raises(TypeError, match="cannot combine"):
+        combine("x", 1)
+
+
+def test_changed_file_is_detected(tmp_path):
+    path = tmp_path / "f.root"
+    shutil.copy(REAL[0], path)
+    chunk = make_chunks(str(path), step=100)[0]
+    shutil.copy(REAL[1], path)                              # same name, another file
+    from client import chunks as chunks_module
+    chunks_module._open_files.clear()
+    with pytest.raises(ChunkFileError, match="has changed since the chunks were made"):
+        chunk.arrays(["Muon_pt"])
+
+
+def test_branches_match_what_the_example_reads():
+    chunk = make_chunks(REAL[1], step=100)[0]
+    arrays = chunk.arrays(BRANCHES, how=dict)
+    assert set(arrays) == set(BRANCHES)
