@@ -228,3 +228,19 @@ def wait_for(predicate, timeout: float, interval: float = 0.5, what: str = "cond
             raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}"
                                + (f" (last error: {last_err})" if last_err else ""))
         time.sleep(interval)
+
+
+def pids_with_env(name: str, value: str) -> list[int]:
+    """Processes whose environment has ``name=value`` (e.g. the jobs and steps of one test cluster)."""
+    needle = f"{name}={value}".encode()
+    found = []
+    for p in all_pids():
+        if p == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{p}/environ", "rb") as fh:
+                if needle in fh.read().split(b"\0"):
+                    found.append(p)
+        except OSError:
+            continue
+    return found

@@ -1,0 +1,149 @@
+"""pytest session fixtures for the real pools; import them into a test module to use them::
+
+    from tests.pools.fixtures import condor_pool, pool_broker   # noqa: F401
+
+A pool that cannot run here (not root, not Linux, debootstrap or the packages unavailable)
+makes its tests skip with the reason, unless ``$RHTC_REQUIRE_POOLS`` (or ``$CI``) is true:
+then it is a failure, so CI never passes by skipping. Bring-up times are printed.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .common import PoolUnavailable, wait_for
+from .condor_pool import POOL_UID, CondorPool
+from .slurm_pool import SlurmPool
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def pools_required() -> bool:
+    value = os.environ.get("RHTC_REQUIRE_POOLS") or os.environ.get("CI") or ""
+    return value.strip().lower() in ("1", "true", "yes")
+
+
+def _say(request):
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+
+    def say(msg: str) -> None:
+        if reporter is not None:
+            reporter.write_line(f"[pools] {msg}")
+        else:  # pragma: no cover
+            print(f"[pools] {msg}")
+    return say
+
+
+def _unavailable(reason: str):
+    if pools_required():
+        pytest.fail(f"test pool required ($RHTC_REQUIRE_POOLS/$CI) but unavailable: {reason}",
+                    pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def condor_pool(request):
+    """A running HTCondor pool (minicondor in a trixie chroot); see pools/condor_pool.py."""
+    say = _say(request)
+    pool = CondorPool(log=say)
+    t0 = time.monotonic()
+    try:
+        pool.start()
+    except PoolUnavailable as err:
+        _unavailable(str(err))
+    t = pool.timings
+    say(f"HTCondor pool up in {time.monotonic() - t0:.1f} s (chroot "
+        + (f"built in {t['chroot_build']:.0f} s" if t.get("chroot_build") else "from cache")
+        + f", daemons {t['start']:.1f} s)")
+    yield pool
+    t0 = time.monotonic()
+    pool.stop()
+    say(f"HTCondor pool stopped in {time.monotonic() - t0:.1f} s")
+
+
+@pytest.fixture(scope="session")
+def slurm_pool(request):
+    """A running single-node Slurm cluster (munge + slurmctld + slurmd); see pools/slurm_pool.py."""
+    say = _say(request)
+    pool = SlurmPool(log=say)
+    t0 = time.monotonic()
+    try:
+        pool.start()
+    except PoolUnavailable as err:
+        _unavailable(str(err))
+    say(f"Slurm cluster up in {time.monotonic() - t0:.1f} s (packages {pool.timings['install']:.1f} s, "
+        f"daemons {pool.timings['start']:.1f} s)")
+    yield pool
+    pool.stop()
+
+
+@pytest.fixture(scope="session")
+def pool_broker():
+    """A broker on 127.0.0.1 (TCP), which jobs in the chroot and on this host both reach."""
+    from broker.embedded import EmbeddedBroker
+    b = EmbeddedBroker(host="127.0.0.1").start()
+    yield b
+    b.stop()
+
+
+@pytest.fixture(scope="session")
+def condor_env_pack(condor_pool, request):
+    """A ``rhtc pack`` tarball for the pool's Python, in the pool's shared directory."""
+    version = condor_pool.run(["python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"]).stdout.strip()
+    from condor.pack import pack_environment
+    t0 = time.monotonic()
+    path = pack_environment(condor_pool.shared / "rhtc-env.tar.gz", python_version=version)
+    _say(request)(f"worker environment for Python {version} packed in {time.monotonic() - t0:.1f} s "
+                  f"({path.stat().st_size / 1e6:.0f} MB)")
+    return path
+
+
+def write_pool_config(broker, directory: Path, owner: int | None = POOL_UID) -> Path:
+    """The broker's 0600 config in ``directory``, owned by the user the jobs run as."""
+    path = broker.config.write(directory / "broker.json")
+    if owner is not None:
+        os.chown(path, owner, owner)
+    return path
+
+
+def make_owned_dir(path: Path, owner: int = POOL_UID) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    os.chown(path, owner, owner)
+    return path
+
+
+def wait_workers(config, predicate, timeout: float, what: str) -> list[str]:
+    """Poll live_workers until ``predicate(names)`` holds; return the names."""
+    from client import live_workers
+
+    def check():
+        names = sorted(w["name"] for w in live_workers(broker=config))
+        return names if predicate(names) else None
+    return wait_for(check, timeout, interval=1.0, what=what)
+
+
+def job_logs(directory: Path, limit: int = 4000) -> str:
+    """The tail of every log file in ``directory``, for failure messages."""
+    out = []
+    for f in sorted(Path(directory).rglob("*")):
+        if f.is_file() and f.suffix in (".out", ".err", ".log"):
+            out.append(f"--- {f.name}\n{f.read_text(errors='replace')[-limit:]}")
+    return "\n".join(out) or f"(no logs in {directory})"
+
+
+def python_cmd() -> list[str]:
+    return [sys.executable, "-m", "condor"]
+
+
+def rhtc_env(base: dict | None = None) -> dict:
+    env = dict(os.environ if base is None else base)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return env
+
+
+__all__ = ["condor_pool", "slurm_pool", "pool_broker", "condor_env_pack", "write_pool_config",
+           "make_owned_dir", "wait_workers", "job_logs", "python_cmd", "rhtc_env", "pools_required"]

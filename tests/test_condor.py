@@ -1,0 +1,305 @@
+"""HTCondor: `condor_submit condor/workers.sub` and `rhtc submit` start real workers in a real pool.
+
+The pool is Debian trixie's minicondor in a chroot (tests/pools/condor_pool.py); jobs run
+as an ordinary user with the chroot's Python 3.13 and only the `rhtc pack` tarball, the
+broker config and the executable transferred to them. The offline checks at the top need
+no pool.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import cloudpickle
+import pytest
+
+from client import live_workers, remote_map
+
+from .pools.common import wait_for
+from .pools.fixtures import (REPO, condor_env_pack, condor_pool, job_logs, make_owned_dir,  # noqa: F401
+                             pool_broker, python_cmd, rhtc_env, wait_workers, write_pool_config)
+
+# The functions below travel by value: the workers cannot import this test module.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+WORKERS_SUB = REPO / "condor" / "workers.sub"
+EXECUTABLE = REPO / "condor" / "rhtc_worker.sh"
+
+
+def where_am_i(x):
+    """Runs on a worker: the square, and proof of where it ran."""
+    import os
+    import sys
+    return x * x, "_CONDOR_JOB_AD" in os.environ, "%d.%d" % sys.version_info[:2]
+
+
+def _secrets(config) -> list[str]:
+    from urllib.parse import urlsplit
+    return [config.key.hex(), urlsplit(config.url).password]
+
+
+# --- offline: the description, the validation, the executable ---------------------
+def test_workers_sub_defaults_and_knobs():
+    from condor.submit import build_condor_description
+    from condor.validate import check_description
+    default = check_description(WORKERS_SUB.read_text())
+    assert default.count == 3
+    assert default["request_cpus"] == "1" and default["request_memory"] == "2GB"
+    assert default["MY.RhtcWorker"] == "true"
+    assert "--env rhtc-env.tar.gz" in default["arguments"]
+    text = build_condor_description({"workers": 150, "memory": "4GB", "broker_config": "/x/b.json",
+                                     "worker_python": "/cvmfs/py/bin/python3"},
+                                    append=['+JobFlavour = "workday"'])
+    big = check_description(text)
+    assert big.count == 150 and big["request_memory"] == "4GB"
+    assert big["transfer_input_files"].strip() == "/x/b.json"          # no pack with worker_python
+    assert "--python /cvmfs/py/bin/python3" in big["arguments"]
+    assert "--config b.json" in big["arguments"]
+    assert big["MY.JobFlavour"] == '"workday"'
+    assert big["executable"] == str(EXECUTABLE)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("a = $(b)\nb = x$(a)\nexecutable = /bin/true\nqueue\n", "a -> b -> a"),
+    ("executable = /bin/true\nqueue 2\nqueue 3\n", "2 queue statements"),
+    ('executable = /bin/true\nrequirements = (OpSys == "LINUX") &&\nqueue\n', "requirements"),
+    ('executable = /bin/true\n+JobFlavour = "workday\nqueue\n', "JobFlavour"),
+    ("executable = /bin/true\nqueue name in (a, b)\n", "plain `queue N`"),
+    ("executable = /bin/true\nworkers = zero\nqueue $(workers)\n", "not a number"),
+])
+def test_validation_catches_what_the_bindings_would_not(text, message):
+    # run in a child with a timeout: a missed macro cycle makes htcondor2's expand() spin forever
+    code = textwrap.dedent(f"""
+        from condor.validate import check_description, InvalidDescription
+        try:
+            check_description({text!r})
+        except InvalidDescription as err:
+            print("INVALID", err)
+        else:
+            print("VALID")
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env=rhtc_env())
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("INVALID") and message in proc.stdout, proc.stdout
+
+
+def test_append_cannot_add_a_queue_statement():
+    from condor.submit import build_condor_description
+    from condor.validate import InvalidDescription
+    with pytest.raises(InvalidDescription, match="--workers"):
+        build_condor_description({}, append=["queue 150"])
+
+
+def test_submit_without_schedd_says_what_to_set(tmp_path, pool_broker):
+    cfg = pool_broker.config.write(tmp_path / "broker.json")
+    env = rhtc_env()
+    env["CONDOR_CONFIG"] = "/dev/null"
+    for var in ("COLLECTOR_HOST", "_CONDOR_COLLECTOR_HOST", "_CONDOR_SCHEDD_HOST"):
+        env.pop(var, None)
+    t0 = time.monotonic()
+    proc = subprocess.run([*python_cmd(), "submit", "--workers", "2", "--config", str(cfg),
+                           "--python", "python3", "--log-dir", str(tmp_path / "logs")],
+                          capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
+    assert proc.returncode == 1
+    assert time.monotonic() - t0 < 30
+    assert "CONDOR_CONFIG" in proc.stderr and "COLLECTOR_HOST" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_submit_refuses_a_config_others_can_read(tmp_path, pool_broker):
+    from condor.submit import submit_workers
+    cfg = pool_broker.config.write(tmp_path / "broker.json")
+    os.chmod(cfg, 0o644)
+    with pytest.raises(PermissionError, match="chmod 600"):
+        submit_workers(1, config_file=cfg, python="python3", dry_run=True)
+
+
+def _fake_python(tmp_path: Path) -> Path:
+    """A stand-in for python3 that records how the worker would be started."""
+    fake = tmp_path / "fakepython"
+    fake.write_text(textwrap.dedent(f"""\
+        #!/bin/sh
+        case "$1" in
+          -c) exit 0 ;;
+          -V) echo "Python 3.99"; exit 0 ;;
+          -m) shift; echo "$@" > {tmp_path}/args
+              trap 'echo TERM >> {tmp_path}/args; exit 0' TERM
+              while :; do sleep 0.1; done ;;
+        esac
+    """))
+    fake.chmod(0o755)
+    return fake
+
+
+@pytest.mark.parametrize("env, name", [
+    ({"RHTC_CONDOR_JOB": "12.3"}, "condor-12.3@"),
+    ({"SLURM_ARRAY_JOB_ID": "45", "SLURM_ARRAY_TASK_ID": "2", "SLURM_JOB_ID": "46"}, "slurm-45_2@"),
+    ({"_CONDOR_JOB_AD": "AD"}, "condor-77.5@"),
+])
+def test_executable_names_the_worker_and_passes_sigterm_on(tmp_path, env, name):
+    fake = _fake_python(tmp_path)
+    (tmp_path / "broker.json").write_text("{}")
+    if env.get("_CONDOR_JOB_AD") == "AD":
+        ad = tmp_path / ".job.ad"
+        ad.write_text('ClusterId = 77\nProcId = 5\nOwner = "rhtc"\n')
+        env = {"_CONDOR_JOB_AD": str(ad)}
+    proc = subprocess.Popen([str(EXECUTABLE), "--python", str(fake), "--cache-size", "1GB"],
+                            cwd=tmp_path, env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), **env},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not (tmp_path / "args").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        args = (tmp_path / "args").read_text().split()
+        assert args[:3] == ["worker", "--config", "broker.json"]
+        assert args[args.index("--name") + 1].startswith(name)
+        assert args[args.index("--cache-size") + 1] == "1GB"
+        assert oct((tmp_path / "broker.json").stat().st_mode & 0o777) == "0o600"
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, out
+    assert "TERM" in (tmp_path / "args").read_text()
+
+
+def test_pack_holds_the_worker_for_the_requested_python(tmp_path):
+    from condor.pack import pack_environment, read_manifest
+    path = pack_environment(tmp_path / "env.tar.gz", python_version="3.13")
+    manifest = read_manifest(path)
+    assert manifest["python"] == "3.13"
+    assert not any(r.startswith("matplotlib") for r in manifest["requirements"])
+    import tarfile
+    with tarfile.open(path) as tar:
+        names = set(tar.getnames())
+    assert {"src/worker/__main__.py", "src/broker/config.py", "manifest.json"} <= names
+    assert any(n.startswith("site/numpy/") for n in names)
+    assert any(n.startswith("site/uproot/") for n in names)
+    assert not any("__pycache__" in n for n in names)
+    t0 = time.monotonic()
+    again = pack_environment(tmp_path / "again.tar.gz", python_version="3.13")
+    assert time.monotonic() - t0 < 5, "an unchanged pack must come from the cache"
+    assert read_manifest(again)["key"] == manifest["key"]
+
+
+# --- a real pool ----------------------------------------------------------------------
+pool_tests = pytest.mark.pool
+
+
+def _run_map_through(config, expected_workers: list[str]) -> None:
+    results = remote_map(where_am_i, list(range(24)), broker=config, progress=False)
+    assert [r[0] for r in results] == [x * x for x in range(24)]
+    assert all(in_job for _, in_job, _ in results), "every chunk must have run inside a condor job"
+    assert {py for _, _, py in results} == {"3.13"}, "the chroot's Python runs the workers"
+
+
+def _assert_no_secrets_in_job_ads(pool, cluster: int, config) -> None:
+    ads = pool.run(["condor_q", "-allusers", "-l", str(cluster)], user=None).stdout
+    assert f"ClusterId = {cluster}" in ads
+    for secret in _secrets(config):
+        assert secret not in ads, "the broker password or key leaked into the job ad"
+
+
+def _wait_gone(pool, config, cluster: int, names: list[str]) -> None:
+    wait_workers(config, lambda live: not set(names) & set(live), 90,
+                 what=f"workers of cluster {cluster} to leave the broker")
+    wait_for(lambda: not pool.jobs(f"ClusterId == {cluster}"), 60,
+             what=f"cluster {cluster} to leave the queue")
+
+
+@pool_tests
+def test_condor_submit_workers_sub(condor_pool, pool_broker, condor_env_pack):
+    """The users' words: `condor_submit condor/workers.sub`, inside the pool, as its user."""
+    work = condor_pool.workdir("condor_submit")
+    write_pool_config(pool_broker, work)
+    condor_pool.run(["mkdir", "-p", "rhtc-logs"], cwd=work)
+    assert condor_pool.inside(WORKERS_SUB).is_file(), "the repository is visible inside the pool"
+    cluster = condor_pool.condor_submit(WORKERS_SUB, "broker_config=broker.json",
+                                        f"env_pack={condor_env_pack}", cwd=work)
+    try:
+        _assert_no_secrets_in_job_ads(condor_pool, cluster, pool_broker.config)
+        expected = [f"condor-{cluster}.{i}@" for i in range(3)]
+        try:
+            names = wait_workers(pool_broker.config,
+                                 lambda live: all(any(n.startswith(e) for n in live) for e in expected),
+                                 240, what="3 condor workers to register")
+        except TimeoutError as err:
+            raise AssertionError(f"{err}\njobs: {condor_pool.jobs(f'ClusterId == {cluster}')}\n"
+                                 f"{job_logs(work / 'rhtc-logs')}") from None
+        _run_map_through(pool_broker.config, names)
+    finally:
+        condor_pool.run(["condor_rm", str(cluster)], check=False)
+    _wait_gone(condor_pool, pool_broker.config, cluster, [n for n in names if n.startswith("condor-")])
+    err = (work / "rhtc-logs" / f"worker-{cluster}.0.err").read_text()
+    assert "starting worker" in err
+
+
+@pool_tests
+def test_rhtc_submit_condor(condor_pool, pool_broker, condor_env_pack):
+    """`rhtc submit --workers 3` through the htcondor2 bindings, then list and remove."""
+    work = condor_pool.workdir("rhtc_submit")
+    cfg = write_pool_config(pool_broker, work)
+    logs = make_owned_dir(work / "logs")   # the jobs write there as the pool's user
+    env = condor_pool.host_env(rhtc_env())
+    proc = subprocess.run([*python_cmd(), "submit", "--workers", "3", "--config", str(cfg),
+                           "--env", str(condor_env_pack), "--log-dir", str(logs), "--terse",
+                           "-a", "+RhtcTest = \"yes\""],
+                          capture_output=True, text=True, env=env, cwd=work, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    cluster = int(proc.stdout.strip().splitlines()[-1])
+    names = []
+    try:
+        _assert_no_secrets_in_job_ads(condor_pool, cluster, pool_broker.config)
+        assert condor_pool.jobs(f"ClusterId == {cluster} && RhtcTest == \"yes\"", ("ProcId",))
+        expected = [f"condor-{cluster}.{i}@" for i in range(3)]
+        try:
+            names = wait_workers(pool_broker.config,
+                                 lambda live: all(any(n.startswith(e) for n in live) for e in expected),
+                                 240, what="3 condor workers to register")
+        except TimeoutError as err:
+            raise AssertionError(f"{err}\n{job_logs(logs)}") from None
+        _run_map_through(pool_broker.config, names)
+        listed = subprocess.run([*python_cmd(), "ls", str(cluster)], capture_output=True, text=True,
+                                env=env, timeout=60)
+        assert listed.returncode == 0, listed.stderr
+        assert len(re.findall(rf"^{cluster}\.\d+\s+running", listed.stdout, re.M)) == 3, listed.stdout
+    finally:
+        removed = subprocess.run([*python_cmd(), "rm", str(cluster)], capture_output=True, text=True,
+                                 env=env, timeout=60)
+    assert removed.returncode == 0, removed.stderr
+    assert "removed 3" in removed.stdout
+    _wait_gone(condor_pool, pool_broker.config, cluster, [n for n in names if n.startswith("condor-")])
+
+
+@pool_tests
+def test_submit_workers_python_api(condor_pool, pool_broker, condor_env_pack, monkeypatch):
+    """The Python function behind `rhtc submit`: returns the cluster, lists and removes it."""
+    from condor import submit_workers
+    work = condor_pool.workdir("python_api")
+    cfg = write_pool_config(pool_broker, work)
+    logs = make_owned_dir(work / "logs")
+    monkeypatch.setenv("CONDOR_CONFIG", str(condor_pool.host_condor_config))
+    monkeypatch.chdir(work)
+    jobs = submit_workers(1, config_file=cfg, env_pack=condor_env_pack, log_dir=logs)
+    try:
+        assert jobs.scheduler == "condor" and jobs.count == 1 and int(jobs.job_id) > 0
+        rows = jobs.list()
+        assert [r["id"] for r in rows] == [f"{jobs.job_id}.0"]
+        names = wait_workers(pool_broker.config,
+                             lambda live: any(n.startswith(f"condor-{jobs.job_id}.0@") for n in live),
+                             240, what="the worker to register")
+    finally:
+        removed = jobs.remove()
+    assert removed == 1
+    _wait_gone(condor_pool, pool_broker.config, int(jobs.job_id), names)
+    assert json.loads(Path(cfg).read_text())["url"] == pool_broker.config.url
