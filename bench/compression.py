@@ -8,8 +8,9 @@ the page cache, then the median of ``repeats`` timed reads is kept), and reports
 size, read time, events/s, uncompressed MB/s and the read speed relative to LZMA.
 ``bench compression`` (:data:`compression_command`) does the same from the shell.
 
-Generating the LZMA file is the slow part (LZMA level 9 compresses at about 1-2 MB/s);
-it happens once, later runs reuse the files.
+Generating the LZMA file is the slow part: LZMA at NanoAOD's level 9 compresses at about
+1 MB/s (some 20-30 minutes for a million events on a small machine); it happens once, later
+runs reuse the files. Level 1 writes about 4x faster and reads just as fast.
 
 Example::
 
@@ -176,12 +177,20 @@ def format_table(result: dict[str, Any]) -> str:
 @click.option("--repeats", default=3, show_default=True, type=click.IntRange(min=1),
               help="Timed reads per file; the median is reported.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Random seed of the events.")
+@click.option("--codecs", default=",".join(CODECS), show_default=True,
+              help="Comma-separated compressions, NAME or NAME:LEVEL (LZMA:1 writes 4x faster "
+                   "than LZMA's default level 9 and reads as fast).")
 @click.option("--json", "json_path", default=None, type=click.Path(dir_okay=False),
               help="Also write the results to this JSON file.")
-def compression_command(events: int, out: str, repeats: int, seed: int, json_path: str | None) -> None:
+def compression_command(events: int, out: str, repeats: int, seed: int, codecs: str,
+                        json_path: str | None) -> None:
     """Compare reading the dimuon branches from LZMA, ZLIB, LZ4 and ZSTD files."""
     start = time.perf_counter()
-    result = compression_benchmark(out, events=events, repeats=repeats, seed=seed)
+    try:
+        result = compression_benchmark(out, events=events, repeats=repeats, seed=seed,
+                                       compressions=[c for c in codecs.split(",") if c.strip()])
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
     click.echo(f"({time.perf_counter() - start:.1f} s including generating missing files)")
     if json_path:
         Path(json_path).parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,31 @@
+# Two entry points (the README's first screen): `make example` and `make test`.
+# Both set up what they need on a fresh Debian/Ubuntu machine: redis-server (apt-get)
+# and a virtual environment in .venv with the project installed.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: setup example test test-quick clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: setup.cfg pyproject.toml
+	@command -v redis-server >/dev/null || { echo "installing redis-server (apt-get)"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server >/dev/null; }
+	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[all]'
+	@touch $@
+
+example: setup
+	$(PY) examples/dimuon.py
+
+test: setup
+	$(PY) -m pytest -q
+
+test-quick: setup
+	$(PY) -m pytest -q -m "not slow and not pool"
+
+clean:
+	rm -rf $(VENV) data/generated *.egg-info
