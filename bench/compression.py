@@ -158,9 +158,10 @@ def format_table(result: dict[str, Any]) -> str:
     LZ4(1)          10.0        1.00      0.500     2.00      40.0     1.00x     1.00x
     """
     lines = [f"{result['events']:,} events, branches {', '.join(result['branches'])}, "
-             f"median of {result['repeats']} warm read(s), ratios vs {result['baseline']}",
+             f"median of {result['repeats']} warm read(s); raw = uncompressed; speedup and "
+             f"size relative to {result['baseline']}",
              f"{'compression':<12}{'file MB':>8}{'branch MB':>12}{'read s':>11}{'MHz':>9}"
-             f"{'MB/s':>10}{'speed':>10}{'size':>10}",
+             f"{'raw MB/s':>10}{'speedup':>10}{'size':>10}",
              "-" * 82]
     for r in result["rows"]:
         lines.append(f"{r['compression']:<12}{r['file_mb']:>8.1f}{r['branches_mb']:>12.2f}"

@@ -32,12 +32,20 @@ _LUA = Path(__file__).with_name("lua")
 LEASE_SECONDS = float(os.environ.get("RHTC_LEASE", "5"))   # a worker silent this long is dead
 HEARTBEAT_SECONDS = max(0.2, min(1.0, LEASE_SECONDS / 4))
 MAP_TTL = 120          # a map whose client stopped renewing it is abandoned after this
-RESULT_TTL = 3600      # unread results expire
-FUNCTION_TTL = 86400   # a function blob lives a day after its last use
+RESULT_TTL = 600       # unread results (and attempt records) of an abandoned map expire
+FUNCTION_TTL = 600     # a function blob expires this long after its last map ended
+LEASES = os.environ.get("RHTC_LEASES", "1") != "0"   # off only to measure what leases cost
 LOG_TTL = 86400
 MAX_ATTEMPTS = int(os.environ.get("RHTC_MAX_ATTEMPTS", "3"))
 
 ConnectionProblem = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
+
+
+BrokerRefused = redis.ResponseError     # Redis said no (out of memory, wrong type...)
+
+
+def is_out_of_memory(err: Exception) -> bool:
+    return isinstance(err, redis.ResponseError) and str(err).startswith("OOM")
 
 
 def connect(config: BrokerConfig, **kwargs) -> redis.Redis:
@@ -77,6 +85,10 @@ class Storage:
             raise ConnectionError(f"cannot reach the broker at {redact(self.config.url)}: {err}. "
                                   "Is it running (`rhtc broker`) and is the URL right?") from err
 
+    def reset_connection(self) -> None:
+        """Drop the hot-path connection (it reconnects on the next command)."""
+        self._fast.reset()
+
     def close(self) -> None:
         try:
             self.flush()
@@ -87,6 +99,11 @@ class Storage:
 
     def server_info(self) -> dict:
         return self.r.info("server")
+
+    def memory(self) -> tuple[int, int]:
+        """(used bytes, maxmemory bytes or 0 when unlimited)."""
+        info = self.r.info("memory")
+        return int(info["used_memory"]), int(info.get("maxmemory", 0))
 
     # -- maps (client side) ---------------------------------------------------------
     def enqueue_map(self, map_id: str, fn_hash: str, packed_fn: bytes | None, info: dict,
@@ -212,7 +229,7 @@ class Storage:
         """Hand in (map id, task id, result frame) triples, then lease up to ``max_tasks``
         tasks: own queue first, then the shared queue. One round trip."""
         k = self.keys
-        args: list = [k.ns, RESULT_TTL, max_tasks]
+        args: list = [k.ns, RESULT_TTL, max_tasks, int(LEASES)]
         for map_id, tid, frame in results:
             args += [map_id, tid, frame]
         return self._fast.script(self._scripts["take"], [k.queue(worker), k.shared_queue,
@@ -228,7 +245,7 @@ class Storage:
         if not got:
             return None
         frame = got[1]
-        if len(frame) >= 55 and frame[:2] == b"RH":
+        if LEASES and len(frame) >= 55 and frame[:2] == b"RH":
             self._fast.send("HSET", k.lease(worker), frame[35:55], frame)
         return frame
 

@@ -4,12 +4,12 @@
 """
 from client.api import (MapHandle, imap_unordered, last_map, live_workers, remote_map,
                         resolve_config, submit)
-from client.errors import BrokerLost, MapCancelled, RemoteError
+from client.errors import BrokerFull, BrokerLost, MapCancelled, RemoteError
 from client.local import LocalCluster
 from client.maprun import TaskResult
 
 __all__ = ["remote_map", "submit", "imap_unordered", "live_workers", "last_map", "LocalCluster",
-           "MapHandle", "TaskResult", "RemoteError", "MapCancelled", "BrokerLost", "resolve_config",
+           "MapHandle", "TaskResult", "RemoteError", "MapCancelled", "BrokerLost", "BrokerFull", "resolve_config",
            "make_chunks", "Chunk"]
 
 

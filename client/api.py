@@ -13,6 +13,7 @@ With no broker given or configured anywhere, the first call starts a local clust
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import threading
 import time
@@ -58,7 +59,18 @@ def storage_for(broker=None) -> Storage:
             s = Storage(config)
             s.ping()
             _storages[ident] = s
+            if len(_storages) == 1:
+                atexit.register(_flush_all)
     return s
+
+
+def _flush_all() -> None:
+    """At exit: delete the keys of maps that ended lazily."""
+    for s in list(_storages.values()):
+        try:
+            s.flush()
+        except Exception:
+            pass
 
 
 def live_workers(broker=None) -> list[dict]:
@@ -72,10 +84,10 @@ def live_workers(broker=None) -> list[dict]:
     return storage_for(broker).live_workers()
 
 
-def _start(fn, args, broker, retries, routing, label, wait_first: float = 0.0) -> MapRun:
+def _start(fn, args, broker, wait_first: float = 0.0, **options) -> MapRun:
     args = list(args)
     storage = storage_for(broker)
-    run = MapRun(storage, fn, args, retries=retries, routing=routing, label=label)
+    run = MapRun(storage, fn, args, **options)
     run.submit(wait_first=wait_first)
     return run
 
@@ -195,8 +207,7 @@ class MapHandle:
 
     def record(self):
         """The run record (per-task worker, times, bytes), for saving and the timeline."""
-        from client.record import RunRecord
-        return RunRecord.from_run(self.run)
+        return record_of(self.run)
 
     def timeline(self, path: str | None = None):
         """Plot the worker occupancy timeline of this map (inline in a notebook)."""
@@ -207,6 +218,20 @@ class MapHandle:
         return f"<MapHandle {self.map_id} {self.run.label}: {self.received}/{self.run.n} results>"
 
 
+def record_of(run: MapRun):
+    """A :class:`~client.record.RunRecord` of a map: its tasks and the workers' metrics."""
+    from client.record import RunRecord
+    rec = RunRecord(map_id=run.map_id, function=run.label, start=run.start or 0.0, n_tasks=run.n)
+    for meta in run.metas:
+        if "start" in meta and "stop" in meta:
+            rec.add_task(meta, received=meta.get("received"))
+    for sample in run.metric_samples:
+        rec.add_metric(sample)
+    rec.end = run.end or rec.end
+    rec.n_tasks = run.n
+    return rec
+
+
 def _progress_bar(run: MapRun, progress):
     if not progress:
         return None
@@ -215,7 +240,8 @@ def _progress_bar(run: MapRun, progress):
 
 
 def remote_map(fn: Callable, args: Iterable, *, broker=None, reduce: bool | Callable | None = None,
-               progress: bool = True, errors: str = "raise", retries: int = 0, routing: bool = True,
+               progress: bool = True, errors: str = "raise", retries: int = 0,
+               retry_on: tuple | None = None, routing: bool = True, stragglers: float | None = 3.0,
                timeout: float | None = None, label: str | None = None):
     """Run ``fn`` on every argument on the workers; return the results in argument order.
 
@@ -230,8 +256,13 @@ def remote_map(fn: Callable, args: Iterable, *, broker=None, reduce: bool | Call
         errors: ``"raise"``: after the other results are in, raise the first
             :class:`RemoteError` (the others in ``.more``); ``"return"``: put them in the list.
         retries: how many times to rerun a task whose function raised (default 0). Tasks
-            whose *worker* died are always retried (up to 3 attempts).
+            whose *worker* died are always retried (up to 3 attempts in all).
+        retry_on: only retry these exception types (or type names), e.g.
+            ``(ChunkFileError, OSError)`` for transient remote reads.
         routing: send each chunk to a worker that has it cached (sticky routing).
+        stragglers: in the map's tail, when a worker is idle, run a backup copy of a task
+            that has run this many times longer than the median (first result wins);
+            ``None`` turns it off.
         timeout: seconds to wait before cancelling and raising TimeoutError.
 
     Example::
@@ -248,7 +279,8 @@ def remote_map(fn: Callable, args: Iterable, *, broker=None, reduce: bool | Call
     if not args:
         return None if reduce else []
     # a small map waits for its first result in the same round trip as its submission
-    run = _start(fn, args, broker, retries, routing, label, wait_first=0.05 if len(args) <= 4 else 0.0)
+    run = _start(fn, args, broker, wait_first=0.05 if len(args) <= 4 else 0.0, retries=retries,
+                 retry_on=retry_on, routing=routing, stragglers=stragglers, label=label)
     handle = MapHandle(run, reduce=reduce, errors=errors, progress=progress)
     _last = handle
     try:
@@ -259,7 +291,8 @@ def remote_map(fn: Callable, args: Iterable, *, broker=None, reduce: bool | Call
 
 
 def submit(fn: Callable, args: Iterable, *, broker=None, reduce: bool | Callable | None = None,
-           errors: str = "raise", retries: int = 0, routing: bool = True, label: str | None = None) -> MapHandle:
+           errors: str = "raise", retries: int = 0, retry_on: tuple | None = None,
+           routing: bool = True, stragglers: float | None = 3.0, label: str | None = None) -> MapHandle:
     """Start a map and return at once; results are collected in the background.
 
     >>> h = submit(abs, [-1, -2], progress=False)       # doctest: +SKIP
@@ -267,14 +300,16 @@ def submit(fn: Callable, args: Iterable, *, broker=None, reduce: bool | Callable
     ((2, 2), [1, 2])
     """
     global _last
-    run = _start(fn, list(args), broker, retries, routing, label)
+    run = _start(fn, list(args), broker, retries=retries, retry_on=retry_on, routing=routing,
+                 stragglers=stragglers, label=label)
     handle = MapHandle(run, reduce=reduce, errors=errors).start_background()
     _last = handle
     return handle
 
 
 def imap_unordered(fn: Callable, args: Iterable, *, broker=None, retries: int = 0,
-                   routing: bool = True, label: str | None = None) -> Iterator[TaskResult]:
+                   retry_on: tuple | None = None, routing: bool = True,
+                   stragglers: float | None = 3.0, label: str | None = None) -> Iterator[TaskResult]:
     """Yield a :class:`TaskResult` (index, value, meta, error) for each task as it finishes.
 
     Errors are not raised: check ``result.error``. Leaving the loop early cancels the map.
@@ -282,7 +317,8 @@ def imap_unordered(fn: Callable, args: Iterable, *, broker=None, retries: int = 
     >>> for r in imap_unordered(abs, [-1, -2]):           # doctest: +SKIP
     ...     print(r.index, r.value, r.meta["worker"])
     """
-    run = _start(fn, list(args), broker, retries, routing, label)
+    run = _start(fn, list(args), broker, retries=retries, retry_on=retry_on, routing=routing,
+                 stragglers=stragglers, label=label)
     try:
         while not run.done:
             yield from run.poll(1.0)

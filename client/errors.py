@@ -56,3 +56,7 @@ class MapCancelled(RuntimeError):
 
 class BrokerLost(ConnectionError):
     """The broker stayed unreachable longer than the map was willing to wait."""
+
+
+class BrokerFull(RuntimeError):
+    """Redis reached its maxmemory and refused the map's writes."""

@@ -16,13 +16,15 @@ import time
 from typing import Any, Sequence
 
 from broker import protocol
-from broker.storage import ConnectionProblem, Storage
-from client.errors import BrokerLost, RemoteError
+from broker.storage import BrokerRefused, ConnectionProblem, Storage, is_out_of_memory
+from client.errors import BrokerFull, BrokerLost, RemoteError
 
 log = logging.getLogger("rhtc.client")
 
 TICK_SECONDS = 1.0            # how often the map renews itself and looks for lost tasks
 AUDIT_SECONDS = 5.0           # how often it checks that every pending task is somewhere
+STRAGGLER_MIN_SECONDS = 1.0   # never back up a task that has run less than this
+MAX_METRIC_SAMPLES = 200_000
 BROKER_PATIENCE = float(os.environ.get("RHTC_BROKER_PATIENCE", "300"))
 
 
@@ -52,8 +54,9 @@ class MapRun:
     """Submit ``fn`` over ``args`` and collect the results, exactly once each."""
 
     def __init__(self, storage: Storage, fn, args: Sequence, *, retries: int = 0,
-                 routing: bool = True, max_task_bytes: int = protocol.MAX_TASK_BYTES,
-                 label: str | None = None):
+                 retry_on: tuple | None = None, routing: bool = True,
+                 max_task_bytes: int = protocol.MAX_TASK_BYTES, label: str | None = None,
+                 stragglers: float | None = 3.0, metrics: bool = True):
         self.storage = storage
         self.key = storage.config.key
         self.map_id = secrets.token_hex(8)
@@ -61,6 +64,14 @@ class MapRun:
         self.label = label or getattr(fn, "__name__", type(fn).__name__)
         self.n = len(args)
         self.retries = retries
+        self.retry_on = retry_on
+        self.straggler_factor = stragglers
+        self.sample_metrics = metrics
+        self.metric_samples: list[dict] = []
+        self.backups: set[int] = set()
+        self._durations: list[float] = []
+        self._full_since: float | None = None
+        self._last_progress = time.monotonic()
         self.packed_fn = self._pack_function(fn)
         self.fn_hash = protocol.function_hash(self.packed_fn)
         self.frames = [self._pack_argument(i, a, max_task_bytes) for i, a in enumerate(args)]
@@ -115,11 +126,11 @@ class MapRun:
         self._early = self._enqueue(range(self.n), wait_first)
         self._next_tick = time.monotonic() + TICK_SECONDS
 
-    def _enqueue(self, indices, wait_first: float = 0.0) -> list[bytes]:
+    def _enqueue(self, indices, wait_first: float = 0.0, route: bool = True) -> list[bytes]:
         indices = list(indices)
         routed: dict[str | None, list[bytes]] = {}
         where = {}
-        keys = [self.routing_keys[i] for i in indices if self.routing_keys[i]]
+        keys = [self.routing_keys[i] for i in indices if self.routing_keys[i]] if route else []
         if keys:
             where = self.storage.locate(keys)
         for i in indices:
@@ -128,8 +139,17 @@ class MapRun:
         self.routed_to_workers = sum(len(v) for w, v in routed.items() if w is not None)
         upload = not self._fn_uploaded or len(self.packed_fn) < 65536 or \
             not self.storage.function_present(self.fn_hash)
-        early = self.storage.enqueue_map(self.map_id, self.fn_hash, self.packed_fn if upload else None,
-                                         self._info(), routed, wait_first=wait_first)
+        try:
+            early = self.storage.enqueue_map(self.map_id, self.fn_hash, self.packed_fn if upload else None,
+                                             self._info(), routed, wait_first=wait_first)
+        except BrokerRefused as err:
+            if not is_out_of_memory(err):
+                raise
+            used, limit = self._memory()
+            raise BrokerFull(f"the broker {self.storage.config!r} is out of memory ({used / 1e6:.0f} MB "
+                             f"used of maxmemory {limit / 1e6:.0f} MB): map {self.map_id} could not "
+                             "queue its tasks, nothing was sent. Free memory in Redis (other maps' "
+                             "unread results?), raise its maxmemory, or send fewer/smaller tasks.") from err
         self._fn_uploaded = True
         return early
 
@@ -138,9 +158,15 @@ class MapRun:
         return {"n": self.n, "label": self.label, "client": f"{socket.gethostname()}:{os.getpid()}",
                 "started": self.start, "python": v["python"], "cloudpickle": v["cloudpickle"]}
 
-    def _requeue(self, indices) -> None:
+    def _requeue(self, indices, route: bool = True) -> None:
         self.resubmissions += len(indices)
-        self._enqueue(indices)
+        self._enqueue(indices, route=route)
+
+    def _memory(self) -> tuple[int, int]:
+        try:
+            return self.storage.memory()
+        except Exception:
+            return 0, 0
 
     # -- collecting ---------------------------------------------------------------------
     @property
@@ -205,7 +231,7 @@ class MapRun:
         value, meta = protocol.loads(payload)
         if status == protocol.USER_ERROR:
             attempts = self.user_attempts.get(index, 0)
-            if attempts < self.retries:
+            if attempts < self.retries and self._retryable(value):
                 self.user_attempts[index] = attempts + 1
                 self._requeue([index])
                 return None
@@ -213,12 +239,30 @@ class MapRun:
             self.pending.discard(index)
             self.rejected.pop(index, None)
             self.metas.append(dict(meta, index=index, error=f"{err.remote_type}: {err.message}"[:200],
-                                   retries=attempts))
+                                   retries=attempts, received=time.time()))
+            self._last_progress = time.monotonic()
             return TaskResult(index, None, meta, err)
         self.pending.discard(index)
         self.rejected.pop(index, None)
-        self.metas.append(dict(meta, index=index, error=None, retries=self.user_attempts.get(index, 0)))
+        self.metas.append(dict(meta, index=index, error=None, retries=self.user_attempts.get(index, 0),
+                               received=time.time(), backup=index in self.backups))
+        if "start" in meta and "stop" in meta:
+            self._durations.append(meta["stop"] - meta["start"])
+        self._last_progress = time.monotonic()
         return TaskResult(index, value, meta)
+
+    def _retryable(self, info: dict) -> bool:
+        if not self.retry_on:
+            return True
+        names = {t if isinstance(t, str) else t.__name__ for t in self.retry_on}
+        if info.get("type") in names:
+            return True
+        try:
+            exc = protocol.loads_plain(info["exception"]) if info.get("exception") else None
+        except Exception:
+            exc = None
+        types = tuple(t for t in self.retry_on if isinstance(t, type))
+        return bool(exc is not None and types and isinstance(exc, types))
 
     def _remote_error(self, index: int, info: dict, meta: dict) -> RemoteError:
         exc = None
@@ -250,9 +294,41 @@ class MapRun:
         return TaskResult(index, None, {"worker": worker}, err)
 
     def _tick(self) -> list[TaskResult]:
-        """Once a second: keep the map alive, recover from dead workers and restarts."""
+        """Once a second: keep the map alive, recover from dead workers and restarts,
+        back up stragglers, sample the workers' metrics."""
         self._next_tick = time.monotonic() + TICK_SECONDS
-        out = []
+        try:
+            out = self._tick_inner()
+        except BrokerRefused as err:
+            if not is_out_of_memory(err):
+                raise
+            out = []
+            self._full_since = self._full_since or time.monotonic()
+        self._check_full()
+        return out
+
+    def _check_full(self) -> None:
+        """Warn when no result came for a while because Redis is full; give up after the
+        broker patience (nothing is lost until then: workers hold their results)."""
+        if time.monotonic() - self._last_progress < 3 * TICK_SECONDS:
+            self._full_since = None
+            return
+        used, limit = self._memory()
+        if not limit or used < limit * 0.98:
+            self._full_since = None
+            return
+        if self._full_since is None:
+            self._full_since = time.monotonic()
+            log.warning("map %s is stalled: the broker is out of memory (%.0f of %.0f MB); workers "
+                        "hold their results until memory is freed", self.map_id, used / 1e6, limit / 1e6)
+        elif time.monotonic() - self._full_since > BROKER_PATIENCE:
+            raise BrokerFull(f"the broker {self.storage.config!r} has been out of memory ({used / 1e6:.0f} of "
+                             f"{limit / 1e6:.0f} MB) for {BROKER_PATIENCE:.0f} s during map {self.map_id}, "
+                             f"with {len(self.pending)} tasks pending: free memory in Redis or raise its "
+                             "maxmemory, then run the map again")
+
+    def _tick_inner(self) -> list[TaskResult]:
+        out: list[TaskResult] = []
         if not self.storage.keep_map_alive(self.map_id, self.fn_hash):
             if self.cancelled or self.done:
                 return out
@@ -264,6 +340,12 @@ class MapRun:
         self.storage.reap()
         if time.monotonic() >= self._next_audit:
             self._audit()
+        if self.sample_metrics or self.straggler_factor:
+            live = self.storage.live_workers()
+            if self.sample_metrics and len(self.metric_samples) < MAX_METRIC_SAMPLES:
+                self._sample(live)
+            if self.straggler_factor:
+                self._back_up_stragglers(live)
         for frame in self.storage.fetch_dead_tasks(self.map_id):
             index = protocol.frame_index(frame)
             if index in self.pending:
@@ -276,6 +358,38 @@ class MapRun:
                 self.metas.append({"index": index, "error": "WorkerLost: " + history[:180]})
                 out.append(TaskResult(index, None, {}, err))
         return out
+
+    def _sample(self, live: list[dict]) -> None:
+        for w in live:
+            self.metric_samples.append({k: w.get(k) for k in (
+                "t", "name", "cpu", "rss", "cache_bytes", "cache_entries", "net_recv", "net_sent",
+                "disk_read", "node_cpu")} | {"worker": w.get("name")})
+
+    def _back_up_stragglers(self, live: list[dict]) -> None:
+        """In the tail of the map, when a worker is idle, run a backup copy of a task that
+        has run much longer than the median; the first result wins."""
+        waiting = self.pending - set(self.rejected)
+        if not waiting or len(waiting) > max(2, 0.05 * self.n) or len(self._durations) < 3:
+            return
+        idle = sum(w.get("state") == "idle" for w in live)
+        if not idle:
+            return
+        median = sorted(self._durations)[len(self._durations) // 2]
+        limit = max(STRAGGLER_MIN_SECONDS, self.straggler_factor * median)
+        prefix = self.map_id + ":"
+        slow = []
+        for w in live:
+            task = w.get("task") or ""
+            if task.startswith(prefix) and (w.get("task_seconds") or 0) > limit:
+                index = int(task[len(prefix):])
+                if index in waiting and index not in self.backups:
+                    slow.append(index)
+        slow = slow[:idle]
+        if slow:
+            log.info("map %s: backing up %d straggler(s) running over %.1f s: %s", self.map_id,
+                     len(slow), limit, slow)
+            self.backups.update(slow)
+            self._requeue(slow, route=False)
 
     def _audit(self) -> None:
         """Requeue pending tasks that are nowhere in the broker, twice in a row (a worker

@@ -20,7 +20,8 @@ import cloudpickle
 
 from broker import context, protocol
 from broker.config import BrokerConfig, redact
-from broker.storage import HEARTBEAT_SECONDS, ConnectionProblem, Storage
+from broker.storage import (HEARTBEAT_SECONDS, BrokerRefused, ConnectionProblem, Storage,
+                            is_out_of_memory)
 from worker.cache import BranchCache
 from worker.metrics import NodeMetrics
 
@@ -101,6 +102,16 @@ class Worker:
                 log.warning("worker %s lost the broker (%s); retrying in %.1f s", self.name, err, backoff)
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 10.0)
+            except BrokerRefused as err:
+                if not is_out_of_memory(err):
+                    raise
+                # Redis is full: keep the results, wait for the client to drain or the
+                # operator to free memory, never drop anything
+                log.warning("worker %s: the broker is out of memory (maxmemory); holding %d "
+                            "result(s), retrying in %.1f s", self.name, len(self._unflushed), backoff)
+                self.storage.reset_connection()
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
         self._shutdown()
         return 0
 
@@ -127,7 +138,7 @@ class Worker:
                 self._flush()
                 self.storage.retire(self.name)     # leased and queued tasks go back
                 break
-            except ConnectionProblem:
+            except (ConnectionProblem, BrokerRefused):
                 time.sleep(0.5)
         self._hb_stop.set()
         log.info("worker %s stopped after %d tasks", self.name, self.tasks_done)
@@ -137,7 +148,7 @@ class Worker:
             try:
                 self.hb_storage.heartbeat(self.name, self.status())
                 self.hb_storage.reap()
-            except ConnectionProblem:
+            except (ConnectionProblem, BrokerRefused):
                 pass
             except Exception:  # never let the heartbeat die silently
                 log.exception("heartbeat of %s failed", self.name)
@@ -281,7 +292,7 @@ class Worker:
         log.warning(message)
         try:
             self.storage.report(message)
-        except ConnectionProblem:
+        except (ConnectionProblem, BrokerRefused):
             pass
 
     # -- status --------------------------------------------------------------------------

@@ -5,9 +5,10 @@
 -- that are gone (cancelled, abandoned) are dropped, and so are their queued tasks.
 -- Bytes that are not a frame are handed to the worker (unleased) so it reports them.
 -- KEYS: own queue, shared queue, lease
--- ARGV: namespace, result ttl, max tasks, then triples: map id, task id, result frame
-local ns, ttl, n = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-for i = 4, #ARGV, 3 do
+-- ARGV: namespace, result ttl, max tasks, leases on (1/0), then triples: map id, task id,
+--       result frame
+local ns, ttl, n, leases = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1'
+for i = 5, #ARGV, 3 do
   redis.call('HDEL', KEYS[3], ARGV[i + 1])
   if redis.call('EXISTS', ns .. ':map:' .. ARGV[i]) == 1 then
     local res = ns .. ':res:' .. ARGV[i]
@@ -23,7 +24,7 @@ local function take(q)
     if #item < 55 or string.sub(item, 1, 2) ~= 'RH' then
       out[#out + 1] = item
     elseif redis.call('EXISTS', ns .. ':map:' .. string.sub(item, 36, 51)) == 1 then
-      redis.call('HSET', KEYS[3], string.sub(item, 36, 55), item)
+      if leases then redis.call('HSET', KEYS[3], string.sub(item, 36, 55), item) end
       out[#out + 1] = item
     end
   end
