@@ -31,8 +31,9 @@ _LUA = Path(__file__).with_name("lua")
 
 LEASE_SECONDS = float(os.environ.get("RHTC_LEASE", "5"))   # a worker silent this long is dead
 HEARTBEAT_SECONDS = max(0.2, min(1.0, LEASE_SECONDS / 4))
-MAP_TTL = 120          # a map whose client stopped renewing it is abandoned after this
-RESULT_TTL = 600       # unread results (and attempt records) of an abandoned map expire
+MAP_TTL = int(os.environ.get("RHTC_MAP_TTL", "120"))      # a map whose client stopped renewing it
+RESULT_TTL = int(os.environ.get("RHTC_RESULT_TTL", "600"))  # unread results of an abandoned map
+RESULT_GRACE = 30      # a result list outlives its map by this much
 FUNCTION_TTL = 600     # a function blob expires this long after its last map ended
 LEASES = os.environ.get("RHTC_LEASES", "1") != "0"   # off only to measure what leases cost
 LOG_TTL = 86400
@@ -45,7 +46,10 @@ BrokerRefused = redis.ResponseError     # Redis said no (out of memory, wrong ty
 
 
 def is_out_of_memory(err: Exception) -> bool:
-    return isinstance(err, redis.ResponseError) and str(err).startswith("OOM")
+    """True for Redis's refusal of a write beyond its maxmemory."""
+    oom = getattr(redis.exceptions, "OutOfMemoryError", ())
+    return (bool(oom) and isinstance(err, oom)) or (
+        isinstance(err, redis.ResponseError) and ("OOM" in str(err) or "maxmemory" in str(err)))
 
 
 def connect(config: BrokerConfig, **kwargs) -> redis.Redis:
@@ -229,7 +233,7 @@ class Storage:
         """Hand in (map id, task id, result frame) triples, then lease up to ``max_tasks``
         tasks: own queue first, then the shared queue. One round trip."""
         k = self.keys
-        args: list = [k.ns, RESULT_TTL, max_tasks, int(LEASES)]
+        args: list = [k.ns, RESULT_GRACE, max_tasks, int(LEASES)]
         for map_id, tid, frame in results:
             args += [map_id, tid, frame]
         return self._fast.script(self._scripts["take"], [k.queue(worker), k.shared_queue,

@@ -5,15 +5,17 @@
 -- that are gone (cancelled, abandoned) are dropped, and so are their queued tasks.
 -- Bytes that are not a frame are handed to the worker (unleased) so it reports them.
 -- KEYS: own queue, shared queue, lease
--- ARGV: namespace, result ttl, max tasks, leases on (1/0), then triples: map id, task id,
---       result frame
+-- ARGV: namespace, result grace (s), max tasks, leases on (1/0), then triples: map id,
+--       task id, result frame. A result list lives as long as its map (which its client
+--       keeps alive) plus the grace, so results of an abandoned map expire with it.
 local ns, ttl, n, leases = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1'
 for i = 5, #ARGV, 3 do
   redis.call('HDEL', KEYS[3], ARGV[i + 1])
-  if redis.call('EXISTS', ns .. ':map:' .. ARGV[i]) == 1 then
+  local left = redis.call('TTL', ns .. ':map:' .. ARGV[i])
+  if left ~= -2 then
     local res = ns .. ':res:' .. ARGV[i]
     redis.call('RPUSH', res, ARGV[i + 2])
-    redis.call('EXPIRE', res, ttl)
+    redis.call('EXPIRE', res, math.max(left, 1) + ttl)
   end
 end
 local out = {}

@@ -1,0 +1,335 @@
+"""Fault injection: killed, frozen and poisoned workers, a restarted and a full broker,
+bad input. Real redis-server, real worker processes; every test bounded in time."""
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import cloudpickle
+import pytest
+
+from broker import protocol
+from broker.embedded import EmbeddedBroker
+from broker.storage import Storage
+from client import BrokerFull, RemoteError, imap_unordered, make_chunks, remote_map, submit
+from client.api import storage_for
+from client.chunks import ChunkFileError
+from tests.conftest import NANOAOD, ROOT, Workers, map_keys
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+FAST_LEASE = {"RHTC_LEASE": "2"}
+
+
+def work(x):
+    time.sleep(0.005)
+    return x, x * x
+
+
+def nap(seconds):
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def die_on_zero(x):
+    if x == 0:
+        os._exit(17)                      # as if OOM-killed or segfaulted
+    return x
+
+
+def first_time_slow(args):
+    marker, index, slow = args
+    if index == slow and not os.path.exists(marker):
+        open(marker, "w").close()
+        time.sleep(60)
+    time.sleep(0.2)
+    return index
+
+
+def flaky(marker):
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        raise OSError(f"transient read failure of {marker}")
+    return "ok"
+
+
+def big_result(n):
+    return os.urandom(n)
+
+
+def unpicklable_result(_):
+    return threading.Lock()
+
+
+@pytest.mark.slow
+def test_sigkill_random_workers_during_a_2000_task_map(broker, workers):
+    names = workers.start(4, env=FAST_LEASE)
+    rng = random.Random(7)
+    stop = threading.Event()
+    killed = []
+
+    def killer():
+        for _ in range(3):
+            if stop.wait(rng.uniform(0.4, 1.0)):
+                return
+            live = [n for n in names if workers.procs[n].poll() is None]
+            victim = rng.choice(live)
+            workers.signal(victim, signal.SIGKILL)
+            killed.append(victim)
+            names.extend(workers.start(1, wait=False, env=FAST_LEASE))
+
+    t = threading.Thread(target=killer)
+    t.start()
+    seen = {}
+    try:
+        for r in imap_unordered(work, range(2000), broker=broker):
+            assert r.index not in seen, f"task {r.index} delivered twice"
+            assert r.error is None, r.error
+            seen[r.index] = r.value
+    finally:
+        stop.set()
+        t.join()
+    assert len(killed) == 3
+    assert seen == {i: (i, i * i) for i in range(2000)}
+
+
+def test_recovery_after_sigkill_is_bounded(broker, workers):
+    a, b = workers.start(2)                                  # the default lease (5 s)
+    h = submit(nap, [30.0, 0.1], broker=broker, stragglers=None)
+    deadline = time.monotonic() + 10
+    runner = None
+    while runner is None and time.monotonic() < deadline:
+        for w in storage_for(broker).live_workers():
+            if w.get("task") == f"{h.map_id}:0":
+                runner = w["name"]
+        time.sleep(0.05)
+    assert runner in (a, b)
+    killed_at = time.time()
+    workers.signal(runner, signal.SIGKILL)
+    survivor = b if runner == a else a
+    rescued_at = None
+    while rescued_at is None and time.time() - killed_at < 20:
+        for w in storage_for(broker).live_workers():
+            if w["name"] == survivor and w.get("task") == f"{h.map_id}:0":
+                rescued_at = time.time() - (w.get("task_seconds") or 0)
+        time.sleep(0.05)
+    h.cancel()
+    assert rescued_at is not None, "the killed worker's task was never picked up again"
+    recovery = rescued_at - killed_at
+    print(f"recovery after SIGKILL: {recovery:.2f} s")
+    assert recovery <= 10.0
+
+
+@pytest.mark.slow
+def test_poison_task_fails_with_its_history_and_the_rest_completes(broker, workers):
+    workers.start(4, env=FAST_LEASE)
+    out = remote_map(die_on_zero, range(20), broker=broker, progress=False, errors="return", timeout=120)
+    assert out[1:] == list(range(1, 20))
+    err = out[0]
+    assert isinstance(err, RemoteError) and err.remote_type == "WorkerLost"
+    assert err.history.count("stopped heartbeating") == 3
+
+
+@pytest.mark.slow
+def test_broker_restart_mid_map(broker, workers):
+    workers.start(2)
+    h = submit(nap, [0.02] * 300, broker=broker)
+    time.sleep(1.0)
+    assert 0 < h.progress()[0] < 300
+    broker.restart()
+    pids = h.wait(timeout=120)
+    assert len(pids) == 300 and all(isinstance(p, int) for p in pids)
+    assert h.run.resubmissions > 0
+
+
+@pytest.mark.slow
+def test_frozen_worker_past_its_lease_gives_one_result_per_task(broker, workers):
+    a, b = workers.start(2, env=FAST_LEASE)
+    seen = []
+    frozen = False
+    for r in imap_unordered(nap, [1.0] * 8, broker=broker, stragglers=None):
+        seen.append(r.index)
+        if not frozen:
+            workers.signal(a, signal.SIGSTOP)               # freeze it inside its next task
+            frozen = True
+            threading.Timer(5.0, workers.signal, (a, signal.SIGCONT)).start()
+    assert sorted(seen) == list(range(8))                   # nothing twice, nothing missing
+    time.sleep(1.5)
+    assert workers.procs[a].poll() is None                  # it resumed and lives on
+    assert remote_map(nap, [0.0] * 4, broker=broker, progress=False) is not None
+
+
+def test_task_lost_between_pop_and_lease_is_resubmitted(broker, workers, storage):
+    h = submit(nap, [0.0] * 3, broker=broker)
+    stolen = storage.r.rpop(storage.keys.shared_queue)     # a worker that died right after BRPOP
+    assert stolen is not None
+    workers.start(1)
+    pids = h.wait(timeout=30)
+    assert len(pids) == 3 and h.run.resubmissions == 1
+
+
+def test_straggler_gets_a_backup_copy(broker, workers, tmp_path):
+    workers.start(2)
+    marker = str(tmp_path / "slow-once")
+    t = time.monotonic()
+    out = remote_map(first_time_slow, [(marker, i, 9) for i in range(10)], broker=broker,
+                     progress=False, timeout=50)
+    assert out == list(range(10))
+    assert time.monotonic() - t < 30                        # the first copy sleeps 60 s
+
+
+def test_user_errors_retried_only_when_asked(broker, workers, tmp_path):
+    workers.start(1)
+    with pytest.raises(RemoteError, match="transient read failure"):
+        remote_map(flaky, [str(tmp_path / "a")], broker=broker, progress=False)
+    assert remote_map(flaky, [str(tmp_path / "b")], broker=broker, progress=False,
+                      retries=1, retry_on=(OSError,)) == ["ok"]
+    with pytest.raises(RemoteError):                        # not the retryable kind
+        remote_map(flaky, [str(tmp_path / "c")], broker=broker, progress=False,
+                   retries=1, retry_on=(KeyError,))
+
+
+def test_unpicklable_function_named_before_sending(broker, storage):
+    lock = threading.Lock()
+    with pytest.raises(TypeError, match="cannot pickle the function"):
+        remote_map(lambda x: lock, [1], broker=broker, progress=False)
+    assert storage.count_keys() == 0
+
+
+def test_unpicklable_and_oversized_results_are_clear_errors(broker, workers):
+    workers.start(1, env={"RHTC_MAX_RESULT_BYTES": "100000"})
+    out = remote_map(unpicklable_result, [1], broker=broker, progress=False, errors="return")
+    assert "cannot be pickled" in str(out[0]) and "lock" in str(out[0])
+    out = remote_map(big_result, [10, 1_000_000, 20], broker=broker, progress=False, errors="return")
+    assert len(out[0]) == 10 and len(out[2]) == 20
+    assert isinstance(out[1], RemoteError) and "over the limit" in str(out[1])
+
+
+def test_client_worker_version_mismatch_is_explained(broker, workers, tmp_path, monkeypatch):
+    workers.start(1)
+    (tmp_path / "only_here.py").write_text("def f(x):\n    return x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import only_here
+    real = protocol.versions
+    monkeypatch.setattr(protocol, "versions", lambda: {**real(), "python": "3.99.0"})
+    with pytest.raises(RemoteError) as info:
+        remote_map(only_here.f, [1], broker=broker, progress=False)
+    text = str(info.value)
+    assert "cannot load the function" in text and "only_here" in text and "python 3.99.0" in text
+
+
+def test_missing_and_corrupt_files_fail_only_their_chunks(broker, workers, tmp_path):
+    workers.start(2)
+    good, gone, bad = (tmp_path / n for n in ("good.root", "gone.root", "bad.root"))
+    for p in (good, gone, bad):
+        shutil.copy(NANOAOD / "nano_dy.root", p)
+    chunks = make_chunks([str(good), str(gone), str(bad)], step=100)
+    gone.unlink()
+    bad.write_bytes(bad.read_bytes()[:5000])
+    out = remote_map(_muon_count, chunks, broker=broker, progress=False, errors="return")
+    assert isinstance(out[0], int)
+    for i, path in ((1, gone), (2, bad)):
+        assert isinstance(out[i], RemoteError) and out[i].remote_type == "ChunkFileError"
+        assert str(path) in str(out[i])
+
+
+def _muon_count(chunk):
+    import awkward as ak
+    return int(ak.sum(ak.num(chunk.arrays(["Muon_pt"], how=dict)["Muon_pt"])))
+
+
+def test_full_broker_refuses_a_map_cleanly_then_a_stalled_map_finishes(tmp_path):
+    with EmbeddedBroker(maxmemory="8mb") as b:
+        s = Storage(b.config)
+        w = Workers(b.config, tmp_path)
+        try:
+            w.start(2)
+            filler = _fill(s)
+            with pytest.raises(BrokerFull, match="out of memory"):
+                remote_map(nap, [0.0] * 5, broker=b, progress=False)
+            assert map_keys(s) == []
+            s.r.delete(*filler)
+            h = submit(big_result, [50_000] * 200, broker=b)
+            while h.progress()[0] < 20:
+                time.sleep(0.01)
+            filler = _fill(s)                                # full in the middle of the map
+            time.sleep(3)
+            s.r.delete(*filler)                              # the operator frees memory
+            out = h.wait(timeout=60)
+            assert len(out) == 200 and all(len(x) == 50_000 for x in out)
+        finally:
+            w.stop_all()
+            s.close()
+
+
+def _fill(s: Storage) -> list[str]:
+    """Fill Redis up to its maxmemory, with ever smaller values to leave no room."""
+    keys = []
+    for size in (100_000, 1000, 16):
+        try:
+            for i in range(1_000_000):
+                k = f"junk:{size}:{i}"
+                s.r.set(k, b"x" * size)
+                keys.append(k)
+        except Exception as err:
+            assert "maxmemory" in str(err), err
+    return keys
+
+
+def test_a_hundred_maps_leave_redis_as_they_found_it(broker, workers, storage):
+    workers.start(2)
+    remote_map(nap, [0.0], broker=broker, progress=False)
+    storage_for(broker).flush()
+    storage.r.delete(*[k for k in storage.r.scan_iter(match=f"{storage.keys.ns}:fn:*")])
+    base_keys = set(storage.r.scan_iter(match=f"{storage.keys.ns}:*"))
+    base_mem = storage.memory()[0]
+    for i in range(100):
+        if i % 10 == 3:
+            remote_map(die_unless_int, ["x", 1], broker=broker, progress=False, errors="return")
+        elif i % 10 == 7:
+            submit(nap, [0.3] * 10, broker=broker).cancel()
+        else:
+            remote_map(nap, [0.0] * 5, broker=broker, progress=False)
+    storage_for(broker).flush()
+    time.sleep(1.0)
+    assert map_keys(storage) == []
+    leftover = {k.decode() for k in set(storage.r.scan_iter(match=f"{storage.keys.ns}:*")) - base_keys}
+    # what may stay: the two functions' blobs, which expire minutes after their last use,
+    # and the reaper's one-second lock
+    assert len([k for k in leftover if ":fn:" in k]) <= 2, leftover
+    assert all(0 < storage.r.pttl(k) <= 600_000 for k in leftover), leftover
+    assert storage.memory()[0] - base_mem < 300_000
+
+
+def die_unless_int(x):
+    return int(x)
+
+
+@pytest.mark.slow
+def test_killed_client_leaves_nothing_after_expiry(broker, workers, storage):
+    workers.start(1)
+    script = textwrap.dedent("""
+        from client import submit
+        import time
+        h = submit(time.sleep, [0.5] * 50)
+        print('submitted', flush=True)
+        time.sleep(60)
+    """)
+    env = dict(os.environ, **broker.config.env(), RHTC_MAP_TTL="3", RHTC_RESULT_TTL="4")
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env, cwd=str(ROOT),
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "submitted"
+    time.sleep(1.0)
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (map_keys(storage) or storage.shared_depth()):
+        time.sleep(0.5)
+    assert map_keys(storage) == [] and storage.shared_depth() == 0
