@@ -132,8 +132,11 @@ def _ratio(a, b):
 @click.option("--dask/--no-dask", "with_dask", default=None, help="Also run dask (default: yes, unless --sleep).")
 @click.option("--timeline", default=None, help="With --sleep: write the timeline PNG here.")
 @click.option("--record", "record_path", default=None, help="With --sleep: save the run record (JSON).")
+@click.option("--compare-leases", is_flag=True,
+              help="Also run ours with leases off (RHTC_LEASES=0) to measure what they cost.")
 @click.option("--json", "json_path", default=None, help="Write the figures here.")
-def overhead_command(workers, roundtrips, tasks, repeats, sleep, with_dask, timeline, record_path, json_path):
+def overhead_command(workers, roundtrips, tasks, repeats, sleep, with_dask, timeline, record_path,
+                     compare_leases, json_path):
     """Queue overhead: round trip and no-op throughput, ours beside dask's."""
     sl = tuple(float(x) for x in sleep.split(":")) if sleep else None
     if sl is not None and (len(sl) != 2 or sl[0] > sl[1] or sl[0] < 0):
@@ -143,6 +146,23 @@ def overhead_command(workers, roundtrips, tasks, repeats, sleep, with_dask, time
     ours = _ours(workers, roundtrips, tasks, repeats, sl, timeline, record_path)
     theirs = _dask(workers, roundtrips, tasks, repeats, sl) if with_dask else {}
     result = {"workers": workers, "tasks": tasks, "sleep": sleep, "ours": ours, "dask": theirs}
+    if compare_leases and sl is None:
+        os.environ["RHTC_LEASES"] = "0"            # inherited by the workers started next
+        try:
+            bare = _ours(workers, roundtrips, tasks, repeats, None, None, None)
+        finally:
+            del os.environ["RHTC_LEASES"]
+        # a second run with leases, after the no-lease run, so that drift shows up in both orders
+        again = _ours(workers, roundtrips, tasks, repeats, None, None, None)
+        with_l_rt = statistics.median([ours["roundtrip_ms_median"], again["roundtrip_ms_median"]])
+        with_l_tp = statistics.median([ours["tasks_per_s_median"], again["tasks_per_s_median"]])
+        result["no_leases"] = bare
+        result["lease_cost"] = {"roundtrip": with_l_rt / bare["roundtrip_ms_median"] - 1,
+                                "throughput": 1 - with_l_tp / bare["tasks_per_s_median"]}
+        click.echo(f"leases cost: round trip {result['lease_cost']['roundtrip'] * 100:+.1f}% "
+                   f"({with_l_rt:.3f} vs {bare['roundtrip_ms_median']:.3f} ms), throughput "
+                   f"{result['lease_cost']['throughput'] * 100:+.1f}% ({with_l_tp:,.0f} vs "
+                   f"{bare['tasks_per_s_median']:,.0f} tasks/s)")
     if sl is None:
         click.echo(f"{'':24}{'redis-htcondor':>16}{'dask':>12}{'ratio':>10}")
         click.echo(f"{'round trip median (ms)':24}{ours['roundtrip_ms_median']:>16.3f}"
