@@ -209,13 +209,30 @@ class MapHandle:
         """The run record (per-task worker, times, bytes), for saving and the timeline."""
         return record_of(self.run)
 
-    def timeline(self, path: str | None = None):
-        """Plot the worker occupancy timeline of this map (inline in a notebook)."""
+    def timeline(self, path: str | None = None) -> "Plot":
+        """Plot the worker occupancy timeline of this map: shown inline in a notebook,
+        saved as PNG with ``path``; ``.figure`` is the matplotlib Figure."""
         from client.timeline import plot_timeline
-        return plot_timeline(self.record(), path=path)
+        return Plot(plot_timeline(self.record(), path=path))
 
     def __repr__(self) -> str:
         return f"<MapHandle {self.map_id} {self.run.label}: {self.received}/{self.run.n} results>"
+
+
+class Plot:
+    """A matplotlib figure that a notebook shows inline (as PNG) without pyplot."""
+
+    def __init__(self, figure):
+        self.figure = figure
+
+    def _repr_png_(self) -> bytes:
+        import io
+        buf = io.BytesIO()
+        self.figure.savefig(buf, format="png", dpi=100)
+        return buf.getvalue()
+
+    def savefig(self, path, **kwargs) -> None:
+        self.figure.savefig(path, **kwargs)
 
 
 def record_of(run: MapRun):

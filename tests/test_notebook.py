@@ -1,0 +1,28 @@
+"""The example notebook runs headless, so it cannot rot."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.conftest import NANOAOD, ROOT
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+
+
+@pytest.mark.skipif(not (NANOAOD / "nano_dy.root").exists(), reason="real NanoAOD files not found")
+def test_dimuon_notebook_executes(tmp_path, monkeypatch):
+    nb = nbformat.read(ROOT / "examples" / "dimuon.ipynb", as_version=4)
+    monkeypatch.setenv("DIMUON_FILES", ",".join(str(NANOAOD / n) for n in ("nano_dimuon.root", "nano_dy.root")))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+                                     resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    text = "".join(o.get("text", "") for o in outputs)
+    assert "Z peak" in text and "warm:" in text
+    images = [o for o in outputs if "image/png" in o.get("data", {})]
+    assert len(images) >= 2                       # the two timelines, inline
+    assert (tmp_path / "dimuon-warm-run.json").exists()
