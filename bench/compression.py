@@ -3,10 +3,11 @@
 NanoAOD is written with LZMA, which packs tightly but decompresses slowly; LZ4 and ZSTD
 decompress several times faster. :func:`compression_benchmark` writes the same events
 (same seed, via :func:`bench.datagen.make_data`) once per compression, reads the dimuon
-branches from each file with uproot in this one process (a first read puts the file in
-the page cache, then the median of ``repeats`` timed reads is kept), and reports file
-size, read time, events/s, uncompressed MB/s and the read speed relative to LZMA.
-``bench compression`` (:data:`compression_command`) does the same from the shell.
+branches from each file with uproot in this one process (a first read puts each file in
+the page cache; then ``repeats`` timed reads, round robin over the files, of which the
+median is kept) and reports file size, read time, events/s, uncompressed MB/s and the
+read speed relative to LZMA. ``bench compression`` (:data:`compression_command`) does the
+same from the shell.
 
 Generating the LZMA file is the slow part: LZMA at NanoAOD's level 9 compresses at about
 1 MB/s (some 20-30 minutes for a million events on a small machine); it happens once, later
@@ -30,6 +31,7 @@ if __name__ == "compression":
     raise ImportError("bench/compression.py is not the stdlib 'compression' package; "
                       "import it as bench.compression")
 
+import gc
 import json
 import multiprocessing
 import os
@@ -131,12 +133,17 @@ def compression_benchmark(outdir: str | os.PathLike[str], *, events: int = 1_000
             uncompressed = sum(tree[b].uncompressed_bytes for b in branches)
             level = repr(file.file.compression)
         _read(path, branches)                                # warm the page cache
-        times = [_read(path, branches) for _ in range(repeats)]
-        median = statistics.median(times)
         rows.append({"codec": codec.split(":")[0].upper(), "compression": level, "path": path,
                      "file_mb": os.path.getsize(path) / 1e6, "branches_mb": compressed / 1e6,
-                     "uncompressed_mb": uncompressed / 1e6, "read_s": median, "read_s_all": times,
-                     "mhz": events / median / 1e6, "mb_per_s": uncompressed / 1e6 / median})
+                     "uncompressed_mb": uncompressed / 1e6, "read_s_all": []})
+    for _ in range(repeats):  # round robin, so a slow spell of the machine hits every codec
+        for row in rows:
+            gc.collect()
+            row["read_s_all"].append(_read(row["path"], branches))
+    for row in rows:
+        row["read_s"] = median = statistics.median(row["read_s_all"])
+        row["mhz"] = events / median / 1e6
+        row["mb_per_s"] = row["uncompressed_mb"] / median
     base = next((r for r in rows if r["codec"] == "LZMA"), rows[0])
     for row in rows:
         row["speed_vs_lzma"] = round(base["read_s"] / row["read_s"], 3)

@@ -447,6 +447,10 @@ def dimuon_fraction(path: str | os.PathLike[str], branches: Sequence[str] = DIMU
 def make_data_command(out: str, files: int, events: int, compression: str, seed: int,
                       workers: int | None) -> None:
     """Write NanoAOD-schema files with a Z peak for the benchmarks (reuses existing ones)."""
+    def stamp(path: Path) -> int | None:
+        return path.stat().st_mtime_ns if path.exists() else None
+
+    before = {i: stamp(Path(out) / f"nano_gen_{i:03d}.root") for i in range(files)}
     start = time.perf_counter()
     try:
         paths = make_data(out, files=files, events=events, compression=compression, seed=seed,
@@ -454,14 +458,14 @@ def make_data_command(out: str, files: int, events: int, compression: str, seed:
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     seconds = time.perf_counter() - start
-    total = 0
-    for path in paths:
-        size = os.path.getsize(path)
-        total += size
-        click.echo(f"{path}  {size / 1e6:9.1f} MB  {events:,} events")
+    written = [i for i, path in enumerate(paths) if stamp(Path(path)) != before[i]]
+    for i, path in enumerate(paths):
+        click.echo(f"{path}  {os.path.getsize(path) / 1e6:9.1f} MB  {events:,} events  "
+                   f"{'written' if i in written else 'reused'}")
+    total = sum(os.path.getsize(path) for path in paths)
     click.echo(f"{len(paths)} files, {total / 1e6:.1f} MB, {len(paths) * events:,} events, "
-               f"{parse_compression(compression)!r}, {seconds:.1f} s "
-               f"({len(paths) * events / max(seconds, 1e-9) / 1e6:.2f} M events/s)")
+               f"{parse_compression(compression)!r}; wrote {len(written)} in {seconds:.1f} s"
+               + (f" ({len(written) * events / seconds / 1e6:.2f} M events/s)" if written else ""))
     click.echo(f"dimuon branches ({', '.join(DIMUON_BRANCHES)}) are "
                f"{dimuon_fraction(paths[0]):.1%} of the compressed bytes")
 

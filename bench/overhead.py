@@ -69,7 +69,7 @@ def _ours(workers: int, roundtrips: int, tasks: int, repeats: int, sleep: tuple 
             out["last_result_to_return_ms"] = (returned - rec.end) * 1e3
             from client.timeline import efficiency, plot_timeline
             eff = efficiency(rec)
-            out["efficiency"] = eff["overall"]
+            out["efficiency"] = eff["efficiency"]
             out["worker_efficiency_min"] = min(eff["per_worker"].values())
             out["worker_efficiency_median"] = statistics.median(eff["per_worker"].values())
             out["tail_s"] = eff["tail"]

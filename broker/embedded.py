@@ -28,7 +28,8 @@ from broker.config import BrokerConfig, default_namespace, new_key
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def die_with_parent() -> None:
+    """preexec_fn: the child gets SIGTERM when the process that started it dies."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     except OSError:
@@ -109,7 +110,7 @@ class EmbeddedBroker:
             args += ["--bind", self.host, "--port", str(self.port)]
             url = f"redis://:{self.password}@{self.host}:{self.port}/0"
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                     preexec_fn=_die_with_parent)
+                                     preexec_fn=die_with_parent)
         self.config = BrokerConfig(url=url, key=self.key, namespace=self.namespace)
         atexit.register(self.stop)
         self._wait_ready(timeout)

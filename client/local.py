@@ -17,7 +17,7 @@ import threading
 import time
 
 from broker.config import BrokerConfig
-from broker.embedded import EmbeddedBroker, _die_with_parent
+from broker.embedded import EmbeddedBroker, die_with_parent
 from broker.storage import Storage
 
 _default: "LocalCluster | None" = None
@@ -72,7 +72,7 @@ class LocalCluster:
             logf = open(os.path.join(self.log_dir, f"{name}.log"), "ab")
             self._logs.append(logf)
             p = subprocess.Popen(cmd, env=env, stdout=logf, stderr=subprocess.STDOUT,
-                                 preexec_fn=_die_with_parent)
+                                 preexec_fn=die_with_parent)
             p.worker_name = name
             new.append(p)
         self.procs += new

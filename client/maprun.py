@@ -76,7 +76,6 @@ class MapRun:
         self.fn_hash = protocol.function_hash(self.packed_fn)
         self.frames = [self._pack_argument(i, a, max_task_bytes) for i, a in enumerate(args)]
         self.routing_keys = [getattr(a, "routing_key", None) for a in args] if routing else [None] * self.n
-        self.argument_text = {}                  # filled lazily for error messages
         self._args = args
         self.pending = set(range(self.n))
         self.rejected: dict[int, RemoteError] = {}  # provisional: a genuine result may still come

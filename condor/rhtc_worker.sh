@@ -99,8 +99,10 @@ else
     [ -n "$python" ] || python=python3
     command -v "$python" >/dev/null 2>&1 || die "no '$python' on this node: pass --env (a \`rhtc pack\` tarball) or --python"
 fi
+# unbuffered logs in the job's stderr, and a Python traceback should the worker crash
 PYTHONUNBUFFERED=1
-export PYTHONUNBUFFERED
+PYTHONFAULTHANDLER=1
+export PYTHONUNBUFFERED PYTHONFAULTHANDLER
 "$python" -c 'import worker' 2>/dev/null || die "$python cannot import the worker (PYTHONPATH=${PYTHONPATH:-}): install the project there, or use --env with a \`rhtc pack\` tarball"
 
 log "starting worker $name with $python ($("$python" -V 2>&1))"

@@ -221,10 +221,7 @@ class Worker:
                 "bytes_cache": self.ctx.bytes_from_cache, "bytes_file": self.ctx.bytes_from_file,
                 "bytes_read": self.ctx.bytes_from_cache + self.ctx.bytes_from_file,
                 "events": _events_of(arg)}
-        payload = self._pack_result(status, value, meta, arg)
-        if payload is None:
-            status = protocol.USER_ERROR
-            payload = self._last_pack_error
+        status, payload = self._pack_result(status, value, meta, arg)
         self._unflushed.append((map_id, tid, protocol.pack_result(self.key, map_id, index,
                                                                   status, payload)))
         self.tasks_done += 1
@@ -233,22 +230,22 @@ class Worker:
         if self.ctx.routing_keys:
             self.storage.advertise(self.name, added=self.ctx.routing_keys)
 
-    def _pack_result(self, status: int, value, meta: dict, arg):
+    @staticmethod
+    def _pack_result(status: int, value, meta: dict, arg) -> tuple[int, bytes]:
+        """(status, payload); a result that cannot travel becomes an error result."""
         try:
             payload = protocol.dumps((value, meta))
         except Exception as err:
             msg = (f"the function returned a {type(value).__name__} that cannot be pickled "
                    f"({type(err).__name__}: {err}); return plain numbers, numpy arrays, "
                    "hist objects or dicts of them")
-            self._last_pack_error = protocol.dumps((_error_dict("UnpicklableResult", msg, "", arg), meta))
-            return None
+            return protocol.USER_ERROR, protocol.dumps((_error_dict("UnpicklableResult", msg, "", arg), meta))
         if len(payload) > MAX_RESULT_BYTES:
             msg = (f"the result is {len(payload) / 1e6:.1f} MB compressed, over the limit of "
                    f"{MAX_RESULT_BYTES / 1e6:.0f} MB (RHTC_MAX_RESULT_BYTES): reduce on the worker "
                    "(histograms, sums) instead of returning per-event data")
-            self._last_pack_error = protocol.dumps((_error_dict("ResultTooLarge", msg, "", arg), meta))
-            return None
-        return payload
+            return protocol.USER_ERROR, protocol.dumps((_error_dict("ResultTooLarge", msg, "", arg), meta))
+        return status, payload
 
     def _function(self, fn_hash: str, map_id: str):
         fn = self.functions.get(fn_hash)

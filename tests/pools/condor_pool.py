@@ -27,6 +27,7 @@ By hand (from ``tests/``): ``python -m pools.condor_pool up`` keeps a pool runni
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shlex
@@ -126,6 +127,7 @@ class CondorPool:
         self.shared: Path | None = None       # bind-mounted at the same path in the chroot
         self.timings: dict[str, float] = {}
         self.uid_domain = ""
+        self._lock = None
 
     # --- paths ---------------------------------------------------------------------
     def inside(self, path: str | os.PathLike) -> Path:
@@ -183,6 +185,7 @@ class CondorPool:
         except subprocess.CalledProcessError as err:
             raise PoolUnavailable(describe(err)) from err
         t0 = time.monotonic()
+        self._take_lock()
         self._clean_leftovers()
         self.session = Path(tempfile.mkdtemp(prefix="rhtc-condor-session-"))
         self.shared = Path(tempfile.mkdtemp(prefix="rhtc-condor-shared-"))
@@ -198,6 +201,19 @@ class CondorPool:
             raise
         self.timings["start"] = time.monotonic() - t0
         return self
+
+    def _take_lock(self, timeout: float = 900) -> None:
+        """One pool per chroot at a time: a second test session waits for the first."""
+        self._lock = open(self.cache / f"{SUITE}.lock", "w")
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise PoolUnavailable(f"another session keeps the pool in {self.root} busy")
+                time.sleep(2)
 
     def _clean_leftovers(self) -> None:
         """A session that died left daemons or mounts behind: end them (by pid) first."""
@@ -280,6 +296,9 @@ class CondorPool:
             except OSError:
                 pass
         self.shared = self.session = None
+        if self._lock is not None:
+            self._lock.close()      # releases the flock
+            self._lock = None
 
     def __enter__(self) -> "CondorPool":
         return self.start()
