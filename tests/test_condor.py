@@ -17,27 +17,15 @@ import textwrap
 import time
 from pathlib import Path
 
-import cloudpickle
 import pytest
-
-from client import live_workers, remote_map
 
 from .pools.common import wait_for
 from .pools.fixtures import (REPO, condor_env_pack, condor_pool, job_logs, make_owned_dir,  # noqa: F401
-                             pool_broker, python_cmd, rhtc_env, wait_workers, write_pool_config)
-
-# The functions below travel by value: the workers cannot import this test module.
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
+                             pool_analyst, pool_broker, python_cmd, rhtc_env, wait_workers,
+                             write_pool_config)
 
 WORKERS_SUB = REPO / "condor" / "workers.sub"
 EXECUTABLE = REPO / "condor" / "rhtc_worker.sh"
-
-
-def where_am_i(x):
-    """Runs on a worker: the square, and proof of where it ran."""
-    import os
-    import sys
-    return x * x, "_CONDOR_JOB_AD" in os.environ, "%d.%d" % sys.version_info[:2]
 
 
 def _secrets(config) -> list[str]:
@@ -196,11 +184,25 @@ def test_pack_holds_the_worker_for_the_requested_python(tmp_path):
 pool_tests = pytest.mark.pool
 
 
-def _run_map_through(config, expected_workers: list[str]) -> None:
-    results = remote_map(where_am_i, list(range(24)), broker=config, progress=False)
+def _run_map_through(analyst, config_path: Path) -> None:
+    """A plain remote_map from the analyst's side (inside the pool, the workers' Python)."""
+    results = analyst(config_path, "where")["results"]
     assert [r[0] for r in results] == [x * x for x in range(24)]
     assert all(in_job for _, in_job, _ in results), "every chunk must have run inside a condor job"
     assert {py for _, _, py in results} == {"3.13"}, "the chroot's Python runs the workers"
+
+
+def _expected_dimuon(step: int) -> dict:
+    """The dimuon example run here, in this process, for comparison."""
+    from client import make_chunks
+    from examples import dimuon as example
+    files = [str(f) for f in example.REAL_FILES if f.exists()]
+    totals = {"events": 0, "pairs": 0}
+    for chunk in make_chunks(files, step=step):
+        out = example.dimuon(chunk)
+        totals["events"] += out["events"]
+        totals["pairs"] += out["pairs"]
+    return totals
 
 
 def _assert_no_secrets_in_job_ads(pool, cluster: int, config) -> None:
@@ -210,42 +212,52 @@ def _assert_no_secrets_in_job_ads(pool, cluster: int, config) -> None:
         assert secret not in ads, "the broker password or key leaked into the job ad"
 
 
+def _wait_registered(pool, config, cluster: int, n: int, logs: Path) -> list[str]:
+    expected = [f"condor-{cluster}.{i}@" for i in range(n)]
+    try:
+        return wait_workers(config, lambda live: all(any(x.startswith(e) for x in live) for e in expected),
+                            240, what=f"{n} condor workers to register")
+    except TimeoutError as err:
+        raise AssertionError(f"{err}\njobs: {pool.jobs(f'ClusterId == {cluster}')}\n{job_logs(logs)}") from None
+
+
 def _wait_gone(pool, config, cluster: int, names: list[str]) -> None:
-    wait_workers(config, lambda live: not set(names) & set(live), 90,
+    mine = [n for n in names if n.startswith(f"condor-{cluster}.")]
+    wait_workers(config, lambda live: not set(mine) & set(live), 90,
                  what=f"workers of cluster {cluster} to leave the broker")
     wait_for(lambda: not pool.jobs(f"ClusterId == {cluster}"), 60,
              what=f"cluster {cluster} to leave the queue")
 
 
 @pool_tests
-def test_condor_submit_workers_sub(condor_pool, pool_broker, condor_env_pack):
-    """The users' words: `condor_submit condor/workers.sub`, inside the pool, as its user."""
+def test_condor_submit_workers_sub(condor_pool, pool_broker, condor_env_pack, pool_analyst):
+    """The users' words: `condor_submit condor/workers.sub`, inside the pool, as its user;
+    then the dimuon example through the 3 workers, and condor_rm."""
     work = condor_pool.workdir("condor_submit")
-    write_pool_config(pool_broker, work)
+    cfg = write_pool_config(pool_broker, work)
     condor_pool.run(["mkdir", "-p", "rhtc-logs"], cwd=work)
     assert condor_pool.inside(WORKERS_SUB).is_file(), "the repository is visible inside the pool"
     cluster = condor_pool.condor_submit(WORKERS_SUB, "broker_config=broker.json",
                                         f"env_pack={condor_env_pack}", cwd=work)
+    names = []
     try:
         _assert_no_secrets_in_job_ads(condor_pool, cluster, pool_broker.config)
-        expected = [f"condor-{cluster}.{i}@" for i in range(3)]
-        try:
-            names = wait_workers(pool_broker.config,
-                                 lambda live: all(any(n.startswith(e) for n in live) for e in expected),
-                                 240, what="3 condor workers to register")
-        except TimeoutError as err:
-            raise AssertionError(f"{err}\njobs: {condor_pool.jobs(f'ClusterId == {cluster}')}\n"
-                                 f"{job_logs(work / 'rhtc-logs')}") from None
-        _run_map_through(pool_broker.config, names)
+        names = _wait_registered(condor_pool, pool_broker.config, cluster, 3, work / "rhtc-logs")
+        _run_map_through(pool_analyst, cfg)
+        got = pool_analyst(cfg, "dimuon", str(REPO), "5000")
+        assert got["files"], "the NanoAOD files are visible inside the pool"
+        expected = _expected_dimuon(5000)
+        assert (got["events"], got["pairs"]) == (expected["events"], expected["pairs"])
+        assert got["in_z_window"] > 0
     finally:
         condor_pool.run(["condor_rm", str(cluster)], check=False)
-    _wait_gone(condor_pool, pool_broker.config, cluster, [n for n in names if n.startswith("condor-")])
+    _wait_gone(condor_pool, pool_broker.config, cluster, names)
     err = (work / "rhtc-logs" / f"worker-{cluster}.0.err").read_text()
-    assert "starting worker" in err
+    assert "starting worker" in err and "exited with status 0" in err, err
 
 
 @pool_tests
-def test_rhtc_submit_condor(condor_pool, pool_broker, condor_env_pack):
+def test_rhtc_submit_condor(condor_pool, pool_broker, condor_env_pack, pool_analyst):
     """`rhtc submit --workers 3` through the htcondor2 bindings, then list and remove."""
     work = condor_pool.workdir("rhtc_submit")
     cfg = write_pool_config(pool_broker, work)
@@ -253,22 +265,16 @@ def test_rhtc_submit_condor(condor_pool, pool_broker, condor_env_pack):
     env = condor_pool.host_env(rhtc_env())
     proc = subprocess.run([*python_cmd(), "submit", "--workers", "3", "--config", str(cfg),
                            "--env", str(condor_env_pack), "--log-dir", str(logs), "--terse",
-                           "-a", "+RhtcTest = \"yes\""],
+                           "-a", '+RhtcTest = "yes"'],
                           capture_output=True, text=True, env=env, cwd=work, timeout=120)
     assert proc.returncode == 0, proc.stderr
     cluster = int(proc.stdout.strip().splitlines()[-1])
     names = []
     try:
         _assert_no_secrets_in_job_ads(condor_pool, cluster, pool_broker.config)
-        assert condor_pool.jobs(f"ClusterId == {cluster} && RhtcTest == \"yes\"", ("ProcId",))
-        expected = [f"condor-{cluster}.{i}@" for i in range(3)]
-        try:
-            names = wait_workers(pool_broker.config,
-                                 lambda live: all(any(n.startswith(e) for n in live) for e in expected),
-                                 240, what="3 condor workers to register")
-        except TimeoutError as err:
-            raise AssertionError(f"{err}\n{job_logs(logs)}") from None
-        _run_map_through(pool_broker.config, names)
+        assert condor_pool.jobs(f'ClusterId == {cluster} && RhtcTest == "yes"', ("ProcId",))
+        names = _wait_registered(condor_pool, pool_broker.config, cluster, 3, logs)
+        _run_map_through(pool_analyst, cfg)
         listed = subprocess.run([*python_cmd(), "ls", str(cluster)], capture_output=True, text=True,
                                 env=env, timeout=60)
         assert listed.returncode == 0, listed.stderr
@@ -278,7 +284,7 @@ def test_rhtc_submit_condor(condor_pool, pool_broker, condor_env_pack):
                                  env=env, timeout=60)
     assert removed.returncode == 0, removed.stderr
     assert "removed 3" in removed.stdout
-    _wait_gone(condor_pool, pool_broker.config, cluster, [n for n in names if n.startswith("condor-")])
+    _wait_gone(condor_pool, pool_broker.config, cluster, names)
 
 
 @pool_tests
@@ -291,15 +297,12 @@ def test_submit_workers_python_api(condor_pool, pool_broker, condor_env_pack, mo
     monkeypatch.setenv("CONDOR_CONFIG", str(condor_pool.host_condor_config))
     monkeypatch.chdir(work)
     jobs = submit_workers(1, config_file=cfg, env_pack=condor_env_pack, log_dir=logs)
+    names = []
     try:
         assert jobs.scheduler == "condor" and jobs.count == 1 and int(jobs.job_id) > 0
-        rows = jobs.list()
-        assert [r["id"] for r in rows] == [f"{jobs.job_id}.0"]
-        names = wait_workers(pool_broker.config,
-                             lambda live: any(n.startswith(f"condor-{jobs.job_id}.0@") for n in live),
-                             240, what="the worker to register")
+        assert [r["id"] for r in jobs.list()] == [f"{jobs.job_id}.0"]
+        names = _wait_registered(condor_pool, pool_broker.config, int(jobs.job_id), 1, logs)
     finally:
         removed = jobs.remove()
     assert removed == 1
     _wait_gone(condor_pool, pool_broker.config, int(jobs.job_id), names)
-    assert json.loads(Path(cfg).read_text())["url"] == pool_broker.config.url

@@ -9,8 +9,9 @@ chroot made with debootstrap. What this module does, and why:
   dependency), plus an ordinary user ``rhtc`` (uid 2000) that the jobs run as. A recipe
   stamp decides when the cache is stale; the build goes to a temporary directory first,
   so a half-built chroot is never used. ``$RHTC_POOL_CACHE`` moves the cache.
-* **start** (every session, ~10 s): mount proc, sys and dev in the chroot; bind-mount the
-  repository (read-only) and a shared work directory at the *same paths* inside it (a job's
+* **start** (every session, ~5 s): mount proc, sys and dev in the chroot; bind-mount the
+  repository and the NanoAOD test files (read-only) and a shared work directory at the
+  *same paths* inside it (a job's
   initial directory and executable must exist at the same path for the shadow); wipe the
   previous session's spool/log/execute state; add a config with
   ``MOUNT_UNDER_SCRATCH =`` and ``USE_PID_NAMESPACES = False`` (without them jobs go on hold
@@ -49,6 +50,8 @@ POOL_UID = 2000
 RECIPE = {"version": 1, "suite": SUITE, "variant": "minbase", "include": list(INCLUDE),
           "user": POOL_USER, "uid": POOL_UID}
 REPO = Path(__file__).resolve().parents[2]
+# The real NanoAOD files (shared/ beside the checkout), for the dimuon example in the pool.
+DATA = Path(os.environ.get("RHTC_NANOAOD", REPO.parent / "shared" / "data" / "nanoaod"))
 
 POOL_CONFIG = """\
 # written by tests/pools/condor_pool.py for the test session
@@ -229,6 +232,8 @@ class CondorPool:
         bind("/sys", r / "sys", recursive=True)
         bind("/dev", r / "dev", recursive=True)
         bind(REPO, self.inside(REPO), readonly=True)
+        if DATA.is_dir():
+            bind(DATA, self.inside(DATA), readonly=True)
         bind(self.shared, self.inside(self.shared))
 
     def _configure(self) -> None:

@@ -8,6 +8,7 @@ then it is a failure, so CI never passes by skipping. Bring-up times are printed
 """
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -102,6 +103,30 @@ def condor_env_pack(condor_pool, request):
     return path
 
 
+@pytest.fixture(scope="session")
+def pool_analyst(condor_pool, condor_env_pack):
+    """Run ``pools/analyst.py`` inside the pool with the workers' Python and environment.
+
+    ``pool_analyst(config_path, "where")`` returns the script's JSON. The client must run the
+    workers' Python X.Y: functions travel by value and their code only runs on that version.
+    """
+    import tarfile
+    env_dir = condor_pool.shared / "analyst-env"
+    env_dir.mkdir()
+    with tarfile.open(condor_env_pack) as tar:
+        tar.extractall(env_dir)
+    script = Path(__file__).with_name("analyst.py")
+
+    def run(config: Path, *args: str, timeout: float = 300) -> dict:
+        proc = condor_pool.run(["python3", str(script), str(config), *args], user=None, check=False,
+                               timeout=timeout, env={"PYTHONPATH": f"{env_dir}/src:{env_dir}/site"})
+        if proc.returncode != 0:
+            raise AssertionError(f"analyst.py {' '.join(args)} failed ({proc.returncode}):\n"
+                                 f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run
+
+
 def write_pool_config(broker, directory: Path, owner: int | None = POOL_UID) -> Path:
     """The broker's 0600 config in ``directory``, owned by the user the jobs run as."""
     path = broker.config.write(directory / "broker.json")
@@ -145,5 +170,5 @@ def rhtc_env(base: dict | None = None) -> dict:
     return env
 
 
-__all__ = ["condor_pool", "slurm_pool", "pool_broker", "condor_env_pack", "write_pool_config",
+__all__ = ["condor_pool", "slurm_pool", "pool_broker", "condor_env_pack", "pool_analyst", "write_pool_config",
            "make_owned_dir", "wait_workers", "job_logs", "python_cmd", "rhtc_env", "pools_required"]

@@ -1,0 +1,52 @@
+"""The analyst's side of a pool test, run *inside* the pool with the workers' Python.
+
+Functions defined in a notebook travel to the workers by value (cloudpickle), and code
+objects only run on the Python X.Y that made them: the client must run the same Python
+minor version as the workers. The pool's workers run the chroot's Python 3.13 while the
+test process may run another, so the tests run this script in the chroot, with the same
+``rhtc pack`` environment the workers use::
+
+    python3 analyst.py CONFIG where            # 24 chunks: square, in-a-job?, Python X.Y
+    python3 analyst.py CONFIG dimuon REPO      # examples/dimuon.py on the real NanoAOD files
+
+It prints one JSON line with the results.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def where_am_i(x):
+    """Runs on a worker: the square, whether it ran inside a batch job, the Python version."""
+    import os
+    import sys
+    in_job = "_CONDOR_JOB_AD" in os.environ or "SLURM_JOB_ID" in os.environ
+    return [x * x, in_job, "%d.%d" % sys.version_info[:2]]
+
+
+def main(argv: list[str]) -> dict:
+    import cloudpickle
+
+    from broker.config import BrokerConfig
+    from client import remote_map
+    cfg = BrokerConfig.resolve(config_file=argv[1])
+    mode = argv[2]
+    if mode == "where":
+        return {"results": remote_map(where_am_i, list(range(24)), broker=cfg, progress=False)}
+    if mode == "dimuon":
+        sys.path.insert(0, argv[3])
+        from client import make_chunks
+        from examples import dimuon as example
+        cloudpickle.register_pickle_by_value(example)    # the workers have no examples/ package
+        files = [str(f) for f in example.REAL_FILES if os.path.exists(f)]
+        chunks = make_chunks(files, step=int(argv[4]) if len(argv) > 4 else 5000)
+        result = remote_map(example.dimuon, chunks, reduce=True, broker=cfg, progress=False)
+        return {"files": files, "chunks": len(chunks), "events": int(result["events"]),
+                "pairs": int(result["pairs"]), "in_z_window": float(result["mass_z"].values().sum())}
+    raise SystemExit(f"unknown mode {mode}")
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(sys.argv)))
