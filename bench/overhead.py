@@ -70,6 +70,7 @@ def _ours(workers: int, roundtrips: int, tasks: int, repeats: int, sleep: tuple 
             from client.timeline import efficiency, plot_timeline
             eff = efficiency(rec)
             out["efficiency"] = eff["efficiency"]
+            out["efficiency_to_end"] = eff["efficiency_to_end"]
             out["worker_efficiency_min"] = min(eff["per_worker"].values())
             out["worker_efficiency_median"] = statistics.median(eff["per_worker"].values())
             out["tail_s"] = eff["tail"]
@@ -180,6 +181,8 @@ def overhead_command(workers, roundtrips, tasks, repeats, sleep, with_dask, time
                    f"(ideal {ours['ideal_s']:.1f} s)")
         click.echo(f"mean efficiency (timeline): {ours['efficiency'] * 100:.2f}%   per worker: min "
                    f"{ours['worker_efficiency_min'] * 100:.2f}%, median {ours['worker_efficiency_median'] * 100:.2f}%")
+        click.echo(f"efficiency counting each worker's wait after its last task until the map's end: "
+                   f"{ours['efficiency_to_end'] * 100:.2f}%")
         click.echo(f"tail (95% -> 100% done): {ours['tail_s']:.2f} s   last result -> remote_map "
                    f"returned: {ours['last_result_to_return_ms']:.1f} ms")
         if theirs.get("wall_s"):

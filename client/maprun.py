@@ -23,6 +23,7 @@ log = logging.getLogger("rhtc.client")
 
 TICK_SECONDS = 1.0            # how often the map renews itself and looks for lost tasks
 AUDIT_SECONDS = 5.0           # how often it checks that every pending task is somewhere
+AUDIT_MAX_QUEUE = 1000        # ... unless the shared queue is longer and results flow
 STRAGGLER_MIN_SECONDS = 1.0   # never back up a task that has run less than this
 MAX_METRIC_SAMPLES = 200_000
 BROKER_PATIENCE = float(os.environ.get("RHTC_BROKER_PATIENCE", "300"))
@@ -392,10 +393,16 @@ class MapRun:
 
     def _audit(self) -> None:
         """Requeue pending tasks that are nowhere in the broker, twice in a row (a worker
-        killed between taking a task and its lease reaching Redis; a lost connection)."""
+        killed between taking a task and its lease reaching Redis; a lost connection).
+
+        The audit reads every queue, so it runs only when it is cheap (a short shared
+        queue) or needed (no result for a while): a lost task shows at the end of a map."""
         self._next_audit = time.monotonic() + AUDIT_SECONDS
         waiting = self.pending - set(self.rejected)
         if not waiting:
+            return
+        stalled = time.monotonic() - self._last_progress > AUDIT_SECONDS
+        if not stalled and self.storage.shared_depth() > AUDIT_MAX_QUEUE:
             return
         missing = waiting - self.storage.audit_map(self.map_id)
         lost = sorted(missing & self._missing_before)

@@ -112,14 +112,17 @@ class TaskRecord:
     @property
     def source(self) -> str:
         """Where the task read from: ``"error"``, ``"hit"`` (all bytes from the cache),
-        ``"partial"`` (some from each) or ``"miss"`` (from the file, or nothing read)."""
+        ``"partial"`` (some from each), ``"miss"`` (from the file) or ``"compute"`` (read
+        nothing through a chunk)."""
         if self.error:
             return "error"
         if self.bytes_cache > 0 and self.bytes_file == 0:
             return "hit"
         if self.bytes_cache > 0 and self.bytes_file > 0:
             return "partial"
-        return "miss"
+        if self.bytes_file > 0:
+            return "miss"
+        return "compute"
 
     @classmethod
     def from_meta(cls, meta: Mapping[str, Any]) -> "TaskRecord":
@@ -213,8 +216,8 @@ class RunRecord:
 
         >>> rec = RunRecord(map_id="m1", function="count", start=0.0, end=4.0, n_tasks=1)
         >>> rec.add_task({"index": 0, "worker": "w", "start": 0.0, "stop": 2.0})
-        >>> rec.summary()["efficiency"]
-        0.5
+        >>> rec.summary()["efficiency"], rec.summary()["efficiency_to_end"]
+        (1.0, 0.5)
     """
 
     map_id: str = ""
@@ -282,7 +285,7 @@ class RunRecord:
             >>> rec = RunRecord(start=0.0, end=10.0, n_tasks=1)
             >>> rec.add_task({"index": 0, "worker": "w", "start": 0, "stop": 5, "events": 100})
             >>> s = rec.summary()
-            >>> s["n_done"], s["efficiency"], s["events_per_s"]
+            >>> s["n_done"], s["efficiency_to_end"], s["events_per_s"]
             (1, 0.5, 10.0)
         """
         from client.timeline import efficiency  # timeline imports this module

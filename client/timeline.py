@@ -9,10 +9,13 @@ Definitions (all times from the record, in seconds):
 
 * a worker's *busy* time is the union of its tasks' ``[start, stop]`` intervals
   (overlapping tasks count once);
-* its *span* runs from its first task start to the end of the map: time after its
-  last task counts as idle (it waited while others finished), time before its first
-  task does not (the job had not started yet);
+* its *span* runs from its first task start to its last task stop, as in the seed's
+  plot: time before its first task (the job had not started) and after its last one
+  (nothing left to take) is not counted; what is counted is the gaps the queue left
+  between its tasks;
 * per-worker efficiency = busy / span; overall efficiency = total busy / total span;
+* ``efficiency_to_end`` is the stricter figure whose spans run to the end of the map,
+  so a worker waiting for the others to finish counts as idle (the tail's cost);
 * *tail* = time from when 95% of the finished tasks had stopped to when the last one did.
 
 matplotlib is imported only inside the plotting functions, so importing this module
@@ -24,10 +27,11 @@ Example::
     >>> from client.timeline import efficiency
     >>> rec = RunRecord(start=100.0, end=110.0)
     >>> rec.add_task({"index": 0, "worker": "a", "start": 100, "stop": 105})
-    >>> rec.add_task({"index": 1, "worker": "b", "start": 102, "stop": 110})
+    >>> rec.add_task({"index": 1, "worker": "a", "start": 106, "stop": 110})
+    >>> rec.add_task({"index": 2, "worker": "b", "start": 102, "stop": 110})
     >>> eff = efficiency(rec)
-    >>> eff["per_worker"], round(eff["efficiency"], 4)
-    ({'a': 0.5, 'b': 1.0}, 0.7222)
+    >>> eff["per_worker"], round(eff["efficiency"], 4), round(eff["efficiency_to_end"], 4)
+    ({'a': 0.9, 'b': 1.0}, 0.9444, 0.9444)
 """
 from __future__ import annotations
 
@@ -45,11 +49,13 @@ if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-COLOURS = {"hit": "#2ca02c", "partial": "#98df8a", "miss": "#1f77b4", "error": "#d62728"}
+COLOURS = {"hit": "#2ca02c", "partial": "#98df8a", "miss": "#1f77b4", "compute": "#8c8c8c",
+           "error": "#d62728"}
 LABELS = {
     "hit": "cache hit (all bytes from cache)",
     "partial": "partial hit",
     "miss": "read from file",
+    "compute": "no chunk data read",
     "error": "error",
 }
 MAX_LABELLED_WORKERS = 40
@@ -85,7 +91,8 @@ def _time_range(record: RunRecord) -> tuple[float, float]:
 def efficiency(record: RunRecord) -> dict[str, Any]:
     """The headline numbers of a run, as plain floats, ints and dicts.
 
-    Keys: ``efficiency`` (overall, 0..1), ``per_worker`` ({worker: 0..1}),
+    Keys: ``efficiency`` (overall, 0..1), ``efficiency_to_end`` (spans to the map's
+    end), ``per_worker`` ({worker: 0..1}),
     ``worker_min``, ``worker_median``, ``busy`` and ``span`` (summed over workers, s),
     ``wall`` (map start to end, s), ``tail`` (s), ``tail_start`` (s since map start when
     95% of tasks were done), ``events`` and ``events_per_s`` (None if no task reported
@@ -99,8 +106,8 @@ def efficiency(record: RunRecord) -> dict[str, Any]:
         >>> rec.add_task({"index": 0, "worker": "w", "start": 0, "stop": 2, "events": 80,
         ...               "bytes_cache": 3, "bytes_file": 1})
         >>> e = efficiency(rec)
-        >>> e["efficiency"], e["tail"], e["events_per_s"], e["cache_hit"], e["errors"]
-        (0.5, 0.0, 20.0, 0.75, 0)
+        >>> e["efficiency"], e["efficiency_to_end"], e["events_per_s"], e["cache_hit"], e["errors"]
+        (1.0, 0.5, 20.0, 0.75, 0)
     """
     t0, end = _time_range(record)
     intervals: dict[str, list[tuple[float, float]]] = defaultdict(list)
@@ -108,13 +115,15 @@ def efficiency(record: RunRecord) -> dict[str, Any]:
         intervals[task.worker].append((task.start, max(task.start, task.stop)))
 
     per_worker: dict[str, float] = {}
-    total_busy = total_span = 0.0
+    total_busy = total_span = total_to_end = 0.0
     for worker in record.workers:
         busy = _busy_seconds(intervals[worker])
-        span = end - min(start for start, _ in intervals[worker])
+        first = min(start for start, _ in intervals[worker])
+        span = max(stop for _, stop in intervals[worker]) - first
         per_worker[worker] = busy / span if span > 0 else 1.0
         total_busy += busy
         total_span += span
+        total_to_end += max(end - first, span)
 
     stops = sorted(task.stop for task in record.tasks)
     if stops:
@@ -131,6 +140,7 @@ def efficiency(record: RunRecord) -> dict[str, Any]:
     values = list(per_worker.values())
     return {
         "efficiency": total_busy / total_span if total_span > 0 else (1.0 if values else 0.0),
+        "efficiency_to_end": total_busy / total_to_end if total_to_end > 0 else (1.0 if values else 0.0),
         "per_worker": per_worker,
         "worker_min": min(values) if values else 0.0,
         "worker_median": float(statistics.median(values)) if values else 0.0,
@@ -217,8 +227,13 @@ def _draw_tasks(ax: "Axes", record: RunRecord, numbers: dict[str, Any], t0: floa
     if numbers["tail"] > 0:
         ax.axvspan(numbers["tail_start"], numbers["tail_start"] + numbers["tail"],
                    color="0.85", alpha=0.5, zorder=1, lw=0)
-        ax.axvline(numbers["tail_start"], color="0.3", ls="--", lw=1, zorder=4)
-        handles.append(Line2D([], [], color="0.3", ls="--", label="95% of tasks done"))
+        ax.axvline(numbers["tail_start"], color="black", ls="--", lw=1.3, zorder=4)
+        handles.append(Line2D([], [], color="black", ls="--", label="95% of tasks done"))
+        ax.annotate(f"tail {numbers['tail']:.1f} s",
+                    xy=(numbers["tail_start"] + numbers["tail"] / 2, 0.0),
+                    xycoords=("data", "axes fraction"), xytext=(0, 3), textcoords="offset points",
+                    ha="center", va="bottom", fontsize=8, zorder=5,
+                    bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "0.5", "lw": 0.5})
     ax.axvline(wall, color="black", lw=1, zorder=4)
     handles.append(Line2D([], [], color="black", label="last result"))
 
@@ -248,6 +263,30 @@ def _draw_histogram(ax: "Axes", numbers: dict[str, Any]) -> None:
     ax.set_ylabel("workers")
     ax.set_title("per-worker efficiency", fontsize=10)
     ax.legend(loc="upper left", fontsize=8, frameon=False)
+
+
+def _draw_numbers(ax: "Axes", record: RunRecord, numbers: dict[str, Any]) -> None:
+    """The headline numbers as a small table, for the otherwise empty corner."""
+    rows = [("tasks", f"{len(record.tasks)} / {record.n_tasks}"),
+            ("workers", f"{len(numbers['per_worker'])}"),
+            ("wall", f"{numbers['wall']:.1f} s"),
+            ("efficiency", f"{numbers['efficiency']:.1%}"),
+            ("worker min", f"{numbers['worker_min']:.1%}"),
+            ("worker median", f"{numbers['worker_median']:.1%}"),
+            ("tail (95-100%)", f"{numbers['tail']:.1f} s")]
+    if numbers["events_per_s"] is not None:
+        rows.append(("events/s", _si(numbers["events_per_s"])))
+    if numbers["cache_hit"] is not None:
+        rows.append(("cache hit", f"{numbers['cache_hit']:.1%} of bytes"))
+    rows.append(("errors", str(numbers["errors"])))
+    if record.metrics:
+        mean_cpu = sum(s.cpu for s in record.metrics) / len(record.metrics)
+        rows.append(("mean CPU", f"{mean_cpu:.0f} %"))
+    ax.axis("off")
+    ax.text(0.05, 0.98, "\n".join(name for name, _ in rows), va="top", ha="left",
+            fontsize=8, transform=ax.transAxes, linespacing=1.5)
+    ax.text(0.95, 0.98, "\n".join(value for _, value in rows), va="top", ha="right",
+            fontsize=8, transform=ax.transAxes, linespacing=1.5, family="monospace")
 
 
 def _draw_metrics(ax: "Axes", record: RunRecord, t0: float) -> None:
@@ -320,6 +359,7 @@ def plot_timeline(record: RunRecord, path: str | os.PathLike[str] | None = None,
         if with_metrics:
             ax_cpu = fig.add_subplot(grid[1, 0], sharex=ax_tasks)
             _draw_metrics(ax_cpu, record, t0)
+            _draw_numbers(fig.add_subplot(grid[1, 1]), record, numbers)
             ax_tasks.set_xlabel("")
         fig.suptitle(_headline(record, numbers), fontsize=11)
     if path is not None:
@@ -351,6 +391,8 @@ def timeline_command(record_path: str, output: str | None, no_metrics: bool) -> 
                f"of {numbers['span']:.1f} worker-seconds)")
     click.echo(f"per worker   min {numbers['worker_min']:.1%}, "
                f"median {numbers['worker_median']:.1%}")
+    click.echo(f"to map end   {numbers['efficiency_to_end']:.1%}  (counting the wait after each "
+               "worker's last task)")
     click.echo(f"tail         {numbers['tail']:.2f} s  (95% -> 100% of tasks done)")
     if numbers["events_per_s"] is not None:
         click.echo(f"events/s     {numbers['events_per_s']:.4g}")

@@ -7,6 +7,7 @@ traceback.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 # The attribute `workers.sub` puts on every worker job (`+RhtcWorker = true`).
@@ -16,7 +17,8 @@ LIST_ATTRS = ["ClusterId", "ProcId", "JobStatus", "Owner", "RemoteHost", "HoldRe
 JOB_STATUS = {1: "idle", 2: "running", 3: "removed", 4: "completed", 5: "held",
               6: "transferring", 7: "suspended"}
 
-_loaded_config: str | None = None
+_UNSET = object()
+_loaded_config: object = _UNSET
 
 
 class SchedulerUnavailable(RuntimeError):
@@ -26,6 +28,7 @@ class SchedulerUnavailable(RuntimeError):
 def bindings():
     """``import htcondor2``, re-reading the configuration if ``$CONDOR_CONFIG`` changed."""
     global _loaded_config
+    imported_before = "htcondor2" in sys.modules
     try:
         import htcondor2
     except ImportError as err:
@@ -33,7 +36,9 @@ def bindings():
             "the htcondor Python bindings are not installed: `pip install htcondor` "
             "(or `pip install redis-htcondor[condor]`)") from err
     current = os.environ.get("CONDOR_CONFIG")
-    if _loaded_config is None:
+    if _loaded_config is _UNSET:
+        if imported_before:      # someone imported it earlier, maybe under another CONDOR_CONFIG
+            htcondor2.reload_config()
         _loaded_config = current
     elif current != _loaded_config:
         htcondor2.reload_config()

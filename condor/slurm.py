@@ -19,6 +19,12 @@ JOB_NAME = "rhtc-worker"
 
 
 def _require(cmd: str) -> str:
+    conf = os.environ.get("SLURM_CONF")
+    if conf and not Path(conf).is_file():
+        # sbatch would spend a minute looking for a configuration elsewhere before failing
+        raise SchedulerUnavailable(
+            f"SLURM_CONF={conf} does not exist: point SLURM_CONF at your cluster's slurm.conf "
+            "(or unset it to use /etc/slurm/slurm.conf), then retry")
     path = shutil.which(cmd)
     if not path:
         raise SchedulerUnavailable(

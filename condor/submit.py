@@ -122,8 +122,7 @@ def build_condor_description(macros: dict, submit_file: Path = WORKERS_SUB,
     """The submit file's text with ``macros`` set in front (like ``condor_submit f name=value``)
     and the ``append`` lines placed just before its ``queue`` statement."""
     text = Path(submit_file).read_text()
-    head = [f"SUBMIT_FILE = {Path(submit_file).resolve()}"]
-    head += [f"{k} = {v}" for k, v in macros.items() if v is not None]
+    head = [f"{k} = {v}" for k, v in macros.items() if v is not None]
     lines = text.splitlines()
     extra = [a.strip() for a in append if a and a.strip()]
     for a in extra:
@@ -176,6 +175,11 @@ def submit_workers(workers: int = 3, *, scheduler: str = "condor",
         python = sys.executable   # Slurm sites share the filesystem: use this environment
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(project_root()), env.get("PYTHONPATH")]))
+    local = "%d.%d" % sys.version_info[:2]
+    if python_version and python_version != local:
+        warnings.append(f"the workers will run Python {python_version} and this client runs {local}: "
+                        "functions you define here travel by value and their code only runs on the "
+                        f"same Python X.Y; run the client with Python {python_version} too")
     if env_pack is None and python is None:
         env_pack = pack_environment(python_version=python_version)
         warnings.append(f"packed the worker environment for Python "
@@ -201,8 +205,8 @@ def submit_workers(workers: int = 3, *, scheduler: str = "condor",
                                         cpus=cpus, sbatch_args=sbatch_args, env=env)
         return jobs
 
-    macros = {"workers": workers, "broker_config": cfg_path, "log_dir": log_dir,
-              "memory": memory, "cpus": cpus, "disk": disk, "cache_size": cache_size}
+    macros = {"workers": workers, "worker_sh": EXECUTABLE, "broker_config": cfg_path,
+              "log_dir": log_dir, "memory": memory, "cpus": cpus, "disk": disk, "cache_size": cache_size}
     if python:
         macros["worker_python"] = python
     else:
@@ -216,8 +220,6 @@ def submit_workers(workers: int = 3, *, scheduler: str = "condor",
     log_dir.mkdir(parents=True, exist_ok=True)  # condor does not create it and loses the logs
     htcondor2 = _schedd.bindings()
     sub = htcondor2.Submit(text)
-    sub["executable"] = checked["executable"]      # absolute: $Fp(SUBMIT_FILE) resolved here
-    sub["SUBMIT_FILE"] = ""                        # a macro only; keep it out of the job
     jobs.job_id = str(_schedd.submit(sub, checked.count, schedd=schedd, pool=pool))
     return jobs
 

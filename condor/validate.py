@@ -135,7 +135,8 @@ def check_description(description, *, iwd: str | os.PathLike | None = None,
         secrets: strings that must not appear anywhere in the expanded description.
         check_files: also check that the executable and ``transfer_input_files`` exist.
     """
-    import htcondor2
+    from condor.schedd import bindings
+    htcondor2 = bindings()
     text = description if isinstance(description, str) else None
     if text is not None:
         queues = queue_statements(text)
@@ -194,7 +195,8 @@ def _queue_count(sub, qargs: str) -> int:
         return 1
     if re.search(r"\b(in|from|matching)\b", qargs, re.IGNORECASE):
         raise InvalidDescription(f"`queue {qargs}` iterates over items; workers need a plain `queue N`")
-    import htcondor2
+    from condor.schedd import bindings
+    htcondor2 = bindings()
     probe = "rhtc_queue_count_probe"
     copy = htcondor2.Submit(dict(sub))     # keys cannot be deleted from a Submit
     copy[probe] = qargs

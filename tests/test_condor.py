@@ -7,7 +7,6 @@ no pool.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -43,7 +42,8 @@ def test_workers_sub_defaults_and_knobs():
     assert default["MY.RhtcWorker"] == "true"
     assert "--env rhtc-env.tar.gz" in default["arguments"]
     text = build_condor_description({"workers": 150, "memory": "4GB", "broker_config": "/x/b.json",
-                                     "worker_python": "/cvmfs/py/bin/python3"},
+                                     "worker_python": "/cvmfs/py/bin/python3",
+                                     "worker_sh": EXECUTABLE},
                                     append=['+JobFlavour = "workday"'])
     big = check_description(text)
     assert big.count == 150 and big["request_memory"] == "4GB"

@@ -84,29 +84,34 @@ def synthetic_record(n_workers: int = 150, n_tasks: int = 10_000, seed: int = 1,
 
 def test_two_workers_by_hand():
     # map from 100 to 120 s.
-    # a: [101,105] [105,110] [112,118] -> busy 4+5+6 = 15, span 120-101 = 19
-    # b: [106,109] [115,120]           -> busy 3+5 = 8,    span 120-106 = 14
+    # a: [101,105] [105,110] [112,118] -> busy 4+5+6 = 15, span 118-101 = 17 (to end: 19)
+    # b: [106,109] [115,120]           -> busy 3+5 = 8,    span 120-106 = 14 (to end: 14)
     rec = make_record([("a", 101, 105), ("a", 105, 110), ("a", 112, 118),
                        ("b", 106, 109), ("b", 115, 120)], start=100, end=120)
     eff = efficiency(rec)
-    assert eff["per_worker"] == pytest.approx({"a": 15 / 19, "b": 8 / 14})
-    assert eff["efficiency"] == pytest.approx(23 / 33)
-    assert eff["busy"] == pytest.approx(23) and eff["span"] == pytest.approx(33)
+    assert eff["per_worker"] == pytest.approx({"a": 15 / 17, "b": 8 / 14})
+    assert eff["efficiency"] == pytest.approx(23 / 31)
+    assert eff["efficiency_to_end"] == pytest.approx(23 / 33)
+    assert eff["busy"] == pytest.approx(23) and eff["span"] == pytest.approx(31)
     assert eff["worker_min"] == pytest.approx(8 / 14)
-    assert eff["worker_median"] == pytest.approx((15 / 19 + 8 / 14) / 2)
+    assert eff["worker_median"] == pytest.approx((15 / 17 + 8 / 14) / 2)
     assert eff["wall"] == pytest.approx(20)
     # 5 tasks: 95% means ceil(4.75) = 5 tasks, i.e. the last one -> no tail
     assert eff["tail"] == pytest.approx(0.0)
     assert list(eff["per_worker"]) == ["a", "b"]  # ordered by first task start
 
 
-def test_idle_before_first_task_is_free_but_idle_after_last_counts():
-    # late joins at 150 and works to the end: 100%; early finishes at 110 of 150: 10/50
+def test_idle_before_first_and_after_last_task_counts_only_to_the_end():
+    # late joins at 140 and works to the end; early finishes at 110 of 150: both have no
+    # gaps between their tasks (100%), but to the map's end early idled 40 of 50 s
     rec = make_record([("early", 100, 110), ("late", 140, 150)], start=100, end=150)
     eff = efficiency(rec)
-    assert eff["per_worker"]["late"] == pytest.approx(1.0)
-    assert eff["per_worker"]["early"] == pytest.approx(10 / 50)
-    assert eff["efficiency"] == pytest.approx(20 / 60)
+    assert eff["per_worker"] == pytest.approx({"early": 1.0, "late": 1.0})
+    assert eff["efficiency"] == pytest.approx(1.0)
+    assert eff["efficiency_to_end"] == pytest.approx(20 / 60)
+    # a gap of 2 s between two tasks of 4 s: 8 / 10
+    gap = make_record([("w", 0, 4), ("w", 6, 10)], start=0.0, end=10)
+    assert efficiency(gap)["efficiency"] == pytest.approx(0.8)
 
 
 def test_overlapping_tasks_are_merged():
@@ -115,7 +120,8 @@ def test_overlapping_tasks_are_merged():
                       start=0.0, end=30)
     eff = efficiency(rec)
     assert eff["busy"] == pytest.approx(17)
-    assert eff["per_worker"]["w"] == pytest.approx(17 / 30)
+    assert eff["per_worker"]["w"] == pytest.approx(17 / 25)
+    assert eff["efficiency_to_end"] == pytest.approx(17 / 30)
     # touching intervals are not double counted either
     touching = make_record([("w", 0, 5), ("w", 5, 10)], start=0.0, end=10)
     assert efficiency(touching)["efficiency"] == pytest.approx(1.0)
@@ -161,7 +167,8 @@ def test_summary_includes_counts_and_efficiency():
     rec.n_tasks = 3
     summary = rec.summary()
     assert summary["n_tasks"] == 3 and summary["n_done"] == 2 and summary["n_workers"] == 2
-    assert summary["efficiency"] == pytest.approx(15 / 20)
+    assert summary["efficiency"] == pytest.approx(1.0)
+    assert summary["efficiency_to_end"] == pytest.approx(15 / 20)
 
 
 # --- the record ------------------------------------------------------------------------
@@ -231,7 +238,7 @@ def test_plot_big_run_is_fast_and_uses_few_artists(tmp_path: Path):
     elapsed = time.perf_counter() - began
     assert path.read_bytes()[:8] == PNG_MAGIC and path.stat().st_size > 20_000
     assert elapsed < 20, f"plotting 10,000 tasks took {elapsed:.1f} s"
-    tasks_ax, hist_ax, cpu_ax = fig.axes
+    tasks_ax, hist_ax, cpu_ax, numbers_ax = fig.axes
     assert len(tasks_ax.collections) <= 6  # one collection per colour, not per task
     assert len(tasks_ax.patches) < 10
     assert tasks_ax.get_yticklabels() == [] or not any(
@@ -260,8 +267,9 @@ def test_timeline_command_writes_png_and_prints_numbers(tmp_path: Path):
     result = CliRunner().invoke(timeline_command, [str(record_path), "-o", str(out)])
     assert result.exit_code == 0, result.output
     assert out.read_bytes()[:8] == PNG_MAGIC
-    assert "efficiency   69.7%" in result.output  # 23/33
-    assert "min 57.1%, median 68.0%" in result.output  # 8/14, (15/19 + 8/14)/2
+    assert "efficiency   74.2%" in result.output  # 23/31
+    assert "to map end   69.7%" in result.output  # 23/33
+    assert "min 57.1%, median 72.7%" in result.output  # 8/14, (15/17 + 8/14)/2
     assert "events/s     250" in result.output  # 5000 events / 20 s
     assert "tail         0.00 s" in result.output
 

@@ -29,13 +29,19 @@ def pools_required() -> bool:
 
 
 def _say(request):
+    """Print a line on the terminal even while pytest captures output (bring-up times)."""
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capman = request.config.pluginmanager.get_plugin("capturemanager")
 
     def say(msg: str) -> None:
-        if reporter is not None:
-            reporter.write_line(f"[pools] {msg}")
-        else:  # pragma: no cover
-            print(f"[pools] {msg}")
+        line = f"[pools] {msg}"
+        if reporter is None:
+            print(line)
+        elif capman is not None:
+            with capman.global_and_fixture_disabled():
+                reporter.write_line(line)
+        else:
+            reporter.write_line(line)
     return say
 
 
@@ -147,8 +153,8 @@ def wait_workers(config, predicate, timeout: float, what: str) -> list[str]:
 
     def check():
         names = sorted(w["name"] for w in live_workers(broker=config))
-        return names if predicate(names) else None
-    return wait_for(check, timeout, interval=1.0, what=what)
+        return (names,) if predicate(names) else None      # a tuple: truthy even when empty
+    return wait_for(check, timeout, interval=1.0, what=what)[0]
 
 
 def job_logs(directory: Path, limit: int = 4000) -> str:
