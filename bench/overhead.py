@@ -29,7 +29,7 @@ def nap(seconds):
 
 def _ours(workers: int, roundtrips: int, tasks: int, repeats: int, sleep: tuple | None,
           timeline: str | None, record_path: str | None) -> dict:
-    from client import LocalCluster, remote_map, submit
+    from client import LocalCluster, last_map, remote_map
     out: dict = {}
     t0 = time.perf_counter()
     with LocalCluster(n_workers=workers, cache_size="64MB") as cluster:
@@ -54,19 +54,11 @@ def _ours(workers: int, roundtrips: int, tasks: int, repeats: int, sleep: tuple 
             rng = random.Random(1)
             args = [rng.uniform(*sleep) for _ in range(tasks)]
             t = time.perf_counter()
-            h = submit(nap, args, broker=cluster)
-            last_progress = 0
-            while not h.done():
-                time.sleep(0.5)
-                got = h.progress()[0]
-                if got - last_progress >= tasks // 10:
-                    click.echo(f"  {got}/{tasks} tasks done", err=True)
-                    last_progress = got
-            res = h.wait()
+            res = remote_map(nap, args, broker=cluster, progress=True, label="nap")
             returned = time.time()
             out["wall_s"] = time.perf_counter() - t
-            rec = h.record()
-            out["last_result_to_return_ms"] = (returned - rec.end) * 1e3
+            rec = last_map().record()
+            out["last_result_to_return_ms"] = (returned - max(m["received"] for m in last_map().run.metas)) * 1e3
             from client.timeline import efficiency, plot_timeline
             eff = efficiency(rec)
             out["efficiency"] = eff["efficiency"]

@@ -170,7 +170,9 @@ def _headline(record: RunRecord, numbers: dict[str, Any]) -> str:
     ident = f" {record.map_id[:8]}" if record.map_id else ""
     first = (f"{name}{ident}: {len(record.tasks)}/{record.n_tasks} tasks on "
              f"{len(numbers['per_worker'])} workers in {numbers['wall']:.1f} s")
-    parts = [f"efficiency {numbers['efficiency']:.0%}",
+    parts = [f"efficiency {numbers['efficiency']:.1%}"
+             + (f" ({numbers['efficiency_to_end']:.1%} to map end)"
+                if "efficiency_to_end" in numbers else ""),
              f"tail {numbers['tail']:.1f} s (last 5% of tasks)"]
     if numbers["events_per_s"] is not None:
         parts.append(f"{_si(numbers['events_per_s'])} events/s")
@@ -253,12 +255,15 @@ def _draw_tasks(ax: "Axes", record: RunRecord, numbers: dict[str, Any], t0: floa
 def _draw_histogram(ax: "Axes", numbers: dict[str, Any]) -> None:
     """Histogram of per-worker efficiency, with the overall value marked."""
     values = [100 * v for v in numbers["per_worker"].values()]
-    ax.hist(values, bins=[5 * i for i in range(21)], color="#1f77b4", edgecolor="white")
+    # 20 bins from a round number below the worst worker, so a tight cluster is resolved
+    low = 5.0 * int(max(0.0, min(values, default=0.0) - 5.0) // 5.0)
+    ax.hist(values, bins=[low + (100.0 - low) * i / 20 for i in range(21)], color="#1f77b4",
+            edgecolor="white")
     ax.axvline(100 * numbers["efficiency"], color="#d62728", ls="--", lw=1.5,
                label=f"overall {numbers['efficiency']:.0%}")
     ax.axvline(100 * numbers["worker_median"], color="0.3", ls=":", lw=1.5,
                label=f"median {numbers['worker_median']:.0%}")
-    ax.set_xlim(0, 100)
+    ax.set_xlim(low, 100)
     ax.set_xlabel("worker efficiency (%)")
     ax.set_ylabel("workers")
     ax.set_title("per-worker efficiency", fontsize=10)
@@ -271,6 +276,7 @@ def _draw_numbers(ax: "Axes", record: RunRecord, numbers: dict[str, Any]) -> Non
             ("workers", f"{len(numbers['per_worker'])}"),
             ("wall", f"{numbers['wall']:.1f} s"),
             ("efficiency", f"{numbers['efficiency']:.1%}"),
+            ("to map end", f"{numbers.get('efficiency_to_end', numbers['efficiency']):.1%}"),
             ("worker min", f"{numbers['worker_min']:.1%}"),
             ("worker median", f"{numbers['worker_median']:.1%}"),
             ("tail (95-100%)", f"{numbers['tail']:.1f} s")]
