@@ -328,13 +328,12 @@ class Storage:
     def shared_depth(self) -> int:
         return int(self.r.llen(self.keys.shared_queue))
 
-    def locate(self, routing_keys: Sequence[str]) -> dict[str, str]:
-        """For each routing key cached on a live worker, that worker's name."""
-        if not routing_keys:
-            return {}
+    def locate(self, routing_keys: Sequence[str]) -> tuple[dict[str, str], list[str]]:
+        """For each routing key cached on a live worker, that worker's name; and the
+        names of the live workers."""
         live = [w["name"] for w in self.live_workers()]
-        if not live:
-            return {}
+        if not routing_keys or not live:
+            return {}, live
         pipe = self.r.pipeline(transaction=False)
         for w in live:
             pipe.smismember(self.keys.holds(w), list(routing_keys))
@@ -343,7 +342,7 @@ class Storage:
             for key, held in zip(routing_keys, flags):
                 if held and key not in where:
                     where[key] = w
-        return where
+        return where, live
 
     def count_keys(self) -> int:
         """How many keys exist under this namespace (for tests and `rhtc status`)."""

@@ -70,6 +70,13 @@ def submit(ctx):
     os.execv(sys.executable, [sys.executable, "-m", "condor", "submit", *ctx.args])
 
 
+@main.command(context_settings=_PASSTHROUGH)
+@click.pass_context
+def pack(ctx):
+    """Pack the worker environment for batch nodes: rhtc pack [--python 3.11] [-o FILE]."""
+    os.execv(sys.executable, [sys.executable, "-m", "condor", "pack", *ctx.args])
+
+
 @main.command()
 @click.option("-n", "--workers", "n", type=int, default=None, help="How many (default: CPU count).")
 @click.option("--cache-size", default=None, help="Branch cache cap per worker, e.g. 2GB.")

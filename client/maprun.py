@@ -43,6 +43,16 @@ class TaskResult:
         return self.error is None
 
 
+def _contiguous_blocks(indices: list[int], workers: list[str]) -> dict[int, str]:
+    """Place chunks nobody holds yet: consecutive chunks (mostly of the same file) go to
+    the same worker, so each worker opens few files; idle workers steal from the tails
+    of the others' queues, so a slow worker cannot hold the map up."""
+    if len(indices) < 2 * len(workers):
+        return {}                     # too few to split: the shared queue balances best
+    block = -(-len(indices) // len(workers))
+    return {i: workers[k // block] for k, i in enumerate(indices)}
+
+
 def _describe(obj: Any) -> str:
     try:
         text = repr(obj)
@@ -129,14 +139,16 @@ class MapRun:
     def _enqueue(self, indices, wait_first: float = 0.0, route: bool = True) -> list[bytes]:
         indices = list(indices)
         routed: dict[str | None, list[bytes]] = {}
-        where = {}
         keys = [self.routing_keys[i] for i in indices if self.routing_keys[i]] if route else []
-        if keys:
-            where = self.storage.locate(keys)
+        where, live = self.storage.locate(keys) if keys else ({}, [])
+        owner = {i: where[self.routing_keys[i]] for i in indices
+                 if self.routing_keys[i] and self.routing_keys[i] in where}
+        self.routed_to_workers = len(owner)
+        if keys and live:
+            owner.update(_contiguous_blocks([i for i in indices if self.routing_keys[i] and i not in owner],
+                                            sorted(live)))
         for i in indices:
-            w = where.get(self.routing_keys[i]) if self.routing_keys[i] else None
-            routed.setdefault(w, []).append(self.frames[i])
-        self.routed_to_workers = sum(len(v) for w, v in routed.items() if w is not None)
+            routed.setdefault(owner.get(i), []).append(self.frames[i])
         upload = not self._fn_uploaded or len(self.packed_fn) < 65536 or \
             not self.storage.function_present(self.fn_hash)
         try:

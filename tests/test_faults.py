@@ -212,17 +212,27 @@ def test_unpicklable_and_oversized_results_are_clear_errors(broker, workers):
     assert isinstance(out[1], RemoteError) and "over the limit" in str(out[1])
 
 
-def test_client_worker_version_mismatch_is_explained(broker, workers, tmp_path, monkeypatch):
+def test_function_the_worker_cannot_load_is_explained(broker, workers, tmp_path, monkeypatch):
     workers.start(1)
     (tmp_path / "only_here.py").write_text("def f(x):\n    return x\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     import only_here
-    real = protocol.versions
-    monkeypatch.setattr(protocol, "versions", lambda: {**real(), "python": "3.99.0"})
     with pytest.raises(RemoteError) as info:
         remote_map(only_here.f, [1], broker=broker, progress=False)
     text = str(info.value)
-    assert "cannot load the function" in text and "only_here" in text and "python 3.99.0" in text
+    assert "cannot load the function" in text and "only_here" in text
+    assert remote_map(abs, [-2], broker=broker, progress=False) == [2]   # the worker goes on
+
+
+def test_other_python_version_is_refused_before_unpickling(broker, workers, monkeypatch):
+    names = workers.start(1)
+    real = protocol.versions
+    monkeypatch.setattr(protocol, "versions", lambda: {**real(), "python": "3.99.0"})
+    with pytest.raises(RemoteError) as info:
+        remote_map(abs, [-1], broker=broker, progress=False)
+    text = str(info.value)
+    assert f"runs Python {real()['python']}" in text and "sent from Python 3.99.0" in text
+    assert workers.procs[names[0]].poll() is None
 
 
 def test_missing_and_corrupt_files_fail_only_their_chunks(broker, workers, tmp_path):

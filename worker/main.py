@@ -80,20 +80,16 @@ class Worker:
         log.info("worker %s serving %s (namespace %s)", self.name, redact(self.config.url),
                  self.config.namespace)
         backoff = 0.1
-        idle_since = None
         while not self.stopping:
             try:
                 batch = self._take()
+                if not batch:           # nothing queued for us: help a backed-up worker
+                    stolen = self.storage.steal(self.name)
+                    batch = [stolen] if stolen else []
                 if not batch:
-                    if idle_since is not None and time.monotonic() - idle_since > 0.5:
-                        stolen = self.storage.steal(self.name)
-                        batch = [stolen] if stolen else []
-                    if not batch:
-                        idle_since = idle_since or time.monotonic()
-                        frame = self.storage.wait_for_task(self.name, timeout=1.0)
-                        batch = [frame] if frame else []
+                    frame = self.storage.wait_for_task(self.name, timeout=1.0)
+                    batch = [frame] if frame else []
                 if batch:
-                    idle_since = None
                     self._run_batch(batch)
                 backoff = 0.1
             except HandBack:
@@ -252,6 +248,15 @@ class Worker:
         if fn is not None:
             self.functions.move_to_end(fn_hash)
             return fn
+        info = self.storage.map_info(map_id)
+        ours = protocol.versions()
+        theirs = info.get("python", "")
+        if theirs and theirs.split(".")[:2] != ours["python"].split(".")[:2]:
+            # pickles by value do not travel between Python versions: loading one can
+            # crash the interpreter outright, so refuse before trying
+            raise _SystemFault("version-mismatch", f"worker {self.name} runs Python {ours['python']} but "
+                               f"map {map_id} was sent from Python {theirs}: run the workers with the "
+                               "client's Python X.Y (`rhtc pack` builds the worker environment for it)")
         blob = self.storage.get_function(fn_hash)
         if blob is None:
             raise _SystemFault("missing-function", f"the function of map {map_id} is not in the "
@@ -263,8 +268,6 @@ class Worker:
         try:
             fn = protocol.loads(body)
         except Exception as err:
-            info = self.storage.map_info(map_id)
-            ours = protocol.versions()
             theirs = {k: info.get(k, "?") for k in ("python", "cloudpickle")}
             differ = {k: (theirs[k], ours[k]) for k in theirs if theirs[k] != ours[k]}
             hint = ("; the client runs " + ", ".join(f"{k} {a} and this worker {k} {b}" for k, (a, b)
