@@ -75,6 +75,39 @@ def _ours(workers: int, roundtrips: int, tasks: int, repeats: int, sleep: tuple 
     return out
 
 
+def _bare_redis(roundtrips: int) -> dict:
+    """The floor: a bare Redis list queue (LPUSH, BRPOP, RPUSH, BLPOP) with one echo
+    process, no pickling, no signing, no leases: what one round trip costs on this machine."""
+    import multiprocessing
+
+    import redis
+
+    from broker.embedded import EmbeddedBroker
+
+    def echo(url):
+        r = redis.Redis.from_url(url)
+        while True:
+            got = r.brpop(["q"], timeout=10)
+            if got is None or got[1] == b"stop":
+                return
+            r.rpush("res", got[1])
+
+    with EmbeddedBroker() as b:
+        ctx = multiprocessing.get_context("fork")
+        p = ctx.Process(target=echo, args=(b.config.url,))
+        p.start()
+        r = redis.Redis.from_url(b.config.url)
+        rts = []
+        for i in range(roundtrips + 20):
+            t = time.perf_counter()
+            r.lpush("q", b"x")
+            r.blpop(["res"], timeout=10)
+            rts.append(time.perf_counter() - t)
+        r.lpush("q", b"stop")
+        p.join(10)
+    return {"roundtrip_ms_median": statistics.median(rts[20:]) * 1e3}
+
+
 def _dask(workers: int, roundtrips: int, tasks: int, repeats: int, sleep: tuple | None) -> dict:
     try:
         from dask.distributed import Client, LocalCluster
@@ -139,6 +172,8 @@ def overhead_command(workers, roundtrips, tasks, repeats, sleep, with_dask, time
     ours = _ours(workers, roundtrips, tasks, repeats, sl, timeline, record_path)
     theirs = _dask(workers, roundtrips, tasks, repeats, sl) if with_dask else {}
     result = {"workers": workers, "tasks": tasks, "sleep": sleep, "ours": ours, "dask": theirs}
+    if sl is None:
+        result["bare_redis"] = _bare_redis(roundtrips)
     if compare_leases and sl is None:
         os.environ["RHTC_LEASES"] = "0"            # inherited by the workers started next
         try:
@@ -163,6 +198,8 @@ def overhead_command(workers, roundtrips, tasks, repeats, sleep, with_dask, time
                    f"{_ratio(theirs.get('roundtrip_ms_median'), ours['roundtrip_ms_median']):>9.1f}x")
         click.echo(f"{'round trip p90 (ms)':24}{ours['roundtrip_ms_p90']:>16.3f}"
                    f"{theirs.get('roundtrip_ms_p90', float('nan')):>12.3f}")
+        click.echo(f"{'bare Redis queue (floor)':24}{result['bare_redis']['roundtrip_ms_median']:>16.3f}"
+                   "   ms round trip: LPUSH/BRPOP/RPUSH/BLPOP, nothing else")
         click.echo(f"{'no-op tasks/s (median)':24}{ours['tasks_per_s_median']:>16,.0f}"
                    f"{theirs.get('tasks_per_s_median', float('nan')):>12,.0f}"
                    f"{_ratio(ours['tasks_per_s_median'], theirs.get('tasks_per_s_median')):>9.1f}x")

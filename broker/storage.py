@@ -37,6 +37,8 @@ RESULT_GRACE = 30      # a result list outlives its map by this much
 FUNCTION_TTL = 600     # a function blob expires this long after its last map ended
 LEASES = os.environ.get("RHTC_LEASES", "1") != "0"   # off only to measure what leases cost
 LOG_TTL = 86400
+STEAL_MIN_QUEUE = 3    # steal from a live worker's queue only when it is this long...
+STEAL_STUCK_SECONDS = 10.0   # ... or when its current task has run this long
 MAX_ATTEMPTS = int(os.environ.get("RHTC_MAX_ATTEMPTS", "3"))
 
 ConnectionProblem = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
@@ -254,8 +256,9 @@ class Storage:
         return frame
 
     def steal(self, worker: str) -> bytes | None:
-        """Lease one task from the tail of a busy or dead worker's backed-up queue."""
-        return self._fast.script(self._scripts["steal"], [], [self.keys.ns, worker]) or None
+        """Lease one task from the tail of a backed-up, stuck or dead worker's queue."""
+        return self._fast.script(self._scripts["steal"], [], [self.keys.ns, worker, STEAL_MIN_QUEUE,
+                                                              STEAL_STUCK_SECONDS]) or None
 
     def release(self, worker: str, task_ids: Iterable[bytes]) -> None:
         """Drop leases without a result (a frame the worker could not read)."""

@@ -343,3 +343,21 @@ def test_killed_client_leaves_nothing_after_expiry(broker, workers, storage):
     while time.monotonic() < deadline and (map_keys(storage) or storage.shared_depth()):
         time.sleep(0.5)
     assert map_keys(storage) == [] and storage.shared_depth() == 0
+
+
+def slow_on_one_worker(chunk):
+    time.sleep(2.0 if os.environ.get("RHTC_TEST_SLOW") == "1" else 0.05)
+    return chunk.entry_start
+
+
+def test_a_slow_worker_does_not_hold_the_map_up(broker, workers):
+    slow = workers.start(1, env={"RHTC_TEST_SLOW": "1"})[0]
+    workers.start(1)
+    chunks = make_chunks([str(NANOAOD / "nano_dimuon.root"), str(NANOAOD / "nano_dy.root")], step=2)
+    t = time.monotonic()
+    results = list(imap_unordered(slow_on_one_worker, chunks, broker=broker, stragglers=None))
+    elapsed = time.monotonic() - t
+    assert sorted(r.value for r in results) == sorted(c.entry_start for c in chunks)
+    on_slow = sum(r.meta["worker"] == slow for r in results)
+    # half the chunks were placed on the slow worker; the fast one stole most of them
+    assert on_slow <= 6 and elapsed < 20, (on_slow, elapsed)

@@ -1,12 +1,29 @@
--- An idle worker takes one task from the tail of the longest queue of a worker that
--- is busy (holds a lease) or dead (no heartbeat), and leases it to itself.
--- ARGV: namespace, thief name. Returns the frame, or false.
+-- An idle worker takes one task from the tail of another worker's queue, and leases it
+-- to itself, when that pays: the victim is backed up (at least ARGV[3] tasks queued, so
+-- the owner would reach the tail much later than the thief can re-read it) or stuck
+-- (its current task has run more than ARGV[4] seconds), or it is dead (no heartbeat).
+-- A short queue of an owner that is making progress is left alone: those chunks are in
+-- its cache. ARGV: namespace, thief name, min queue, stuck seconds.
+-- Returns the frame, or false.
 local ns, me = ARGV[1], ARGV[2]
+local minq, stuck = tonumber(ARGV[3]), tonumber(ARGV[4])
 local best, bestlen = nil, 0
 for _, w in ipairs(redis.call('SMEMBERS', ns .. ':workers')) do
   if w ~= me then
     local l = redis.call('LLEN', ns .. ':q:w:' .. w)
-    if l > bestlen then best, bestlen = w, l end
+    if l > 0 then
+      local ok = l >= minq
+      if not ok then
+        local hb = redis.call('GET', ns .. ':hb:' .. w)
+        if not hb then
+          ok = true
+        else
+          local status = cjson.decode(hb)
+          ok = type(status['task_seconds']) == 'number' and status['task_seconds'] > stuck
+        end
+      end
+      if ok and l > bestlen then best, bestlen = w, l end
+    end
   end
 end
 if not best then return false end
