@@ -27,6 +27,25 @@ def nap(seconds):
     return seconds
 
 
+def _measure(one, many, roundtrips: int, tasks: int, repeats: int) -> dict:
+    """Round trip of ``one(i)`` (median, p90 of ``roundtrips``) and throughput of
+    ``many(range(tasks))`` (median of ``repeats``), checking the answers."""
+    rts = []
+    for i in range(roundtrips):
+        t = time.perf_counter()
+        assert one(i) in (i, [i])
+        rts.append(time.perf_counter() - t)
+    rates = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        res = many(range(tasks))
+        rates.append(tasks / (time.perf_counter() - t))
+        assert list(res) == list(range(tasks))
+    return {"roundtrip_ms_median": statistics.median(rts) * 1e3,
+            "roundtrip_ms_p90": sorted(rts)[int(0.9 * len(rts))] * 1e3,
+            "tasks_per_s_median": statistics.median(rates)}
+
+
 def _ours(workers: int, roundtrips: int, tasks: int, repeats: int, sleep: tuple | None,
           timeline: str | None, record_path: str | None) -> dict:
     from client import LocalCluster, last_map, remote_map
@@ -36,20 +55,9 @@ def _ours(workers: int, roundtrips: int, tasks: int, repeats: int, sleep: tuple 
         out["startup_s"] = time.perf_counter() - t0
         remote_map(noop, range(workers * 4), broker=cluster, progress=False)   # warm up
         if sleep is None:
-            rts = []
-            for i in range(roundtrips):
-                t = time.perf_counter()
-                remote_map(noop, [i], broker=cluster, progress=False)
-                rts.append(time.perf_counter() - t)
-            out["roundtrip_ms_median"] = statistics.median(rts) * 1e3
-            out["roundtrip_ms_p90"] = sorted(rts)[int(0.9 * len(rts))] * 1e3
-            rates = []
-            for _ in range(repeats):
-                t = time.perf_counter()
-                res = remote_map(noop, range(tasks), broker=cluster, progress=False)
-                rates.append(tasks / (time.perf_counter() - t))
-                assert res == list(range(tasks))
-            out["tasks_per_s_median"] = statistics.median(rates)
+            out.update(_measure(lambda i: remote_map(noop, [i], broker=cluster, progress=False),
+                                lambda xs: remote_map(noop, xs, broker=cluster, progress=False),
+                                roundtrips, tasks, repeats))
         else:
             rng = random.Random(1)
             args = [rng.uniform(*sleep) for _ in range(tasks)]
@@ -121,20 +129,9 @@ def _dask(workers: int, roundtrips: int, tasks: int, repeats: int, sleep: tuple 
         out["startup_s"] = time.perf_counter() - t0
         client.gather(client.map(noop, range(workers * 4), pure=False))
         if sleep is None:
-            rts = []
-            for i in range(roundtrips):
-                t = time.perf_counter()
-                client.submit(noop, i, pure=False).result()
-                rts.append(time.perf_counter() - t)
-            out["roundtrip_ms_median"] = statistics.median(rts) * 1e3
-            out["roundtrip_ms_p90"] = sorted(rts)[int(0.9 * len(rts))] * 1e3
-            rates = []
-            for _ in range(repeats):
-                t = time.perf_counter()
-                res = client.gather(client.map(noop, range(tasks), pure=False))
-                rates.append(tasks / (time.perf_counter() - t))
-                assert res == list(range(tasks))
-            out["tasks_per_s_median"] = statistics.median(rates)
+            out.update(_measure(lambda i: client.submit(noop, i, pure=False).result(),
+                                lambda xs: client.gather(client.map(noop, xs, pure=False)),
+                                roundtrips, tasks, repeats))
         else:
             rng = random.Random(1)
             args = [rng.uniform(*sleep) for _ in range(tasks)]

@@ -96,16 +96,12 @@ class BranchCache(MutableMapping):
             self._evict_oldest()
 
     def _evict_oldest(self) -> None:
-        _, (_, size, tag) = self._data.popitem(last=False)
-        self.nbytes -= size
-        if tag is not None:
-            self._tag_count[tag] -= 1
-            if self._tag_count[tag] <= 0:
-                del self._tag_count[tag]
-                self.evicted_tags.add(tag)
+        self._forget(*self._data.popitem(last=False)[1])
 
     def __delitem__(self, key: str) -> None:
-        _, size, tag = self._data.pop(key)
+        self._forget(*self._data.pop(key))
+
+    def _forget(self, _value: Any, size: int, tag: str | None) -> None:
         self.nbytes -= size
         if tag is not None:
             self._tag_count[tag] -= 1

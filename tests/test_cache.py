@@ -1,0 +1,44 @@
+"""The worker's branch cache: capped in bytes, least recently used out first, and what it
+holds is what the worker advertises for routing."""
+from __future__ import annotations
+
+import numpy as np
+
+from client import imap_unordered, make_chunks
+from tests.conftest import NANOAOD
+from tests.test_nanoaod import REAL, muon_pt_sum
+from worker.cache import BranchCache
+
+
+def test_lru_by_bytes_and_evicted_chunks_are_reported():
+    c = BranchCache(limit_bytes=100)
+    a, b = c.view("chunk-a"), c.view("chunk-b")
+    a["a1"] = np.zeros(10, np.float32)            # 40 bytes
+    b["b1"] = np.zeros(10, np.float32)            # 80
+    assert a.get("a1") is not None                # a1 is now the most recent
+    b["b2"] = np.zeros(10, np.float32)            # 120 > 100: b1, the least recent, goes
+    assert "b1" not in c and "a1" in c and "b2" in c and c.nbytes == 80
+    assert c.drain_evicted() == set()             # chunk-b still has b2
+    a["a2"] = np.zeros(20, np.float32)            # 160: a1 (40) then b2 (40) go
+    assert set(c) == {"a2"} and c.nbytes == 80
+    assert c.drain_evicted() == {"chunk-b"}
+    c["huge"] = np.zeros(1000)                     # larger than the cap: not cached at all
+    assert "huge" not in c and c.nbytes == 80
+
+
+def test_restoring_an_entry_does_not_count_twice():
+    c = BranchCache(limit_bytes=1000)
+    v = c.view("t")
+    v["k"] = np.zeros(10, np.float32)
+    v["k"] = np.zeros(10, np.float32)
+    assert c.nbytes == 40 and len(c) == 1
+
+
+def test_a_worker_with_a_tiny_cache_reads_again_and_withdraws_its_chunks(broker, workers, storage):
+    name = workers.start(1, extra=("--cache-size", "400"))[0]
+    chunks = make_chunks(REAL, step=20)
+    list(imap_unordered(muon_pt_sum, chunks, broker=broker))
+    again = list(imap_unordered(muon_pt_sum, chunks, broker=broker))
+    assert sum(r.meta["bytes_file"] for r in again) > 0          # evicted, so read again
+    held = {k.decode() for k in storage.r.smembers(storage.keys.holds(name))}
+    assert len(held) < len(chunks)                                # evicted chunks withdrawn
