@@ -17,16 +17,17 @@ from broker import context
 from client.reduce import combine
 from examples.dimuon import dimuon
 from worker.cache import BranchCache, parse_size
+from worker.memory import tune_malloc
 
 _DASK_CACHE_BYTES = int(os.environ.get("RHTC_BENCH_CACHE", "4000000000"))
 
 
-def warm_imports(_):
-    """Import the analysis stack on a worker, so the cold run measures reading, not imports."""
-    import awkward  # noqa: F401
-    import hist  # noqa: F401
-    import uproot  # noqa: F401
-    time.sleep(0.05)
+def warm_up(chunk):
+    """Run the analysis once on a tiny file of its own, so that the cold run measures
+    reading the data, not importing and first-use set-up of uproot, awkward and hist
+    (both systems and the bare loop get the same warm-up)."""
+    dimuon(chunk)
+    time.sleep(0.05)                     # keep each worker busy long enough to get one
     return os.getpid()
 
 
@@ -34,6 +35,7 @@ def dask_dimuon(chunk):
     """The same analysis on a dask worker, with a process-global cache of the same size
     as ours, reached the same way (so dask gets its fair chance)."""
     if context.current is None:
+        tune_malloc()                   # as our workers do
         context.current = context.TaskContext(worker=f"dask-{os.getpid()}",
                                               cache=BranchCache(_DASK_CACHE_BYTES))
     return dimuon(chunk)
@@ -46,10 +48,13 @@ def _page_cache(paths) -> None:
                 pass
 
 
-def _bare(chunks, cache_bytes: int) -> dict:
+def _bare(chunks, cache_bytes: int, warm: list) -> dict:
     """One process, one chunk after the other: cold (no cache), then with a cache, twice."""
     from client.chunks import close_files
     close_files()                      # pay for opening the files, as the workers do
+    tune_malloc()                      # as our workers do
+    for c in warm:
+        dimuon(c)
     out = {}
     t = time.perf_counter()
     total = None
@@ -72,7 +77,7 @@ def _bare(chunks, cache_bytes: int) -> dict:
     return out
 
 
-def _ours(chunks, workers: int, cache: str, broker_url: str | None) -> dict:
+def _ours(chunks, workers: int, cache: str, broker_url: str | None, warm: list) -> dict:
     from client import LocalCluster, live_workers, remote_map, submit
     cluster = None
     if broker_url is None:
@@ -84,7 +89,7 @@ def _ours(chunks, workers: int, cache: str, broker_url: str | None) -> dict:
         broker, start_s = broker_url, 0.0
     try:
         n_live = len(live_workers(broker))
-        remote_map(warm_imports, range(n_live * 3), broker=broker, progress=False)
+        remote_map(warm_up, warm * n_live * 3, broker=broker, progress=False, routing=False)
         out = {"workers": n_live, "startup_s": start_s}
         for phase in ("cold", "warm"):
             t = time.perf_counter()
@@ -102,7 +107,7 @@ def _ours(chunks, workers: int, cache: str, broker_url: str | None) -> dict:
     return out
 
 
-def _dask(chunks, workers: int) -> dict:
+def _dask(chunks, workers: int, warm: list) -> dict:
     try:
         from dask.distributed import Client, LocalCluster, as_completed
     except ImportError:
@@ -111,7 +116,7 @@ def _dask(chunks, workers: int) -> dict:
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
                       silence_logs=logging.CRITICAL) as cluster, Client(cluster) as client:
         out = {"workers": workers, "startup_s": time.perf_counter() - t}
-        client.gather(client.map(warm_imports, range(workers * 3), pure=False))
+        client.gather(client.map(warm_up, warm * workers * 3, pure=False))
         for phase in ("cold", "warm"):
             t = time.perf_counter()
             total = None
@@ -150,13 +155,15 @@ def dimuon_command(workers, files, events, chunk_size, compression, cache_size, 
     paths = make_data(data_dir, files=files, events=events, compression=compression)
     _page_cache(paths)
     chunks = make_chunks(paths, step=chunk_size)
+    warm = make_chunks(make_data(os.path.join(data_dir, "warm-up"), files=1, events=2000,
+                                 compression=compression, progress=False), step=2000)
     n_events = sum(c.num_entries for c in chunks)
     click.echo(f"bench dimuon: {len(paths)} {compression} files, {n_events:,} events, {len(chunks)} chunks "
                f"of {chunk_size:,}; {workers} workers; {os.cpu_count()} cores; files in the page cache",
                err=True)
-    bare = _bare(chunks, _DASK_CACHE_BYTES)
-    ours = _ours(chunks, workers, cache_size, broker_url)
-    theirs = _dask(chunks, dask_workers or workers) if with_dask else {}
+    bare = _bare(chunks, _DASK_CACHE_BYTES, warm)
+    ours = _ours(chunks, workers, cache_size, broker_url, warm)
+    theirs = _dask(chunks, dask_workers or workers, warm) if with_dask else {}
     assert ours["cold_events"] == ours["warm_events"] == bare["events"] == n_events
     assert ours["cold_pairs"] == bare["pairs"], "different physics from the same files"
     if theirs.get("cold_events") is not None:

@@ -37,7 +37,7 @@ RESULT_GRACE = 30      # a result list outlives its map by this much
 FUNCTION_TTL = 600     # a function blob expires this long after its last map ended
 LEASES = os.environ.get("RHTC_LEASES", "1") != "0"   # off only to measure what leases cost
 LOG_TTL = 86400
-STEAL_MIN_QUEUE = 3    # steal from a live worker's queue only when it is this long...
+STEAL_MIN_QUEUE = 4    # steal from a live worker's queue only when it is this long...
 STEAL_STUCK_SECONDS = 10.0   # ... or when its current task has run this long
 MAX_ATTEMPTS = int(os.environ.get("RHTC_MAX_ATTEMPTS", "3"))
 

@@ -42,3 +42,23 @@ def test_a_worker_with_a_tiny_cache_reads_again_and_withdraws_its_chunks(broker,
     assert sum(r.meta["bytes_file"] for r in again) > 0          # evicted, so read again
     held = {k.decode() for k in storage.r.smembers(storage.keys.holds(name))}
     assert len(held) < len(chunks)                                # evicted chunks withdrawn
+
+
+def test_branches_of_one_collection_share_their_offsets_in_the_cache():
+    import awkward as ak
+    from broker import context
+    chunk = make_chunks(str(NANOAOD / "nano_dy.root"), step=40)[0]
+    direct = chunk.arrays(["Muon_pt", "Muon_eta", "Muon_charge"], how=dict)
+    cache = BranchCache(limit_bytes=10**8)
+    saved, context.current = context.current, context.TaskContext(worker="t", cache=cache)
+    try:
+        chunk.arrays(["Muon_pt", "Muon_eta", "Muon_charge"], how=dict)
+        again = chunk.arrays(["Muon_pt", "Muon_eta", "Muon_charge"], how=dict)
+        assert context.current.bytes_from_cache > 0
+    finally:
+        context.current = saved
+    for b in direct:
+        assert ak.to_list(again[b]) == ak.to_list(direct[b])
+    unshared = sum(direct[b].nbytes for b in direct)
+    offsets = direct["Muon_pt"].layout.offsets.data.nbytes
+    assert cache.nbytes == unshared - 2 * offsets      # three branches, one offsets array

@@ -23,6 +23,7 @@ from broker.config import BrokerConfig, redact
 from broker.storage import (HEARTBEAT_SECONDS, BrokerRefused, ConnectionProblem, Storage,
                             is_out_of_memory)
 from worker.cache import BranchCache
+from worker.memory import tune_malloc
 from worker.metrics import NodeMetrics
 
 log = logging.getLogger("rhtc.worker")
@@ -68,6 +69,7 @@ class Worker:
         self._hb_stop = threading.Event()
         self.ctx = context.TaskContext(worker=self.name, cache=self.cache)
         context.current = self.ctx
+        tune_malloc()
 
     # -- lifecycle ---------------------------------------------------------------------
     def run(self) -> int:
