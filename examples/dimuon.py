@@ -38,37 +38,47 @@ def histograms():
     }
 
 
-def leading_pair_mass(pt, eta, phi, mass, charge, counts):
-    """Invariant mass of the two leading muons of each event with an opposite-charge
-    leading pair; inputs are flat per-muon numpy arrays and per-event muon counts."""
-    starts = np.zeros(len(counts), dtype=np.int64)
-    np.cumsum(counts[:-1], out=starts[1:])
-    i0 = starts[counts >= 2]
+def leading_pair_mass(pt, eta, phi, mass, charge, offsets):
+    """Invariant mass of the two leading muons of each event whose leading pair has
+    opposite charges. Inputs are the flat per-muon numpy arrays of a chunk and the
+    per-event offsets into them; everything is vectorised over all events at once, in
+    float32 like the branches (ample for a mass above 1 GeV)."""
+    counts = offsets[1:] - offsets[:-1]
+    i0 = offsets[:-1][counts >= 2]
     i1 = i0 + 1
     opposite = charge[i0] != charge[i1]
     i0, i1 = i0[opposite], i1[opposite]
-    pt0, pt1 = pt[i0].astype(np.float64), pt[i1].astype(np.float64)
-    px = pt0 * np.cos(phi[i0]) + pt1 * np.cos(phi[i1])
-    py = pt0 * np.sin(phi[i0]) + pt1 * np.sin(phi[i1])
-    pz = pt0 * np.sinh(eta[i0]) + pt1 * np.sinh(eta[i1])
-    e0 = np.sqrt((pt0 * np.cosh(eta[i0])) ** 2 + mass[i0].astype(np.float64) ** 2)
-    e1 = np.sqrt((pt1 * np.cosh(eta[i1])) ** 2 + mass[i1].astype(np.float64) ** 2)
-    m2 = (e0 + e1) ** 2 - px ** 2 - py ** 2 - pz ** 2
-    return np.sqrt(np.maximum(m2, 0.0))
+    pt0, pt1, m0, m1 = pt[i0], pt[i1], mass[i0], mass[i1]
+    pz0, pz1 = pt0 * np.sinh(eta[i0]), pt1 * np.sinh(eta[i1])
+    e0 = np.sqrt(pt0 * pt0 + pz0 * pz0 + m0 * m0)
+    e1 = np.sqrt(pt1 * pt1 + pz1 * pz1 + m1 * m1)
+    p0p1 = pt0 * pt1 * np.cos(phi[i0] - phi[i1]) + pz0 * pz1
+    return np.sqrt(np.maximum(m0 * m0 + m1 * m1 + 2 * (e0 * e1 - p0p1), 0))
+
+
+def flat_and_offsets(array):
+    """(flat numpy contents, offsets) of a jagged array of numbers, without copying when
+    it is already packed (as uproot returns it)."""
+    import awkward as ak
+    layout = array.layout
+    if not (type(layout).__name__ == "ListOffsetArray" and type(layout.content).__name__ == "NumpyArray"
+            and layout.offsets[0] == 0):
+        layout = ak.to_packed(array).layout
+    return layout.content.data, layout.offsets.data
 
 
 def dimuon(chunk) -> dict:
     """One chunk in, histograms and counts out (combine them with ``+``)."""
-    import awkward as ak
     arrays = chunk.arrays(BRANCHES, how=dict)
-    counts = ak.num(arrays["Muon_pt"]).to_numpy()
-    flat = {b: ak.flatten(arrays[b]).to_numpy() for b in BRANCHES}
+    flat = {}
+    for b in BRANCHES:
+        flat[b], offsets = flat_and_offsets(arrays[b])
     m = leading_pair_mass(flat["Muon_pt"], flat["Muon_eta"], flat["Muon_phi"], flat["Muon_mass"],
-                          flat["Muon_charge"], counts)
+                          flat["Muon_charge"], offsets)
     h = histograms()
     h["mass_z"].fill(m)
     h["mass_wide"].fill(m)
-    return {**h, "events": len(counts), "pairs": len(m)}
+    return {**h, "events": len(offsets) - 1, "pairs": len(m)}
 
 
 def describe(result: dict) -> str:
