@@ -256,13 +256,14 @@ def _draw_histogram(ax: "Axes", numbers: dict[str, Any]) -> None:
     """Histogram of per-worker efficiency, with the overall value marked."""
     values = [100 * v for v in numbers["per_worker"].values()]
     # 20 bins from a round number below the worst worker, so a tight cluster is resolved
-    low = 5.0 * int(max(0.0, min(values, default=0.0) - 5.0) // 5.0)
+    spread = 2 * (100.0 - min(values, default=0.0))
+    low = 100.0 - next((w for w in (0.5, 1, 2, 5, 10, 20, 50) if w >= spread), 100.0)
     ax.hist(values, bins=[low + (100.0 - low) * i / 20 for i in range(21)], color="#1f77b4",
             edgecolor="white")
     ax.axvline(100 * numbers["efficiency"], color="#d62728", ls="--", lw=1.5,
-               label=f"overall {numbers['efficiency']:.0%}")
+               label=f"overall {numbers['efficiency']:.1%}")
     ax.axvline(100 * numbers["worker_median"], color="0.3", ls=":", lw=1.5,
-               label=f"median {numbers['worker_median']:.0%}")
+               label=f"median {numbers['worker_median']:.1%}")
     ax.set_xlim(low, 100)
     ax.set_xlabel("worker efficiency (%)")
     ax.set_ylabel("workers")
