@@ -45,7 +45,7 @@ def broker(host, port, unix_socket, allow_remote, maxmemory, config_path):
     path = b.config.write(config_path or default_config_path())
     click.echo(f"broker: {b.config.url}")
     click.echo(f"config (url, signing key, namespace; mode 0600): {path}")
-    click.echo(f"clients and workers on this machine find it there; elsewhere copy the file and set RHTC_CONFIG.")
+    click.echo("clients and workers on this machine find it there; elsewhere copy the file and set RHTC_CONFIG.")
     click.echo("Ctrl-C stops the broker.")
     _wait_for_signal()
     b.stop()

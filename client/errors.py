@@ -1,6 +1,17 @@
 """Errors a map can raise on the client, carrying what the worker saw."""
 from __future__ import annotations
 
+from typing import Any
+
+
+def describe(obj: Any) -> str:
+    """A short repr for error messages (never raises)."""
+    try:
+        text = repr(obj)
+    except Exception:
+        text = f"<{type(obj).__name__}>"
+    return text if len(text) < 200 else text[:197] + "..."
+
 
 class RemoteError(Exception):
     """A task failed on a worker: the user's exception, with the remote traceback, the

@@ -17,16 +17,11 @@ from typing import Any, Sequence
 
 from broker import protocol
 from broker.storage import BrokerRefused, ConnectionProblem, Storage, is_out_of_memory
-from client.errors import BrokerFull, BrokerLost, RemoteError
+from client.errors import BrokerFull, BrokerLost, RemoteError, describe
+from client.upkeep import BROKER_PATIENCE, TICK_SECONDS, Upkeep
 
 log = logging.getLogger("rhtc.client")
 
-TICK_SECONDS = 1.0            # how often the map renews itself and looks for lost tasks
-AUDIT_SECONDS = 5.0           # how often it checks that every pending task is somewhere
-AUDIT_MAX_QUEUE = 1000        # ... unless the shared queue is longer and results flow
-STRAGGLER_MIN_SECONDS = 1.0   # never back up a task that has run less than this
-MAX_METRIC_SAMPLES = 200_000
-BROKER_PATIENCE = float(os.environ.get("RHTC_BROKER_PATIENCE", "300"))
 
 
 @dataclasses.dataclass
@@ -53,14 +48,6 @@ def _contiguous_blocks(indices: list[int], workers: list[str]) -> dict[int, str]
     return {i: workers[k // block] for k, i in enumerate(indices)}
 
 
-def _describe(obj: Any) -> str:
-    try:
-        text = repr(obj)
-    except Exception:
-        text = f"<{type(obj).__name__}>"
-    return text if len(text) < 200 else text[:197] + "..."
-
-
 class MapRun:
     """Submit ``fn`` over ``args`` and collect the results, exactly once each."""
 
@@ -81,7 +68,6 @@ class MapRun:
         self.metric_samples: list[dict] = []
         self.backups: set[int] = set()
         self._durations: list[float] = []
-        self._full_since: float | None = None
         self._last_progress = time.monotonic()
         self.packed_fn = self._pack_function(fn)
         self.fn_hash = protocol.function_hash(self.packed_fn)
@@ -98,16 +84,15 @@ class MapRun:
         self.resubmissions = 0
         self.cancelled = self.closed = False
         self._next_tick = 0.0
+        self.upkeep = Upkeep(self)
         self._fn_uploaded = False
         self._early: list[bytes] = []
-        self._missing_before: set[int] = set()
-        self._next_audit = 0.0
-        self._warned_no_workers = False
+
 
     # -- packing ----------------------------------------------------------------------
     def _pack_function(self, fn) -> bytes:
         if not callable(fn):
-            raise TypeError(f"remote_map needs a function as its first argument, got {_describe(fn)}")
+            raise TypeError(f"remote_map needs a function as its first argument, got {describe(fn)}")
         try:
             return protocol.sign(self.key, protocol.dumps(fn))
         except Exception as err:
@@ -119,7 +104,7 @@ class MapRun:
         try:
             packed = protocol.dumps(arg)
         except Exception as err:
-            raise TypeError(f"cannot pickle argument {index} ({type(arg).__name__}: {_describe(arg)}): "
+            raise TypeError(f"cannot pickle argument {index} ({type(arg).__name__}: {describe(arg)}): "
                             f"{type(err).__name__}: {err}") from err
         if len(packed) > limit:
             raise ValueError(
@@ -204,7 +189,7 @@ class MapRun:
         while True:
             try:
                 if time.monotonic() >= self._next_tick:
-                    out += self._tick()
+                    out += self.upkeep.tick()
                 wait = min(max(0.0, deadline - time.monotonic()), max(0.0, self._next_tick - time.monotonic()))
                 frames = self.storage.fetch_results(self.map_id, timeout=wait if not out else 0)
                 lost_since = None
@@ -297,135 +282,13 @@ class MapRun:
                 self._requeue([index])
                 return None
         err = RemoteError(index, "WorkerRefused" if kind == "bad-frame" else "WorkerError", message,
-                          worker=worker, argument=_describe(self._args[index]))
+                          worker=worker, argument=describe(self._args[index]))
         if kind == "bad-frame":
             self.rejected[index] = err         # a forged copy must not beat the real task
             return None
         self.pending.discard(index)
         self.metas.append({"index": index, "worker": worker, "error": f"{kind}: {message}"[:200]})
         return TaskResult(index, None, {"worker": worker}, err)
-
-    def _tick(self) -> list[TaskResult]:
-        """Once a second: keep the map alive, recover from dead workers and restarts,
-        back up stragglers, sample the workers' metrics."""
-        self._next_tick = time.monotonic() + TICK_SECONDS
-        try:
-            out = self._tick_inner()
-        except BrokerRefused as err:
-            if not is_out_of_memory(err):
-                raise
-            out = []
-            self._full_since = self._full_since or time.monotonic()
-        self._check_full()
-        return out
-
-    def _check_full(self) -> None:
-        """Warn when no result came for a while because Redis is full; give up after the
-        broker patience (nothing is lost until then: workers hold their results)."""
-        if time.monotonic() - self._last_progress < 3 * TICK_SECONDS:
-            self._full_since = None
-            return
-        used, limit = self._memory()
-        if not limit or used < limit * 0.98:
-            self._full_since = None
-            return
-        if self._full_since is None:
-            self._full_since = time.monotonic()
-            log.warning("map %s is stalled: the broker is out of memory (%.0f of %.0f MB); workers "
-                        "hold their results until memory is freed", self.map_id, used / 1e6, limit / 1e6)
-        elif time.monotonic() - self._full_since > BROKER_PATIENCE:
-            raise BrokerFull(f"the broker {self.storage.config!r} has been out of memory ({used / 1e6:.0f} of "
-                             f"{limit / 1e6:.0f} MB) for {BROKER_PATIENCE:.0f} s during map {self.map_id}, "
-                             f"with {len(self.pending)} tasks pending: free memory in Redis or raise its "
-                             "maxmemory, then run the map again")
-
-    def _tick_inner(self) -> list[TaskResult]:
-        out: list[TaskResult] = []
-        if not self.storage.keep_map_alive(self.map_id, self.fn_hash):
-            if self.cancelled or self.done:
-                return out
-            log.warning("map %s vanished from the broker (did it restart?); resubmitting %d tasks",
-                        self.map_id, len(self.pending))
-            self._fn_uploaded = False
-            self._requeue(sorted(self.pending))
-            return out
-        self.storage.reap()
-        if time.monotonic() >= self._next_audit:
-            self._audit()
-        if self.sample_metrics or self.straggler_factor:
-            live = self.storage.live_workers()
-            if self.sample_metrics and len(self.metric_samples) < MAX_METRIC_SAMPLES:
-                self._sample(live)
-            if self.straggler_factor:
-                self._back_up_stragglers(live)
-        for frame in self.storage.fetch_dead_tasks(self.map_id):
-            index = protocol.frame_index(frame)
-            if index in self.pending:
-                history = self.storage.attempt_history(self.map_id, protocol.task_id(frame))
-                err = RemoteError(index, "WorkerLost", "the task was running on a worker that died, "
-                                  "every time it was tried; it may be what kills them (memory? a crash "
-                                  "in compiled code?)", worker=None,
-                                  argument=_describe(self._args[index]), history=history)
-                self.pending.discard(index)
-                self.metas.append({"index": index, "error": "WorkerLost: " + history[:180]})
-                out.append(TaskResult(index, None, {}, err))
-        return out
-
-    def _sample(self, live: list[dict]) -> None:
-        for w in live:
-            self.metric_samples.append({k: w.get(k) for k in (
-                "t", "name", "cpu", "rss", "cache_bytes", "cache_entries", "net_recv", "net_sent",
-                "disk_read", "node_cpu")} | {"worker": w.get("name")})
-
-    def _back_up_stragglers(self, live: list[dict]) -> None:
-        """In the tail of the map, when a worker is idle, run a backup copy of a task that
-        has run much longer than the median; the first result wins."""
-        waiting = self.pending - set(self.rejected)
-        if not waiting or len(waiting) > max(2, 0.05 * self.n) or len(self._durations) < 3:
-            return
-        idle = sum(w.get("state") == "idle" for w in live)
-        if not idle:
-            return
-        median = sorted(self._durations)[len(self._durations) // 2]
-        limit = max(STRAGGLER_MIN_SECONDS, self.straggler_factor * median)
-        prefix = self.map_id + ":"
-        slow = []
-        for w in live:
-            task = w.get("task") or ""
-            if task.startswith(prefix) and (w.get("task_seconds") or 0) > limit:
-                index = int(task[len(prefix):])
-                if index in waiting and index not in self.backups:
-                    slow.append(index)
-        slow = slow[:idle]
-        if slow:
-            log.info("map %s: backing up %d straggler(s) running over %.1f s: %s", self.map_id,
-                     len(slow), limit, slow)
-            self.backups.update(slow)
-            self._requeue(slow, route=False)
-
-    def _audit(self) -> None:
-        """Requeue pending tasks that are nowhere in the broker, twice in a row (a worker
-        killed between taking a task and its lease reaching Redis; a lost connection).
-
-        The audit reads every queue, so it runs only when it is cheap (a short shared
-        queue) or needed (no result for a while): a lost task shows at the end of a map."""
-        self._next_audit = time.monotonic() + AUDIT_SECONDS
-        waiting = self.pending - set(self.rejected)
-        if not waiting:
-            return
-        stalled = time.monotonic() - self._last_progress > AUDIT_SECONDS
-        if not stalled and self.storage.shared_depth() > AUDIT_MAX_QUEUE:
-            return
-        missing = waiting - self.storage.audit_map(self.map_id)
-        lost = sorted(missing & self._missing_before)
-        self._missing_before = missing - set(lost)
-        if lost:
-            log.warning("map %s: %d task(s) vanished from the broker; resubmitting them", self.map_id, len(lost))
-            self._requeue(lost)
-        if not self._warned_no_workers and not self.storage.live_workers():
-            self._warned_no_workers = True
-            log.warning("map %s waits for workers: none is connected to %r (`rhtc workers -n 4`, "
-                        "or `condor_submit condor/workers.sub`)", self.map_id, self.storage.config)
 
     # -- ending -------------------------------------------------------------------------
     def cancel(self) -> int:

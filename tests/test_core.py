@@ -105,7 +105,7 @@ def test_concurrent_maps_never_mix(broker, workers):
     for t in threads:
         t.start()
     # and one from another client process at the same time
-    script = textwrap.dedent(f"""
+    script = textwrap.dedent("""
         from client import remote_map
         out = remote_map(lambda x: ('p', x), range(200), progress=False)
         assert out == [('p', i) for i in range(200)], out[:5]

@@ -82,14 +82,16 @@ def test_rerun_reads_nothing_from_files_and_stays_on_the_same_worker(broker, wor
     assert all(r.meta["bytes_cache"] == 0 for r in first.values())
     second = {r.index: r for r in imap_unordered(muon_pt_sum, chunks, broker=broker)}
     assert [second[i].value for i in range(len(chunks))] == [first[i].value for i in range(len(chunks))]
-    assert all(r.meta["bytes_file"] == 0 for r in second.values()), "cached chunks read the file again"
-    assert all(r.meta["bytes_cache"] > 0 for r in second.values())
-    moved = sum(second[i].meta["worker"] != first[i].meta["worker"] for i in range(len(chunks)))
-    assert moved <= 2        # at most a steal or two at the tail
+    home = [i for i in second if second[i].meta["worker"] == first[i].meta["worker"]]
+    assert len(home) >= len(chunks) - 2      # routed home; an idle worker may steal one or two
+    assert all(second[i].meta["bytes_file"] == 0 for i in home), "cached chunks read the file again"
+    assert all(second[i].meta["bytes_cache"] > 0 for i in home)
     # an overlapping, different list of chunks: the common ones are still routed home
     more = chunks[::2] + make_chunks(str(NANOAOD / "nanoAOD_2015_CMS_Open_Data_ttbar.root"), step=100)
     third = list(imap_unordered(muon_pt_sum, more, broker=broker))
-    cached = [r for r in third if r.index < len(chunks[::2])]
+    cached = [r for r in third if r.index < len(chunks[::2])
+              and r.meta["worker"] == second[2 * r.index].meta["worker"]]
+    assert len(cached) >= len(chunks[::2]) - 2
     assert all(r.meta["bytes_file"] == 0 for r in cached)
 
 

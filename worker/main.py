@@ -65,6 +65,7 @@ class Worker:
         self._unflushed: list[tuple[str, bytes, bytes]] = []
         self._ewma = 1.0                            # seconds per task, for batch sizing
         self.tasks_done = self.errors = 0
+        self.bytes_from_file = self.bytes_from_cache = 0     # totals, for `rhtc status`
         self.started = time.time()
         self._hb_stop = threading.Event()
         self.ctx = context.TaskContext(worker=self.name, cache=self.cache)
@@ -224,6 +225,8 @@ class Worker:
                                                                   status, payload)))
         self.tasks_done += 1
         self.errors += status != protocol.OK
+        self.bytes_from_file += self.ctx.bytes_from_file
+        self.bytes_from_cache += self.ctx.bytes_from_cache
         self._task_label = self._task_started = None
         if self.ctx.routing_keys:
             self.storage.advertise(self.name, added=self.ctx.routing_keys)
@@ -305,7 +308,8 @@ class Worker:
              "task_seconds": (now - self._task_started) if self._task_started else None,
              "started": self.started, "tasks_done": self.tasks_done, "errors": self.errors,
              "cache_bytes": self.cache.nbytes, "cache_entries": len(self.cache),
-             "cache_limit": self.cache.limit_bytes, **protocol.versions()}
+             "cache_limit": self.cache.limit_bytes, "bytes_read": self.bytes_from_file,
+             "bytes_from_cache": self.bytes_from_cache, **protocol.versions()}
         d.update(self.metrics.sample())
         return d
 
