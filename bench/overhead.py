@@ -84,36 +84,12 @@ def _ours(workers: int, roundtrips: int, tasks: int, repeats: int, sleep: tuple 
 
 
 def _bare_redis(roundtrips: int) -> dict:
-    """The floor: a bare Redis list queue (LPUSH, BRPOP, RPUSH, BLPOP) with one echo
-    process, no pickling, no signing, no leases: what one round trip costs on this machine."""
-    import multiprocessing
-
-    import redis
-
+    """The floor: what one round trip through a bare Redis list queue costs here."""
     from broker.embedded import EmbeddedBroker
-
-    def echo(url):
-        r = redis.Redis.from_url(url)
-        while True:
-            got = r.brpop(["q"], timeout=10)
-            if got is None or got[1] == b"stop":
-                return
-            r.rpush("res", got[1])
-
+    from broker.floor import bare_round_trips
     with EmbeddedBroker() as b:
-        ctx = multiprocessing.get_context("fork")
-        p = ctx.Process(target=echo, args=(b.config.url,))
-        p.start()
-        r = redis.Redis.from_url(b.config.url)
-        rts = []
-        for i in range(roundtrips + 20):
-            t = time.perf_counter()
-            r.lpush("q", b"x")
-            r.blpop(["res"], timeout=10)
-            rts.append(time.perf_counter() - t)
-        r.lpush("q", b"stop")
-        p.join(10)
-    return {"roundtrip_ms_median": statistics.median(rts[20:]) * 1e3}
+        rts = bare_round_trips(b.config, roundtrips)
+    return {"roundtrip_ms_median": statistics.median(rts) * 1e3}
 
 
 def _dask(workers: int, roundtrips: int, tasks: int, repeats: int, sleep: tuple | None) -> dict:

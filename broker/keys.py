@@ -23,6 +23,7 @@ key                             type    what / who deletes it
 ``{ns}:fn:{hash}``              string  a packed function, by content hash; expires
 ``{ns}:log``                    list    recent problems workers saw (bad frames...), capped
 ``{ns}:reaper``                 string  lock so that one process reaps at a time; expires
+``{ns}:floor:q`` / ``:res``     list    ``bench overhead``'s bare-queue floor; deleted after it
 ==============================  ======  ===============================================
 """
 from __future__ import annotations
