@@ -18,6 +18,9 @@ from broker.storage import Storage
 
 ROOT = Path(__file__).resolve().parents[1]
 NANOAOD = Path(os.environ.get("RHTC_NANOAOD", ROOT.parent / "shared" / "data" / "nanoaod"))
+#: tests that read the real CMS NanoAOD samples skip, saying so, where they are absent
+needs_nanoaod = pytest.mark.skipif(not (NANOAOD / "nano_dy.root").exists(),
+                                   reason=f"real NanoAOD samples not found in {NANOAOD} (set RHTC_NANOAOD)")
 
 
 @pytest.fixture(autouse=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from client import imap_unordered, make_chunks
-from tests.conftest import NANOAOD
+from tests.conftest import NANOAOD, needs_nanoaod
 from tests.test_nanoaod import REAL, muon_pt_sum
 from worker.cache import BranchCache
 
@@ -34,6 +34,7 @@ def test_restoring_an_entry_does_not_count_twice():
     assert c.nbytes == 40 and len(c) == 1
 
 
+@needs_nanoaod
 def test_a_worker_with_a_tiny_cache_reads_again_and_withdraws_its_chunks(broker, workers, storage):
     name = workers.start(1, extra=("--cache-size", "400"))[0]
     chunks = make_chunks(REAL, step=20)
@@ -44,6 +45,7 @@ def test_a_worker_with_a_tiny_cache_reads_again_and_withdraws_its_chunks(broker,
     assert len(held) < len(chunks)                                # evicted chunks withdrawn
 
 
+@needs_nanoaod
 def test_branches_of_one_collection_share_their_offsets_in_the_cache():
     import awkward as ak
     from broker import context

@@ -21,7 +21,7 @@ from broker.storage import Storage
 from client import BrokerFull, RemoteError, imap_unordered, make_chunks, remote_map, submit
 from client.api import storage_for
 from client.chunks import ChunkFileError
-from tests.conftest import NANOAOD, ROOT, Workers, map_keys
+from tests.conftest import NANOAOD, ROOT, Workers, map_keys, needs_nanoaod
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -235,6 +235,7 @@ def test_other_python_version_is_refused_before_unpickling(broker, workers, monk
     assert workers.procs[names[0]].poll() is None
 
 
+@needs_nanoaod
 def test_missing_and_corrupt_files_fail_only_their_chunks(broker, workers, tmp_path):
     workers.start(2)
     good, gone, bad = (tmp_path / n for n in ("good.root", "gone.root", "bad.root"))
@@ -350,6 +351,7 @@ def slow_on_one_worker(chunk):
     return chunk.entry_start
 
 
+@needs_nanoaod
 def test_a_slow_worker_does_not_hold_the_map_up(broker, workers):
     slow = workers.start(1, env={"RHTC_TEST_SLOW": "1"})[0]
     workers.start(1)

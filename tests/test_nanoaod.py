@@ -16,10 +16,10 @@ from client import RemoteError, imap_unordered, make_chunks, remote_map
 from client.chunks import BranchNotFound, ChunkFileError
 from client.reduce import combine
 from examples.dimuon import BRANCHES, dimuon
-from tests.conftest import NANOAOD, ROOT
+from tests.conftest import NANOAOD, ROOT, needs_nanoaod
 
 REAL = [str(NANOAOD / "nano_dimuon.root"), str(NANOAOD / "nano_dy.root")]
-pytestmark = pytest.mark.skipif(not os.path.exists(REAL[0]), reason=f"real NanoAOD files not found in {NANOAOD}")
+pytestmark = needs_nanoaod
 
 
 def muon_pt_sum(chunk):
