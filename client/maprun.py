@@ -173,7 +173,7 @@ class MapRun:
     def poll(self, timeout: float) -> list[TaskResult]:
         """New results (each index at most once), waiting up to ``timeout`` for the first."""
         out: list[TaskResult] = []
-        if self.done and not self._early and not self.rejected:
+        if self.cancelled or (self.done and not self._early and not self.rejected):
             return out
         if self._early:
             for frame in self._early:

@@ -193,6 +193,8 @@ def test_cancel_removes_queued_tasks_and_keys(broker, workers, storage):
     time.sleep(0.3)
     dropped = h.cancel()
     assert dropped >= 30
+    h._thread.join(5)
+    assert not h._thread.is_alive()          # its collector stops with it (and frees its connection)
     assert map_keys(storage) == []
     assert storage.shared_depth() == 0
 
