@@ -10,6 +10,7 @@ _COMMANDS = {
     "dimuon": ("bench.dimuon", "dimuon_command"),
     "compression": ("bench.compression", "compression_command"),
     "make-data": ("bench.datagen", "make_data_command"),
+    "recovery": ("bench.recovery", "recovery_command"),
 }
 
 

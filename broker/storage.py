@@ -309,16 +309,19 @@ class Storage:
         return [json.loads(x) for x in self.r.lrange(self.keys.log, 0, n - 1)]
 
     # -- who is alive, what they hold -------------------------------------------------
-    def live_workers(self) -> list[dict]:
-        """Status of every worker whose heartbeat is current (name, host, state, task...)."""
+    def live_workers(self, queue_depths: bool = True) -> list[dict]:
+        """Status of every worker whose heartbeat is current (name, host, state, task...),
+        with the length of its own queue as ``queued`` unless ``queue_depths=False``."""
         names = sorted(m.decode() for m in self.r.smembers(self.keys.workers))
         if not names:
             return []
         raw = self.r.mget([self.keys.heartbeat(n) for n in names])
-        pipe = self.r.pipeline(transaction=False)
-        for n in names:
-            pipe.llen(self.keys.queue(n))
-        depths = pipe.execute()
+        depths = [None] * len(names)
+        if queue_depths:
+            pipe = self.r.pipeline(transaction=False)
+            for n in names:
+                pipe.llen(self.keys.queue(n))
+            depths = pipe.execute()
         out = []
         for name, blob, depth in zip(names, raw, depths):
             if blob:
@@ -334,7 +337,7 @@ class Storage:
     def locate(self, routing_keys: Sequence[str]) -> tuple[dict[str, str], list[str]]:
         """For each routing key cached on a live worker, that worker's name; and the
         names of the live workers."""
-        live = [w["name"] for w in self.live_workers()]
+        live = [w["name"] for w in self.live_workers(queue_depths=False)]
         if not routing_keys or not live:
             return {}, live
         pipe = self.r.pipeline(transaction=False)

@@ -135,7 +135,7 @@ class MapHandle:
 
     def _collect(self, timeout: float | None = None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
-        while not self.run.done and not self.run.cancelled:
+        while not self.run.done:
             left = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
             if left <= 0:
                 raise TimeoutError(f"map {self.map_id} ({self.run.label}) still has "

@@ -89,7 +89,7 @@ class LocalCluster:
         deadline = time.monotonic() + (timeout or self.start_timeout)
         try:
             while True:
-                live = {w["name"] for w in s.live_workers()}
+                live = {w["name"] for w in s.live_workers(queue_depths=False)}
                 mine = [p for p in self.procs if p.worker_name in live]
                 if len(mine) >= n:
                     return

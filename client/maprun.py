@@ -168,12 +168,14 @@ class MapRun:
     # -- collecting ---------------------------------------------------------------------
     @property
     def done(self) -> bool:
-        return not (self.pending - set(self.rejected))
+        """Nothing more to wait for: every task answered (or provisionally refused), or
+        the map was cancelled."""
+        return self.cancelled or not (self.pending - set(self.rejected))
 
     def poll(self, timeout: float) -> list[TaskResult]:
         """New results (each index at most once), waiting up to ``timeout`` for the first."""
         out: list[TaskResult] = []
-        if self.cancelled or (self.done and not self._early and not self.rejected):
+        if self.done and not self._early and not self.rejected:
             return out
         if self._early:
             for frame in self._early:

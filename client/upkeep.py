@@ -87,12 +87,15 @@ class Upkeep:
         run.storage.reap()
         if time.monotonic() >= self._next_audit:
             self._audit()
-        if run.sample_metrics or run.straggler_factor:
-            live = run.storage.live_workers()
-            if run.sample_metrics and len(run.metric_samples) < MAX_METRIC_SAMPLES:
-                self._sample(live)
-            if run.straggler_factor:
-                self._back_up_stragglers(live)
+        live = run.storage.live_workers(queue_depths=False)
+        if not live and not self._warned_no_workers:
+            self._warned_no_workers = True
+            log.warning("map %s waits for workers: none is connected to %r (`rhtc workers -n 4`, "
+                        "or `condor_submit condor/workers.sub`)", run.map_id, run.storage.config)
+        if run.sample_metrics and len(run.metric_samples) < MAX_METRIC_SAMPLES:
+            self._sample(live)
+        if run.straggler_factor:
+            self._back_up_stragglers(live)
         for frame in run.storage.fetch_dead_tasks(run.map_id):
             index = protocol.frame_index(frame)
             if index in run.pending:
@@ -160,7 +163,3 @@ class Upkeep:
         if lost:
             log.warning("map %s: %d task(s) vanished from the broker; resubmitting them", run.map_id, len(lost))
             run._requeue(lost)
-        if not self._warned_no_workers and not run.storage.live_workers():
-            self._warned_no_workers = True
-            log.warning("map %s waits for workers: none is connected to %r (`rhtc workers -n 4`, "
-                        "or `condor_submit condor/workers.sub`)", run.map_id, run.storage.config)
