@@ -1,3 +1,3 @@
-from bench.cli import main
+from rhtc.bench.cli import main
 
 main()

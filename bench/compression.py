@@ -15,7 +15,7 @@ runs reuse the files. Level 1 writes about 4x faster and reads just as fast.
 
 Example::
 
-    >>> from bench.compression import compression_benchmark
+    >>> from rhtc.bench.compression import compression_benchmark
     >>> result = compression_benchmark("/tmp/codecs", events=20_000, repeats=1, progress=False)
     >>> [row["codec"] for row in result["rows"]]
     ['LZMA', 'ZLIB', 'LZ4', 'ZSTD']
@@ -44,7 +44,7 @@ from typing import Any, Sequence
 import click
 import uproot
 
-from bench.datagen import DIMUON_BRANCHES, make_data, parse_compression
+from rhtc.bench.datagen import DIMUON_BRANCHES, make_data, parse_compression
 
 #: The compressions compared, LZMA (NanoAOD's default and the baseline) first.
 CODECS: tuple[str, ...] = ("LZMA", "ZLIB", "LZ4", "ZSTD")

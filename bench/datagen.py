@@ -21,7 +21,7 @@ the parameters, and a later call with the same parameters reuses the file.
 
 Example::
 
-    >>> from bench.datagen import make_data, dimuon_fraction
+    >>> from rhtc.bench.datagen import make_data, dimuon_fraction
     >>> paths = make_data("/tmp/nano", files=2, events=20_000, progress=False)
     >>> [p.rsplit("/", 1)[1] for p in paths]
     ['nano_gen_000.root', 'nano_gen_001.root']
@@ -44,10 +44,10 @@ import click
 import numpy as np
 import uproot
 
-from bench.nanoschema import COLLECTIONS as _COLLECTIONS
-from bench.nanoschema import DTYPES as _DTYPES
-from bench.nanoschema import FLAT as _FLAT
-from bench.nanoschema import MUON as _MUON
+from rhtc.bench.nanoschema import COLLECTIONS as _COLLECTIONS
+from rhtc.bench.nanoschema import DTYPES as _DTYPES
+from rhtc.bench.nanoschema import FLAT as _FLAT
+from rhtc.bench.nanoschema import MUON as _MUON
 
 #: Bump when the generated content changes, so files from an older generator are rewritten.
 FORMAT_VERSION = 1

@@ -14,11 +14,11 @@ import time
 
 import click
 
-from broker import context
-from client.reduce import combine
-from examples.dimuon import dimuon
-from worker.cache import BranchCache, parse_size
-from worker.memory import tune_malloc
+from rhtc.broker import context
+from rhtc.client.reduce import combine
+from rhtc.examples.dimuon import dimuon
+from rhtc.worker.cache import BranchCache, parse_size
+from rhtc.worker.memory import tune_malloc
 
 _DASK_CACHE_BYTES = int(os.environ.get("RHTC_BENCH_CACHE", "4000000000"))
 
@@ -51,7 +51,7 @@ def _page_cache(paths) -> None:
 
 def _bare(chunks, cache_bytes: int, warm: list) -> dict:
     """One process, one chunk after the other: cold (no cache), then with a cache, twice."""
-    from client.chunks import close_files
+    from rhtc.client.chunks import close_files
     close_files()                      # pay for opening the files, as the workers do
     tune_malloc()                      # as our workers do
     for c in warm:
@@ -79,7 +79,7 @@ def _bare(chunks, cache_bytes: int, warm: list) -> dict:
 
 
 def _ours(chunks, workers: int, cache: str, broker_url: str | None, warm: list) -> dict:
-    from client import LocalCluster, live_workers, remote_map, submit
+    from rhtc import LocalCluster, live_workers, remote_map, submit
     cluster = None
     if broker_url is None:
         t = time.perf_counter()
@@ -161,8 +161,8 @@ def _mhz(events: int, seconds: float) -> float:
 def dimuon_command(workers, files, events, chunk_size, compression, cache_size, data_dir, broker_url,
                    with_dask, dask_workers, repeats, json_path):
     """Dimuon analysis cold and warm: ours vs dask vs the bare single-process loop."""
-    from bench.datagen import make_data
-    from client import make_chunks
+    from rhtc.bench.datagen import make_data
+    from rhtc import make_chunks
     global _DASK_CACHE_BYTES
     _DASK_CACHE_BYTES = parse_size(cache_size)
     os.environ["RHTC_BENCH_CACHE"] = str(_DASK_CACHE_BYTES)     # inherited by dask's workers

@@ -48,7 +48,7 @@ def _measure(one, many, roundtrips: int, tasks: int, repeats: int) -> dict:
 
 def _ours(workers: int, roundtrips: int, tasks: int, repeats: int, sleep: tuple | None,
           timeline: str | None, record_path: str | None) -> dict:
-    from client import LocalCluster, last_map, remote_map
+    from rhtc import LocalCluster, last_map, remote_map
     out: dict = {}
     t0 = time.perf_counter()
     with LocalCluster(n_workers=workers, cache_size="64MB") as cluster:
@@ -67,7 +67,7 @@ def _ours(workers: int, roundtrips: int, tasks: int, repeats: int, sleep: tuple 
             out["wall_s"] = time.perf_counter() - t
             rec = last_map().record()
             out["last_result_to_return_ms"] = (returned - max(m["received"] for m in last_map().run.metas)) * 1e3
-            from client.timeline import efficiency, plot_timeline
+            from rhtc.client.timeline import efficiency, plot_timeline
             eff = efficiency(rec)
             out["efficiency"] = eff["efficiency"]
             out["efficiency_to_end"] = eff["efficiency_to_end"]
@@ -85,8 +85,8 @@ def _ours(workers: int, roundtrips: int, tasks: int, repeats: int, sleep: tuple 
 
 def _bare_redis(roundtrips: int) -> dict:
     """The floor: what one round trip through a bare Redis list queue costs here."""
-    from broker.embedded import EmbeddedBroker
-    from broker.floor import bare_round_trips
+    from rhtc.broker.embedded import EmbeddedBroker
+    from rhtc.broker.floor import bare_round_trips
     with EmbeddedBroker() as b:
         rts = bare_round_trips(b.config, roundtrips)
     return {"roundtrip_ms_median": statistics.median(rts) * 1e3}

@@ -13,7 +13,7 @@ import time
 
 import click
 
-from bench.overhead import nap
+from rhtc.bench.overhead import nap
 
 
 def _runner_of(storage, label: str, exclude=()) -> dict | None:
@@ -25,8 +25,8 @@ def _runner_of(storage, label: str, exclude=()) -> dict | None:
 
 def measure_recovery(kills: int = 3, timeout: float = 60.0) -> list[float]:
     """Seconds from SIGKILL of the worker running a task to that task starting again."""
-    from client import LocalCluster, submit
-    from client.api import storage_for
+    from rhtc import LocalCluster, submit
+    from rhtc.client.api import storage_for
     out = []
     for _ in range(kills):                       # a fresh pair of workers for each kill
         with LocalCluster(n_workers=2, cache_size="64MB") as cluster:

@@ -16,7 +16,7 @@ a notebook or a batch job finds it.
 
 Example::
 
-    >>> from broker.config import BrokerConfig
+    >>> from rhtc.broker.config import BrokerConfig
     >>> cfg = BrokerConfig.resolve(url="redis://localhost:7777", key="00" * 32)
     >>> cfg.url, cfg.namespace.startswith("rhtc:")
     ('redis://localhost:7777', True)

@@ -3,7 +3,7 @@ no persistence, stopped when its owner exits (even if the owner is killed).
 
 Example::
 
-    >>> from broker.embedded import EmbeddedBroker
+    >>> from rhtc.broker.embedded import EmbeddedBroker
     >>> with EmbeddedBroker() as b:
     ...     b.config.url.startswith("redis://:")
     True
@@ -23,7 +23,7 @@ import time
 
 import redis
 
-from broker.config import BrokerConfig, default_namespace, new_key
+from rhtc.broker.config import BrokerConfig, default_namespace, new_key
 
 _PR_SET_PDEATHSIG = 1
 

@@ -3,7 +3,7 @@
 prints it beside ours, measured in the same run, so that a round-trip figure can be read
 against what this machine's loopback and Redis cost.
 
-    >>> from broker.embedded import EmbeddedBroker                    # doctest: +SKIP
+    >>> from rhtc.broker.embedded import EmbeddedBroker                    # doctest: +SKIP
     >>> with EmbeddedBroker() as b:                                   # doctest: +SKIP
     ...     min(bare_round_trips(b.config, 50)) < 0.01
     True
@@ -15,8 +15,8 @@ import time
 
 import redis
 
-from broker.config import BrokerConfig
-from broker.keys import Keys
+from rhtc.broker.config import BrokerConfig
+from rhtc.broker.keys import Keys
 
 
 def _echo(url: str, queue: str, replies: str) -> None:

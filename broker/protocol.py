@@ -18,7 +18,7 @@ map sent it a frame it cannot read.
 
 Example::
 
-    >>> from broker import protocol
+    >>> from rhtc.broker import protocol
     >>> key = b"k" * 32
     >>> frame = protocol.pack_task(key, "0123456789abcdef", 7, "f" * 32, {"x": 1})
     >>> map_id, index, fn_hash, arg = protocol.unpack_task(key, frame)

@@ -6,8 +6,8 @@ scripts in ``broker/lua/``.
 
 Example (against a running broker)::
 
-    >>> from broker.embedded import EmbeddedBroker
-    >>> from broker.storage import Storage
+    >>> from rhtc.broker.embedded import EmbeddedBroker
+    >>> from rhtc.broker.storage import Storage
     >>> with EmbeddedBroker() as b:
     ...     s = Storage(b.config)
     ...     s.ping()
@@ -24,8 +24,8 @@ from typing import Iterable, Sequence
 
 import redis
 
-from broker.config import BrokerConfig, redact
-from broker.keys import Keys
+from rhtc.broker.config import BrokerConfig, redact
+from rhtc.broker.keys import Keys
 
 _LUA = Path(__file__).with_name("lua")
 

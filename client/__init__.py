@@ -1,12 +1,12 @@
 """The analyst's API.
 
-    >>> from client import remote_map, LocalCluster, make_chunks      # doctest: +SKIP
+    >>> from rhtc.client import remote_map, LocalCluster, make_chunks      # doctest: +SKIP
 """
-from client.api import (MapHandle, imap_unordered, last_map, live_workers, remote_map,
+from rhtc.client.api import (MapHandle, imap_unordered, last_map, live_workers, remote_map,
                         resolve_config, submit)
-from client.errors import BrokerFull, BrokerLost, MapCancelled, RemoteError
-from client.local import LocalCluster
-from client.maprun import TaskResult
+from rhtc.client.errors import BrokerFull, BrokerLost, MapCancelled, RemoteError
+from rhtc.client.local import LocalCluster
+from rhtc.client.maprun import TaskResult
 
 __all__ = ["remote_map", "submit", "imap_unordered", "live_workers", "last_map", "LocalCluster",
            "MapHandle", "TaskResult", "RemoteError", "MapCancelled", "BrokerLost", "BrokerFull", "resolve_config",
@@ -15,6 +15,6 @@ __all__ = ["remote_map", "submit", "imap_unordered", "live_workers", "last_map",
 
 def __getattr__(name):  # chunks pull in uproot: import them on first use only
     if name in ("make_chunks", "Chunk"):
-        from client import chunks
+        from rhtc.client import chunks
         return getattr(chunks, name)
     raise AttributeError(name)

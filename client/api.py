@@ -19,11 +19,11 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Iterator
 
-from broker.config import BrokerConfig, BrokerNotConfigured
-from broker.storage import Storage
-from client.errors import MapCancelled, RemoteError
-from client.maprun import MapRun, TaskResult
-from client.reduce import Reducer
+from rhtc.broker.config import BrokerConfig, BrokerNotConfigured
+from rhtc.broker.storage import Storage
+from rhtc.client.errors import MapCancelled, RemoteError
+from rhtc.client.maprun import MapRun, TaskResult
+from rhtc.client.reduce import Reducer
 
 log = logging.getLogger("rhtc.client")
 
@@ -39,7 +39,7 @@ def resolve_config(broker=None) -> BrokerConfig:
         try:
             return BrokerConfig.resolve()
         except BrokerNotConfigured:
-            from client.local import default_cluster
+            from rhtc.client.local import default_cluster
             return default_cluster().config
     config = getattr(broker, "config", broker)
     if isinstance(config, BrokerConfig):
@@ -76,7 +76,7 @@ def _flush_all() -> None:
 def live_workers(broker=None) -> list[dict]:
     """Status of the workers whose heartbeat is current.
 
-    >>> from client import LocalCluster, live_workers
+    >>> from rhtc.client import LocalCluster, live_workers
     >>> with LocalCluster(n_workers=2) as c:           # doctest: +SKIP
     ...     len(live_workers(c))
     2
@@ -212,7 +212,7 @@ class MapHandle:
     def timeline(self, path: str | None = None) -> "Plot":
         """Plot the worker occupancy timeline of this map: shown inline in a notebook,
         saved as PNG with ``path``; ``.figure`` is the matplotlib Figure."""
-        from client.timeline import plot_timeline
+        from rhtc.client.timeline import plot_timeline
         return Plot(plot_timeline(self.record(), path=path))
 
     def __repr__(self) -> str:
@@ -237,7 +237,7 @@ class Plot:
 
 def record_of(run: MapRun):
     """A :class:`~client.record.RunRecord` of a map: its tasks and the workers' metrics."""
-    from client.record import RunRecord
+    from rhtc.client.record import RunRecord
     rec = RunRecord(map_id=run.map_id, function=run.label, start=run.start or 0.0, n_tasks=run.n)
     for meta in run.metas:
         if "start" in meta and "stop" in meta:
@@ -284,7 +284,7 @@ def remote_map(fn: Callable, args: Iterable, *, broker=None, reduce: bool | Call
 
     Example::
 
-        >>> from client import remote_map, LocalCluster
+        >>> from rhtc.client import remote_map, LocalCluster
         >>> with LocalCluster(n_workers=2) as cluster:      # doctest: +SKIP
         ...     remote_map(lambda x: x * x, range(5), broker=cluster, progress=False)
         [0, 1, 4, 9, 16]

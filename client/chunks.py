@@ -1,6 +1,6 @@
 """NanoAOD chunks: a file, a tree and an entry range, read through the worker's cache.
 
-    >>> from client import make_chunks
+    >>> from rhtc.client import make_chunks
     >>> chunks = make_chunks(["../shared/data/nanoaod/nano_dy.root"], step=25)   # doctest: +SKIP
     >>> chunks[0].arrays(["Muon_pt"], how=dict)["Muon_pt"]                        # doctest: +SKIP
     <Array [[], [...], ..., [34.4, 24.5]] type='25 * var * float32'>
@@ -18,7 +18,7 @@ import os
 import threading
 from typing import Iterable, Sequence
 
-from broker import context
+from rhtc.broker import context
 
 _OPEN_FILES_MAX = 64
 _open_files: collections.OrderedDict = collections.OrderedDict()
@@ -210,7 +210,7 @@ def make_chunks(files: str | Iterable[str], tree: str = "Events", step: int = 10
         raise ValueError(f"step must be a positive number of entries, not {step}")
     paths = _expand(files)
     if remote:
-        from client.api import remote_map
+        from rhtc.client.api import remote_map
         infos = remote_map(_file_info_star, [(p, tree) for p in paths], broker=broker,
                            progress=True, label="count entries")
     else:

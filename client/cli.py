@@ -1,11 +1,12 @@
 """``rhtc``: the command line.
 
     rhtc broker                 run a private broker in the foreground, print its URL
-    rhtc worker [--broker URL]  run one worker (same as ``python -m worker``)
+    rhtc worker [--broker URL]  run one worker (same as ``python -m rhtc.worker``)
     rhtc workers -n 4           run a local pool of workers on the configured broker
     rhtc status [-w]            live workers, queues, maps in flight
     rhtc timeline run.json      draw a map's timeline from its saved record
     rhtc submit --workers 50    submit workers to HTCondor (or --scheduler slurm)
+    rhtc --version              the installed version
 """
 from __future__ import annotations
 
@@ -16,12 +17,18 @@ import time
 
 import click
 
-from broker.config import BrokerConfig, BrokerNotConfigured, KeyNotConfigured, default_config_path
+from rhtc.broker.config import BrokerConfig, BrokerNotConfigured, KeyNotConfigured, default_config_path
 
 _PASSTHROUGH = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
 
 
+def _version() -> str:
+    import rhtc
+    return rhtc.__version__
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(version=_version(), prog_name="rhtc", message="%(prog)s %(version)s")
 def main():
     """redis-htcondor: fan a NanoAOD analysis out to workers through one Redis broker."""
 
@@ -36,7 +43,7 @@ def main():
               help="Where to write the URL + key for clients and workers (default: ~/.config/rhtc/broker.json).")
 def broker(host, port, unix_socket, allow_remote, maxmemory, config_path):
     """Run a private redis-server in the foreground (random password, no persistence)."""
-    from broker.embedded import EmbeddedBroker
+    from rhtc.broker.embedded import EmbeddedBroker
     try:
         b = EmbeddedBroker(host=host, port=port, unix_socket=unix_socket, allow_remote=allow_remote,
                            maxmemory=maxmemory).start()
@@ -60,21 +67,21 @@ def broker(host, port, unix_socket, allow_remote, maxmemory, config_path):
 @click.pass_context
 def worker(ctx):
     """Run one worker: rhtc worker [--broker URL] [--name NAME] [--cache-size 4GB]."""
-    os.execv(sys.executable, [sys.executable, "-m", "worker", *ctx.args])
+    os.execv(sys.executable, [sys.executable, "-m", "rhtc.worker", *ctx.args])
 
 
 @main.command(context_settings=_PASSTHROUGH)
 @click.pass_context
 def submit(ctx):
     """Submit workers to HTCondor or Slurm: rhtc submit --workers N [--scheduler slurm]."""
-    os.execv(sys.executable, [sys.executable, "-m", "condor", "submit", *ctx.args])
+    os.execv(sys.executable, [sys.executable, "-m", "rhtc.condor", "submit", *ctx.args])
 
 
 @main.command(context_settings=_PASSTHROUGH)
 @click.pass_context
 def pack(ctx):
     """Pack the worker environment for batch nodes: rhtc pack [--python 3.11] [-o FILE]."""
-    os.execv(sys.executable, [sys.executable, "-m", "condor", "pack", *ctx.args])
+    os.execv(sys.executable, [sys.executable, "-m", "rhtc.condor", "pack", *ctx.args])
 
 
 @main.command()
@@ -83,7 +90,7 @@ def pack(ctx):
 @click.option("--broker", "url", default=None, help="Broker URL (default: configured, else start one).")
 def workers(n, cache_size, url):
     """Run a local pool of workers in the foreground until Ctrl-C."""
-    from client.local import LocalCluster
+    from rhtc.client.local import LocalCluster
     try:
         config = BrokerConfig.resolve(url=url)
     except BrokerNotConfigured:
@@ -106,8 +113,8 @@ def workers(n, cache_size, url):
 @click.option("--interval", default=1.0, show_default=True, help="Seconds between refreshes.")
 def status(url, watch, interval):
     """Live workers (current task, last heartbeat, CPU, memory, cache), queues, maps in flight."""
-    from client.status import render_status
-    from client.api import storage_for
+    from rhtc.client.status import render_status
+    from rhtc.client.api import storage_for
     try:
         storage = storage_for(BrokerConfig.resolve(url=url, require_key=False))
     except (BrokerNotConfigured, ConnectionError, PermissionError) as err:
@@ -127,7 +134,7 @@ def status(url, watch, interval):
 
 def _register_optional() -> None:
     try:
-        from client.timeline import timeline_command
+        from rhtc.client.timeline import timeline_command
     except ImportError:
         return
     main.add_command(timeline_command, "timeline")

@@ -1,6 +1,6 @@
 """A cluster on this machine: a private broker and N worker processes.
 
-    >>> from client import LocalCluster, remote_map
+    >>> from rhtc.client import LocalCluster, remote_map
     >>> with LocalCluster(n_workers=2) as cluster:                 # doctest: +SKIP
     ...     remote_map(str.upper, ["a", "b"], broker=cluster, progress=False)
     ['A', 'B']
@@ -16,9 +16,9 @@ import tempfile
 import threading
 import time
 
-from broker.config import BrokerConfig
-from broker.embedded import EmbeddedBroker, die_with_parent
-from broker.storage import Storage
+from rhtc.broker.config import BrokerConfig
+from rhtc.broker.embedded import EmbeddedBroker, die_with_parent
+from rhtc.broker.storage import Storage
 
 _default: "LocalCluster | None" = None
 _default_lock = threading.Lock()
@@ -66,7 +66,7 @@ class LocalCluster:
         for _ in range(n):
             self._serial += 1
             name = f"{self.name_prefix}{self._serial}-{os.getpid()}"
-            cmd = [sys.executable, "-m", "worker", "--name", name]
+            cmd = [sys.executable, "-m", "rhtc.worker", "--name", name]
             if self.cache_size:
                 cmd += ["--cache-size", str(self.cache_size)]
             logf = open(os.path.join(self.log_dir, f"{name}.log"), "ab")

@@ -15,10 +15,10 @@ import socket
 import time
 from typing import Any, Sequence
 
-from broker import protocol
-from broker.storage import BrokerRefused, ConnectionProblem, Storage, is_out_of_memory
-from client.errors import BrokerFull, BrokerLost, RemoteError, describe
-from client.upkeep import BROKER_PATIENCE, TICK_SECONDS, Upkeep
+from rhtc.broker import protocol
+from rhtc.broker.storage import BrokerRefused, ConnectionProblem, Storage, is_out_of_memory
+from rhtc.client.errors import BrokerFull, BrokerLost, RemoteError, describe
+from rhtc.client.upkeep import BROKER_PATIENCE, TICK_SECONDS, Upkeep
 
 log = logging.getLogger("rhtc.client")
 

@@ -22,7 +22,7 @@ metadata every worker attaches to its result, and can save it as JSON::
 
 Example::
 
-    >>> from client.record import RunRecord
+    >>> from rhtc.client.record import RunRecord
     >>> rec = RunRecord(map_id="ab12", function="dimuon", start=0.0, n_tasks=2)
     >>> rec.add_task({"index": 0, "worker": "n1-7", "start": 0.5, "stop": 2.0,
     ...               "bytes_file": 100, "events": 1000})
@@ -288,7 +288,7 @@ class RunRecord:
             >>> s["n_done"], s["efficiency_to_end"], s["events_per_s"]
             (1, 0.5, 10.0)
         """
-        from client.timeline import efficiency  # timeline imports this module
+        from rhtc.client.timeline import efficiency  # timeline imports this module
 
         numbers = efficiency(self)
         return {

@@ -1,6 +1,6 @@
 """The text behind ``rhtc status``: workers, queues, maps in flight, recent problems.
 
-    >>> from client.api import storage_for                     # doctest: +SKIP
+    >>> from rhtc.client.api import storage_for                     # doctest: +SKIP
     >>> print(render_status(storage_for()))                    # doctest: +SKIP
 """
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
-from broker.storage import Storage
+from rhtc.broker.storage import Storage
 
 
 def _mb(x) -> str:

@@ -23,8 +23,8 @@ stays cheap.
 
 Example::
 
-    >>> from client.record import RunRecord
-    >>> from client.timeline import efficiency
+    >>> from rhtc.client.record import RunRecord
+    >>> from rhtc.client.timeline import efficiency
     >>> rec = RunRecord(start=100.0, end=110.0)
     >>> rec.add_task({"index": 0, "worker": "a", "start": 100, "stop": 105})
     >>> rec.add_task({"index": 1, "worker": "a", "start": 106, "stop": 110})
@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from client.record import RunRecord, TaskRecord
+from rhtc.client.record import RunRecord, TaskRecord
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
@@ -101,7 +101,7 @@ def efficiency(record: RunRecord) -> dict[str, Any]:
 
     Example::
 
-        >>> from client.record import RunRecord
+        >>> from rhtc.client.record import RunRecord
         >>> rec = RunRecord(start=0.0, end=4.0)
         >>> rec.add_task({"index": 0, "worker": "w", "start": 0, "stop": 2, "events": 80,
         ...               "bytes_cache": 3, "bytes_file": 1})
@@ -340,7 +340,7 @@ def plot_timeline(record: RunRecord, path: str | os.PathLike[str] | None = None,
 
     Example::
 
-        >>> from client.record import RunRecord
+        >>> from rhtc.client.record import RunRecord
         >>> rec = RunRecord(start=0.0, end=3.0)
         >>> rec.add_task({"index": 0, "worker": "w", "start": 0, "stop": 2, "bytes_file": 10})
         >>> fig = plot_timeline(rec)

@@ -9,12 +9,12 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from broker import protocol
-from broker.storage import BrokerRefused, is_out_of_memory
-from client.errors import BrokerFull, RemoteError, describe
+from rhtc.broker import protocol
+from rhtc.broker.storage import BrokerRefused, is_out_of_memory
+from rhtc.client.errors import BrokerFull, RemoteError, describe
 
 if TYPE_CHECKING:  # pragma: no cover
-    from client.maprun import MapRun, TaskResult
+    from rhtc.client.maprun import MapRun, TaskResult
 
 log = logging.getLogger("rhtc.client")
 
@@ -73,7 +73,7 @@ class Upkeep:
                              "maxmemory, then run the map again")
 
     def _tick_inner(self) -> list[TaskResult]:
-        from client.maprun import TaskResult  # the module that owns it imports this one
+        from rhtc.client.maprun import TaskResult  # the module that owns it imports this one
         run = self.run
         out: list[TaskResult] = []
         if not run.storage.keep_map_alive(run.map_id, run.fn_hash):

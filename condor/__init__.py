@@ -5,14 +5,14 @@ The pieces:
 * ``condor/workers.sub``: ``condor_submit condor/workers.sub workers=N`` starts N workers;
 * ``condor/workers.sbatch``: the Slurm array counterpart;
 * ``condor/rhtc_worker.sh``: the job's executable (unpacks the environment, names the worker
-  after its job, runs ``python -m worker`` until SIGTERM);
+  after its job, runs ``python -m rhtc.worker`` until SIGTERM);
 * :func:`pack_environment` (``rhtc pack``): the worker environment as one tarball;
 * :func:`submit_workers`, :func:`list_workers`, :func:`remove_workers`
   (``rhtc submit``): the same from Python, through ``htcondor2`` or ``sbatch``.
 
 Example::
 
-    >>> from condor import pack_environment, submit_workers        # doctest: +SKIP
+    >>> from rhtc.condor import pack_environment, submit_workers        # doctest: +SKIP
     >>> pack_environment("rhtc-env.tar.gz", python_version="3.9")   # doctest: +SKIP
     >>> jobs = submit_workers(20, env_pack="rhtc-env.tar.gz")        # doctest: +SKIP
     >>> jobs.job_id                                                  # doctest: +SKIP
@@ -20,11 +20,11 @@ Example::
 
 Importing this package does not import ``htcondor2``; that happens on first submit.
 """
-from condor.pack import PackError, pack_environment, read_manifest
-from condor.schedd import SchedulerUnavailable
-from condor.submit import (EXECUTABLE, WORKERS_SBATCH, WORKERS_SUB, WorkerJobs, list_workers,
+from rhtc.condor.pack import PackError, pack_environment, read_manifest
+from rhtc.condor.schedd import SchedulerUnavailable
+from rhtc.condor.submit import (EXECUTABLE, WORKERS_SBATCH, WORKERS_SUB, WorkerJobs, list_workers,
                            remove_workers, submit_workers)
-from condor.validate import InvalidDescription, check_description
+from rhtc.condor.validate import InvalidDescription, check_description
 
 __all__ = ["submit_workers", "list_workers", "remove_workers", "WorkerJobs", "pack_environment",
            "read_manifest", "check_description", "InvalidDescription", "SchedulerUnavailable",

@@ -1,10 +1,10 @@
-"""``python -m condor`` (``rhtc submit`` forwards here): submit, list, remove, pack workers.
+"""``python -m rhtc.condor`` (``rhtc submit`` forwards here): submit, list, remove, pack workers.
 
-    python -m condor submit --workers 50                 # HTCondor, through htcondor2
-    python -m condor submit --workers 50 --scheduler slurm
-    python -m condor list [CLUSTER]                      # alias: ls
-    python -m condor rm CLUSTER                          # or: rm all
-    python -m condor pack -o rhtc-env.tar.gz --python-version 3.9
+    python -m rhtc.condor submit --workers 50                 # HTCondor, through htcondor2
+    python -m rhtc.condor submit --workers 50 --scheduler slurm
+    python -m rhtc.condor list [CLUSTER]                      # alias: ls
+    python -m rhtc.condor rm CLUSTER                          # or: rm all
+    python -m rhtc.condor pack -o rhtc-env.tar.gz --python-version 3.9
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import time
 
 import click
 
-from condor.pack import DEFAULT_EXCLUDE, DEFAULT_GLIBC, PackError
+from rhtc.condor.pack import DEFAULT_EXCLUDE, DEFAULT_GLIBC, PackError
 
 _ALIASES = {"ls": "list", "remove": "rm"}
 _SCHEDULER = click.option("--scheduler", type=click.Choice(["condor", "slurm"]), default="condor",
@@ -32,8 +32,8 @@ def _fail(err: BaseException):
 
 
 def _errors():
-    from condor.schedd import SchedulerUnavailable
-    from condor.validate import InvalidDescription
+    from rhtc.condor.schedd import SchedulerUnavailable
+    from rhtc.condor.validate import InvalidDescription
     return (SchedulerUnavailable, InvalidDescription, PackError, FileNotFoundError,
             PermissionError, ValueError)
 
@@ -89,7 +89,7 @@ def submit(workers, scheduler, config_file, env_pack, python, python_version, lo
            disk, cache_size, submit_file, append, sbatch_args, schedd, pool, dry_run, terse,
            do_list, rm_id):
     """Submit N workers; print the cluster (or Slurm array) id."""
-    from condor.submit import list_workers, remove_workers, submit_workers
+    from rhtc.condor.submit import list_workers, remove_workers, submit_workers
     try:
         if do_list:
             return _print_jobs(list_workers(scheduler, schedd=schedd, pool=pool), scheduler)
@@ -129,7 +129,7 @@ def submit(workers, scheduler, config_file, env_pack, python, python_version, lo
 @_POOL
 def list_(job_id, scheduler, schedd, pool):
     """List worker jobs (all, or those of one cluster / array job)."""
-    from condor.submit import list_workers
+    from rhtc.condor.submit import list_workers
     try:
         rows = list_workers(scheduler, job_id, schedd=schedd, pool=pool)
     except _errors() as err:
@@ -144,7 +144,7 @@ def list_(job_id, scheduler, schedd, pool):
 @_POOL
 def rm(job_id, scheduler, schedd, pool):
     """Remove workers: a cluster id, one job (12.3), an array job id, or `all` of yours."""
-    from condor.submit import remove_workers
+    from rhtc.condor.submit import remove_workers
     try:
         n = remove_workers(job_id, scheduler, schedd=schedd, pool=pool)
     except _errors() as err:
@@ -162,7 +162,7 @@ def rm(job_id, scheduler, schedd, pool):
 @click.option("--rebuild", is_flag=True, help="Ignore the cache.")
 def pack(output, python_version, glibc, extra, exclude, pip_args, rebuild):
     """Pack the worker environment (dependencies for the nodes' Python + this project)."""
-    from condor.pack import pack_environment, read_manifest
+    from rhtc.condor.pack import pack_environment, read_manifest
     t0 = time.monotonic()
     try:
         path = pack_environment(output, python_version=python_version, glibc=glibc, extra=extra,

@@ -8,18 +8,18 @@ builds, on the analyst's machine, a ``.tar.gz`` holding
   binary wheels *for the node's Python version and platform* (``--python-version 3.13
   --platform manylinux_2_28_x86_64 ...``), so no compiler and no index are needed on the
   node;
-* ``src/``: this project's own packages (``broker``, ``worker``, ``client``, ...);
+* ``src/rhtc/``: this project's own package (``rhtc.broker``, ``rhtc.worker``, ...);
 * ``manifest.json``: the Python version it was built for, the requirements, a content hash.
 
 ``condor/rhtc_worker.sh --env rhtc-env.tar.gz`` unpacks it and runs
-``python3 -m worker`` with ``PYTHONPATH=src:site``, after checking that the node's
+``python3 -m rhtc.worker`` with ``PYTHONPATH=src:site``, after checking that the node's
 ``python3`` is the version the pack was built for. The pack is cached by content hash
 (``~/.cache/rhtc/packs``): packing again with the same sources and requirements is
 instant, and a change to the project's sources alone reuses the installed dependencies.
 
 Example::
 
-    >>> from condor.pack import pack_environment                  # doctest: +SKIP
+    >>> from rhtc.condor.pack import pack_environment                  # doctest: +SKIP
     >>> pack_environment("rhtc-env.tar.gz", python_version="3.11")  # doctest: +SKIP
     PosixPath('rhtc-env.tar.gz')
 
@@ -62,8 +62,14 @@ class PackError(RuntimeError):
 
 
 def project_root() -> Path:
-    """The directory that holds this project's packages (a checkout or site-packages)."""
+    """The directory that holds this project's packages (a checkout, or ``rhtc/`` installed)."""
     return Path(__file__).resolve().parent.parent
+
+
+def _package_init() -> Path:
+    """``rhtc/__init__.py``: beside the folders in a checkout, above them when installed."""
+    root = project_root()
+    return root / "rhtc" / "__init__.py" if (root / "rhtc" / "__init__.py").is_file() else root / "__init__.py"
 
 
 def cache_dir() -> Path:
@@ -124,8 +130,9 @@ def _project_files(packages: Sequence[str]) -> list[tuple[str, Path]]:
             continue
         for path in sorted(pdir.rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts and path.suffix not in (".pyc", ".pyo"):
-                files.append((str(path.relative_to(root)), path))
-    if not any(name.startswith("worker/") for name, _ in files):
+                files.append((f"rhtc/{path.relative_to(root)}", path))
+    files.append(("rhtc/__init__.py", _package_init()))
+    if not any(name.startswith("rhtc/worker/") for name, _ in files):
         raise PackError(f"the worker package is not in {root}: run from a checkout or install the project")
     return files
 
@@ -229,7 +236,7 @@ def pack_environment(output: str | os.PathLike | None = None, *, python_version:
             os.utime(site)
             manifest = {"format": PACK_FORMAT, "python": python_version, "platforms": platforms,
                         "requirements": requirements, "key": key, "packages": sorted(
-                            {name.split("/")[0] for name, _ in files}),
+                            {name.split("/")[1] for name, _ in files if name.count("/") > 1}),
                         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
             fd, tmp = tempfile.mkstemp(dir=packs, prefix=".tmp-", suffix=".tar.gz")
             os.close(fd)

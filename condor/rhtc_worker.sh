@@ -2,7 +2,7 @@
 # rhtc_worker.sh -- the executable of one redis-htcondor worker job (HTCondor or Slurm).
 #
 # It finds a Python that can run the worker, names the worker after its job and
-# runs `python -m worker --config FILE --name NAME` until the batch system sends
+# runs `python -m rhtc.worker --config FILE --name NAME` until the batch system sends
 # SIGTERM (condor_rm, scancel, the end of the job's time), which it passes on.
 #
 #   rhtc_worker.sh [--config FILE] [--env TARBALL | --python PYTHON]
@@ -103,7 +103,7 @@ fi
 PYTHONUNBUFFERED=1
 PYTHONFAULTHANDLER=1
 export PYTHONUNBUFFERED PYTHONFAULTHANDLER
-"$python" -c 'import worker' 2>/dev/null || die "$python cannot import the worker (PYTHONPATH=${PYTHONPATH:-}): install the project there, or use --env with a \`rhtc pack\` tarball"
+"$python" -c 'import rhtc.worker' 2>/dev/null || die "$python cannot import the worker (PYTHONPATH=${PYTHONPATH:-}): install the project there, or use --env with a \`rhtc pack\` tarball"
 
 log "starting worker $name with $python ($("$python" -V 2>&1))"
 
@@ -112,9 +112,9 @@ child=""
 forward() { [ -n "$child" ] && kill -TERM "$child" 2>/dev/null; }
 trap forward TERM INT HUP
 if [ -n "$cache_size" ]; then
-    "$python" -m worker --config "$config" --name "$name" --cache-size "$cache_size" "$@" &
+    "$python" -m rhtc.worker --config "$config" --name "$name" --cache-size "$cache_size" "$@" &
 else
-    "$python" -m worker --config "$config" --name "$name" "$@" &
+    "$python" -m rhtc.worker --config "$config" --name "$name" "$@" &
 fi
 child=$!
 while :; do

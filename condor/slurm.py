@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import Sequence
 
-from condor.schedd import SchedulerUnavailable
+from rhtc.condor.schedd import SchedulerUnavailable
 
 JOB_NAME = "rhtc-worker"
 

@@ -6,7 +6,7 @@ Slurm gets ``condor/workers.sbatch`` as an array; both start ``condor/rhtc_worke
 
 Example::
 
-    >>> from condor import submit_workers, list_workers, remove_workers   # doctest: +SKIP
+    >>> from rhtc.condor import submit_workers, list_workers, remove_workers   # doctest: +SKIP
     >>> jobs = submit_workers(50, env_pack="rhtc-env.tar.gz")             # doctest: +SKIP
     >>> jobs.job_id, jobs.count                                           # doctest: +SKIP
     ('4711', 50)
@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import Sequence
 from urllib.parse import urlsplit
 
-from broker.config import ENV_KEY, ENV_KEY_FILE, ENV_NAMESPACE, ENV_URL, BrokerConfig, \
+from rhtc.broker.config import ENV_KEY, ENV_KEY_FILE, ENV_NAMESPACE, ENV_URL, BrokerConfig, \
     default_config_path
-from condor import schedd as _schedd
-from condor import slurm as _slurm
-from condor.pack import pack_environment, project_root
-from condor.schedd import SchedulerUnavailable
-from condor.validate import InvalidDescription, check_description
+from rhtc.condor import schedd as _schedd
+from rhtc.condor import slurm as _slurm
+from rhtc.condor.pack import pack_environment, project_root
+from rhtc.condor.schedd import SchedulerUnavailable
+from rhtc.condor.validate import InvalidDescription, check_description
 
 HERE = Path(__file__).resolve().parent
 WORKERS_SUB = HERE / "workers.sub"

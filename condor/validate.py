@@ -13,7 +13,7 @@ The htcondor2 bindings (25.x) parse a description and expand its macros without 
 
 Example::
 
-    >>> from condor.validate import check_description, InvalidDescription
+    >>> from rhtc.condor.validate import check_description, InvalidDescription
     >>> check_description("executable = /bin/true\\nN = 4\\nqueue $(N)\\n").count
     4
     >>> try:
@@ -135,7 +135,7 @@ def check_description(description, *, iwd: str | os.PathLike | None = None,
         secrets: strings that must not appear anywhere in the expanded description.
         check_files: also check that the executable and ``transfer_input_files`` exist.
     """
-    from condor.schedd import bindings
+    from rhtc.condor.schedd import bindings
     htcondor2 = bindings()
     text = description if isinstance(description, str) else None
     if text is not None:
@@ -195,7 +195,7 @@ def _queue_count(sub, qargs: str) -> int:
         return 1
     if re.search(r"\b(in|from|matching)\b", qargs, re.IGNORECASE):
         raise InvalidDescription(f"`queue {qargs}` iterates over items; workers need a plain `queue N`")
-    from condor.schedd import bindings
+    from rhtc.condor.schedd import bindings
     htcondor2 = bindings()
     probe = "rhtc_queue_count_probe"
     copy = htcondor2.Submit(dict(sub))     # keys cannot be deleted from a Submit

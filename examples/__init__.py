@@ -1,1 +1,1 @@
-"""Runnable analyses written against the public API only (``from client import ...``)."""
+"""Runnable analyses written against the public API only (``from rhtc import ...``)."""

@@ -122,7 +122,7 @@ def plot(result: dict, path: str) -> str:
 
 
 def main(argv=None) -> dict:
-    from client import LocalCluster, make_chunks, remote_map
+    from rhtc import LocalCluster, make_chunks, remote_map
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("files", nargs="*", help="NanoAOD files (default: generated data)")
     p.add_argument("--real", action="store_true", help="use the real CMS files in ../shared/data/nanoaod")
@@ -142,7 +142,7 @@ def main(argv=None) -> dict:
     elif a.files:
         files = a.files
     else:
-        from bench.datagen import make_data
+        from rhtc.bench.datagen import make_data
         n_files, n_events = (int(x) for x in a.generate.lower().split("x"))
         print(f"generated NanoAOD: {n_files} files x {n_events:,} events in {a.data_dir} "
               "(made once, reused afterwards)")

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from broker.embedded import EmbeddedBroker
-from broker.storage import Storage
+from rhtc.broker.embedded import EmbeddedBroker
+from rhtc.broker.storage import Storage
 
 ROOT = Path(__file__).resolve().parents[1]
 NANOAOD = Path(os.environ.get("RHTC_NANOAOD", ROOT.parent / "shared" / "data" / "nanoaod"))
@@ -47,7 +47,7 @@ def storage(broker):
 
 
 class Workers:
-    """Real `python -m worker` processes attached to a broker; stopped by pid."""
+    """Real `python -m rhtc.worker` processes attached to a broker; stopped by pid."""
 
     def __init__(self, config, tmp: Path):
         self.config, self.tmp, self.procs, self._n = config, tmp, {}, 0
@@ -59,7 +59,7 @@ class Workers:
             name = f"tw{self._n}-{os.getpid()}"
             log = open(self.tmp / f"{name}.log", "wb")
             e = dict(os.environ, **self.config.env(), **(env or {}))
-            p = subprocess.Popen([sys.executable, "-m", "worker", "--name", name, *extra],
+            p = subprocess.Popen([sys.executable, "-m", "rhtc.worker", "--name", name, *extra],
                                  env=e, stdout=log, stderr=subprocess.STDOUT, cwd=str(ROOT))
             log.close()
             self.procs[name] = p

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from client import imap_unordered, make_chunks
+from rhtc.client import imap_unordered, make_chunks
 from tests.conftest import NANOAOD, needs_nanoaod
 from tests.test_nanoaod import REAL, muon_pt_sum
-from worker.cache import BranchCache
+from rhtc.worker.cache import BranchCache
 
 
 def test_lru_by_bytes_and_evicted_chunks_are_reported():
@@ -48,7 +48,7 @@ def test_a_worker_with_a_tiny_cache_reads_again_and_withdraws_its_chunks(broker,
 @needs_nanoaod
 def test_branches_of_one_collection_share_their_offsets_in_the_cache():
     import awkward as ak
-    from broker import context
+    from rhtc.broker import context
     chunk = make_chunks(str(NANOAOD / "nano_dy.root"), step=40)[0]
     direct = chunk.arrays(["Muon_pt", "Muon_eta", "Muon_charge"], how=dict)
     cache = BranchCache(limit_bytes=10**8)

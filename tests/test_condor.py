@@ -34,8 +34,8 @@ def _secrets(config) -> list[str]:
 
 # --- offline: the description, the validation, the executable ---------------------
 def test_workers_sub_defaults_and_knobs():
-    from condor.submit import build_condor_description
-    from condor.validate import check_description
+    from rhtc.condor.submit import build_condor_description
+    from rhtc.condor.validate import check_description
     default = check_description(WORKERS_SUB.read_text())
     assert default.count == 3
     assert default["request_cpus"] == "1" and default["request_memory"] == "2GB"
@@ -65,7 +65,7 @@ def test_workers_sub_defaults_and_knobs():
 def test_validation_catches_what_the_bindings_would_not(text, message):
     # run in a child with a timeout: a missed macro cycle makes htcondor2's expand() spin forever
     code = textwrap.dedent(f"""
-        from condor.validate import check_description, InvalidDescription
+        from rhtc.condor.validate import check_description, InvalidDescription
         try:
             check_description({text!r})
         except InvalidDescription as err:
@@ -80,8 +80,8 @@ def test_validation_catches_what_the_bindings_would_not(text, message):
 
 
 def test_append_cannot_add_a_queue_statement():
-    from condor.submit import build_condor_description
-    from condor.validate import InvalidDescription
+    from rhtc.condor.submit import build_condor_description
+    from rhtc.condor.validate import InvalidDescription
     with pytest.raises(InvalidDescription, match="--workers"):
         build_condor_description({}, append=["queue 150"])
 
@@ -103,7 +103,7 @@ def test_submit_without_schedd_says_what_to_set(tmp_path, pool_broker):
 
 
 def test_submit_refuses_a_config_others_can_read(tmp_path, pool_broker):
-    from condor.submit import submit_workers
+    from rhtc.condor.submit import submit_workers
     cfg = pool_broker.config.write(tmp_path / "broker.json")
     os.chmod(cfg, 0o644)
     with pytest.raises(PermissionError, match="chmod 600"):
@@ -147,7 +147,7 @@ def test_executable_names_the_worker_and_passes_sigterm_on(tmp_path, env, name):
         while not (tmp_path / "args").exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         args = (tmp_path / "args").read_text().split()
-        assert args[:3] == ["worker", "--config", "broker.json"]
+        assert args[:3] == ["rhtc.worker", "--config", "broker.json"]
         assert args[args.index("--name") + 1].startswith(name)
         assert args[args.index("--cache-size") + 1] == "1GB"
         assert oct((tmp_path / "broker.json").stat().st_mode & 0o777) == "0o600"
@@ -162,7 +162,7 @@ def test_executable_names_the_worker_and_passes_sigterm_on(tmp_path, env, name):
 
 
 def test_pack_holds_the_worker_for_the_requested_python(tmp_path):
-    from condor.pack import pack_environment, read_manifest
+    from rhtc.condor.pack import pack_environment, read_manifest
     path = pack_environment(tmp_path / "env.tar.gz", python_version="3.13")
     manifest = read_manifest(path)
     assert manifest["python"] == "3.13"
@@ -170,7 +170,7 @@ def test_pack_holds_the_worker_for_the_requested_python(tmp_path):
     import tarfile
     with tarfile.open(path) as tar:
         names = set(tar.getnames())
-    assert {"src/worker/__main__.py", "src/broker/config.py", "manifest.json"} <= names
+    assert {"src/rhtc/worker/__main__.py", "src/rhtc/broker/config.py", "src/rhtc/__init__.py", "manifest.json"} <= names
     assert any(n.startswith("site/numpy/") for n in names)
     assert any(n.startswith("site/uproot/") for n in names)
     assert not any("__pycache__" in n for n in names)
@@ -193,14 +193,14 @@ def _run_map_through(analyst, config_path: Path) -> None:
 
 
 def _real_nanoaod() -> bool:
-    from examples import dimuon as example
+    from rhtc.examples import dimuon as example
     return any(f.exists() for f in example.REAL_FILES)
 
 
 def _expected_dimuon(step: int) -> dict:
     """The dimuon example run here, in this process, for comparison."""
-    from client import make_chunks
-    from examples import dimuon as example
+    from rhtc.client import make_chunks
+    from rhtc.examples import dimuon as example
     files = [str(f) for f in example.REAL_FILES if f.exists()]
     totals = {"events": 0, "pairs": 0}
     for chunk in make_chunks(files, step=step):
@@ -296,7 +296,7 @@ def test_rhtc_submit_condor(condor_pool, pool_broker, condor_env_pack, pool_anal
 @pool_tests
 def test_submit_workers_python_api(condor_pool, pool_broker, condor_env_pack, monkeypatch):
     """The Python function behind `rhtc submit`: returns the cluster, lists and removes it."""
-    from condor import submit_workers
+    from rhtc.condor import submit_workers
     work = condor_pool.workdir("python_api")
     cfg = write_pool_config(pool_broker, work)
     logs = make_owned_dir(work / "logs")

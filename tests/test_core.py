@@ -12,11 +12,11 @@ import time
 import cloudpickle
 import pytest
 
-from broker import protocol
-from broker.storage import Storage
-from client import RemoteError, imap_unordered, remote_map, submit
-from client.api import storage_for
-from client.maprun import MapRun
+from rhtc.broker import protocol
+from rhtc.broker.storage import Storage
+from rhtc.client import RemoteError, imap_unordered, remote_map, submit
+from rhtc.client.api import storage_for
+from rhtc.client.maprun import MapRun
 from tests.conftest import ROOT, map_keys
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -106,7 +106,7 @@ def test_concurrent_maps_never_mix(broker, workers):
         t.start()
     # and one from another client process at the same time
     script = textwrap.dedent("""
-        from client import remote_map
+        from rhtc.client import remote_map
         out = remote_map(lambda x: ('p', x), range(200), progress=False)
         assert out == [('p', i) for i in range(200)], out[:5]
         print('ok')
@@ -203,7 +203,7 @@ def test_ctrl_c_in_blocking_call_cancels_the_map(broker, workers, storage, tmp_p
     workers.start(1)
     script = textwrap.dedent("""
         import time, sys
-        from client import remote_map
+        from rhtc.client import remote_map
         print('start', flush=True)
         remote_map(time.sleep, [0.5] * 40, progress=False)
     """)
@@ -242,8 +242,8 @@ def test_worker_survives_broker_restart(broker, workers):
 
 def test_no_broker_configured_starts_local_default(tmp_path):
     script = textwrap.dedent("""
-        from client import remote_map, live_workers
-        from client.local import default_cluster
+        from rhtc.client import remote_map, live_workers
+        from rhtc.client.local import default_cluster
         print(remote_map(abs, [-1, -2, -3], progress=False))
         print(len(live_workers()), default_cluster().n_workers)
     """)

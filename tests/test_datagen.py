@@ -18,8 +18,8 @@ import pytest
 import uproot
 from click.testing import CliRunner
 
-from bench.compression import compression_benchmark
-from bench.datagen import (COMPRESSIONS, DIMUON_BRANCHES, dimuon_fraction, make_data,
+from rhtc.bench.compression import compression_benchmark
+from rhtc.bench.datagen import (COMPRESSIONS, DIMUON_BRANCHES, dimuon_fraction, make_data,
                            make_data_command, parse_compression)
 
 REAL = Path("/work/shared/data/nanoaod/nano_dimuon.root")

@@ -15,11 +15,11 @@ import time
 import cloudpickle
 import pytest
 
-from broker import protocol
-from broker.embedded import EmbeddedBroker
-from broker.storage import Storage
-from client import BrokerFull, RemoteError, imap_unordered, make_chunks, remote_map, submit
-from client.api import storage_for
+from rhtc.broker import protocol
+from rhtc.broker.embedded import EmbeddedBroker
+from rhtc.broker.storage import Storage
+from rhtc.client import BrokerFull, RemoteError, imap_unordered, make_chunks, remote_map, submit
+from rhtc.client.api import storage_for
 from tests.conftest import NANOAOD, ROOT, Workers, map_keys, needs_nanoaod
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -100,7 +100,7 @@ def test_sigkill_random_workers_during_a_2000_task_map(broker, workers):
 
 
 def test_recovery_after_sigkill_is_bounded():
-    from bench.recovery import measure_recovery     # the same measurement `bench recovery` prints
+    from rhtc.bench.recovery import measure_recovery     # the same measurement `bench recovery` prints
     (recovery,) = measure_recovery(kills=1)          # the default lease (5 s)
     print(f"recovery after SIGKILL: {recovery:.2f} s")
     assert recovery <= 10.0
@@ -314,7 +314,7 @@ def die_unless_int(x):
 def test_killed_client_leaves_nothing_after_expiry(broker, workers, storage):
     workers.start(1)
     script = textwrap.dedent("""
-        from client import submit
+        from rhtc.client import submit
         import time
         h = submit(time.sleep, [0.5] * 50)
         print('submitted', flush=True)

@@ -12,10 +12,10 @@ import time
 import numpy as np
 import pytest
 
-from client import RemoteError, imap_unordered, make_chunks, remote_map
-from client.chunks import BranchNotFound, ChunkFileError
-from client.reduce import combine
-from examples.dimuon import BRANCHES, dimuon
+from rhtc.client import RemoteError, imap_unordered, make_chunks, remote_map
+from rhtc.client.chunks import BranchNotFound, ChunkFileError
+from rhtc.client.reduce import combine
+from rhtc.examples.dimuon import BRANCHES, dimuon
 from tests.conftest import NANOAOD, ROOT, needs_nanoaod
 
 REAL = [str(NANOAOD / "nano_dimuon.root"), str(NANOAOD / "nano_dy.root")]
@@ -98,7 +98,7 @@ def test_rerun_reads_nothing_from_files_and_stays_on_the_same_worker(broker, wor
 def test_routing_survives_a_client_restart(broker, workers):
     workers.start(2)
     script = textwrap.dedent(f"""
-        from client import imap_unordered, make_chunks
+        from rhtc.client import imap_unordered, make_chunks
         from tests.test_nanoaod import muon_pt_sum, REAL
         rs = list(imap_unordered(muon_pt_sum, make_chunks(REAL, step=10)))
         print(sum(r.meta['bytes_file'] for r in rs), sum(r.meta['bytes_cache'] for r in rs))
@@ -157,7 +157,7 @@ def test_changed_file_is_detected(tmp_path):
     shutil.copy(REAL[0], path)
     chunk = make_chunks(str(path), step=100)[0]
     shutil.copy(REAL[1], path)                              # same name, another file
-    from client import chunks as chunks_module
+    from rhtc.client import chunks as chunks_module
     chunks_module._open_files.clear()
     with pytest.raises(ChunkFileError, match="has changed since the chunks were made"):
         chunk.arrays(["Muon_pt"])

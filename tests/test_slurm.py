@@ -65,7 +65,7 @@ def test_slurm_unreachable_says_what_to_set(tmp_path, pool_broker):
 
 
 def test_memory_for_slurm():
-    from condor.slurm import memory_mb
+    from rhtc.condor.slurm import memory_mb
     assert memory_mb("2GB") == 2048 and memory_mb("1.5G") == 1536 and memory_mb("700MB") == 700
 
 
@@ -113,7 +113,7 @@ def test_rhtc_submit_slurm(slurm_pool, pool_broker, tmp_path):
                                 text=True, env=env, timeout=60)
         assert listed.returncode == 0, listed.stderr
         assert len(re.findall(rf"^{job_id}_\d+\s+running", listed.stdout, re.M)) == 3, listed.stdout
-        from examples import dimuon as example
+        from rhtc.examples import dimuon as example
         if any(f.exists() for f in example.REAL_FILES):   # the example needs the real samples
             got = _analyst(cfg, "dimuon", str(REPO), "5000")
             assert got["files"] and got["events"] > 0 and got["pairs"] > 0 and got["in_z_window"] > 0

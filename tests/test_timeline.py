@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from client.record import RunRecord, TaskRecord, short_error
-from client.timeline import efficiency, plot_timeline, timeline_command
+from rhtc.client.record import RunRecord, TaskRecord, short_error
+from rhtc.client.timeline import efficiency, plot_timeline, timeline_command
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -1,5 +1,5 @@
-"""``python -m worker --broker URL [--name NAME] [--cache-size 4GB]``"""
-from worker.cli import main
+"""``python -m rhtc.worker --broker URL [--name NAME] [--cache-size 4GB]``"""
+from rhtc.worker.cli import main
 
 if __name__ == "__main__":
     main()

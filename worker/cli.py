@@ -8,7 +8,7 @@ import sys
 import click
 import psutil
 
-from broker.config import BrokerConfig, BrokerNotConfigured, KeyNotConfigured
+from rhtc.broker.config import BrokerConfig, BrokerNotConfigured, KeyNotConfigured
 
 
 def default_cache_size() -> int:
@@ -37,8 +37,8 @@ def main(url, config_file, name, cache_size, namespace, verbose):
     """Serve tasks from the broker until SIGTERM (then hand back the current task, exit 0)."""
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    from worker.cache import parse_size
-    from worker.main import Worker
+    from rhtc.worker.cache import parse_size
+    from rhtc.worker.main import Worker
     try:
         config = BrokerConfig.resolve(url=url, namespace=namespace, config_file=config_file)
         size = parse_size(cache_size) if cache_size else default_cache_size()

@@ -1,7 +1,7 @@
 """The worker process: take tasks (own queue, then shared queue, then steal), run them one
 at a time, hand in signed results, heartbeat, and never lose a task.
 
-    >>> from worker.main import Worker          # doctest: +SKIP
+    >>> from rhtc.worker.main import Worker          # doctest: +SKIP
     >>> Worker(config, name="w1").run()          # doctest: +SKIP
 """
 from __future__ import annotations
@@ -18,13 +18,13 @@ import traceback
 
 import cloudpickle
 
-from broker import context, protocol
-from broker.config import BrokerConfig, redact
-from broker.storage import (HEARTBEAT_SECONDS, BrokerRefused, ConnectionProblem, Storage,
+from rhtc.broker import context, protocol
+from rhtc.broker.config import BrokerConfig, redact
+from rhtc.broker.storage import (HEARTBEAT_SECONDS, BrokerRefused, ConnectionProblem, Storage,
                             is_out_of_memory)
-from worker.cache import BranchCache
-from worker.memory import tune_malloc
-from worker.metrics import NodeMetrics
+from rhtc.worker.cache import BranchCache
+from rhtc.worker.memory import tune_malloc
+from rhtc.worker.metrics import NodeMetrics
 
 log = logging.getLogger("rhtc.worker")
 

@@ -29,16 +29,16 @@ def where_am_i(x):
 def main(argv: list[str]) -> dict:
     import cloudpickle
 
-    from broker.config import BrokerConfig
-    from client import remote_map
+    from rhtc.broker.config import BrokerConfig
+    from rhtc.client import remote_map
     cfg = BrokerConfig.resolve(config_file=argv[1])
     mode = argv[2]
     if mode == "where":
         return {"results": remote_map(where_am_i, list(range(24)), broker=cfg, progress=False)}
     if mode == "dimuon":
         sys.path.insert(0, argv[3])
-        from client import make_chunks
-        from examples import dimuon as example
+        from rhtc.client import make_chunks
+        from rhtc.examples import dimuon as example
         cloudpickle.register_pickle_by_value(example)    # the workers have no examples/ package
         files = [str(f) for f in example.REAL_FILES if os.path.exists(f)]
         chunks = make_chunks(files, step=int(argv[4]) if len(argv) > 4 else 5000)

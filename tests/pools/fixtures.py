@@ -91,7 +91,7 @@ def slurm_pool(request):
 @pytest.fixture(scope="session")
 def pool_broker():
     """A broker on 127.0.0.1 (TCP), which jobs in the chroot and on this host both reach."""
-    from broker.embedded import EmbeddedBroker
+    from rhtc.broker.embedded import EmbeddedBroker
     b = EmbeddedBroker(host="127.0.0.1").start()
     yield b
     b.stop()
@@ -101,7 +101,7 @@ def pool_broker():
 def condor_env_pack(condor_pool, request):
     """A ``rhtc pack`` tarball for the pool's Python, in the pool's shared directory."""
     version = condor_pool.run(["python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"]).stdout.strip()
-    from condor.pack import pack_environment
+    from rhtc.condor.pack import pack_environment
     t0 = time.monotonic()
     path = pack_environment(condor_pool.shared / "rhtc-env.tar.gz", python_version=version)
     _say(request)(f"worker environment for Python {version} packed in {time.monotonic() - t0:.1f} s "
@@ -149,7 +149,7 @@ def make_owned_dir(path: Path, owner: int = POOL_UID) -> Path:
 
 def wait_workers(config, predicate, timeout: float, what: str) -> list[str]:
     """Poll live_workers until ``predicate(names)`` holds; return the names."""
-    from client import live_workers
+    from rhtc.client import live_workers
 
     def check():
         names = sorted(w["name"] for w in live_workers(broker=config))
@@ -167,7 +167,7 @@ def job_logs(directory: Path, limit: int = 4000) -> str:
 
 
 def python_cmd() -> list[str]:
-    return [sys.executable, "-m", "condor"]
+    return [sys.executable, "-m", "rhtc.condor"]
 
 
 def rhtc_env(base: dict | None = None) -> dict:

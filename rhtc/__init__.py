@@ -1,0 +1,58 @@
+"""redis-htcondor: a Redis-brokered task queue for NanoAOD analysis.
+
+The one import name of the project. The public API sits here::
+
+    >>> from rhtc import remote_map, make_chunks, LocalCluster      # doctest: +SKIP
+    >>> results = remote_map(lambda x: x * x, [1, 2, 3])           # doctest: +SKIP
+
+The parts live in subpackages that mirror the repository's folders: ``rhtc.broker``
+(Redis, protocol), ``rhtc.worker``, ``rhtc.client``, ``rhtc.condor`` (batch jobs),
+``rhtc.bench`` and ``rhtc.examples``. Importing ``rhtc`` is cheap: the API is loaded on
+first use, so a worker that imports ``rhtc.worker`` never loads the client.
+"""
+from __future__ import annotations
+
+import os as _os
+
+# In a checkout the subpackages are the top-level folders next to this one (the layout
+# the users asked for); an installed wheel has them inside this folder. Either way
+# ``rhtc.broker`` resolves, and an installed copy is never shadowed by the checkout.
+_here = _os.path.dirname(_os.path.abspath(__file__))
+_root = _os.path.dirname(_here)
+if (not _os.path.isdir(_os.path.join(_here, "broker"))
+        and _os.path.isfile(_os.path.join(_root, "broker", "keys.py"))):
+    __path__.append(_root)  # noqa: F821 -- the package's own __path__
+
+try:
+    from importlib.metadata import PackageNotFoundError as _NotFound, version as _version
+    __version__ = _version("redis-htcondor")
+except _NotFound:  # running from a checkout that was never installed
+    __version__ = "0+unknown"
+
+_API = {
+    "remote_map": "rhtc.client.api", "submit": "rhtc.client.api",
+    "imap_unordered": "rhtc.client.api", "live_workers": "rhtc.client.api",
+    "last_map": "rhtc.client.api", "resolve_config": "rhtc.client.api",
+    "MapHandle": "rhtc.client.api",
+    "LocalCluster": "rhtc.client.local",
+    "TaskResult": "rhtc.client.maprun",
+    "RemoteError": "rhtc.client.errors", "MapCancelled": "rhtc.client.errors",
+    "BrokerLost": "rhtc.client.errors", "BrokerFull": "rhtc.client.errors",
+    "make_chunks": "rhtc.client.chunks", "Chunk": "rhtc.client.chunks",
+    "BrokerConfig": "rhtc.broker.config",
+}
+__all__ = sorted(_API) + ["__version__"]
+
+
+def __getattr__(name: str):
+    module = _API.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rhtc' has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return __all__
