@@ -56,6 +56,18 @@ def default_config_path() -> Path:
     return Path(base) / "rhtc" / "broker.json"
 
 
+def cache_dir() -> Path:
+    """Where rhtc keeps what it builds once per machine (worker packs, tools).
+
+    ``$RHTC_CACHE``, else ``$XDG_CACHE_HOME/rhtc``, else ``~/.cache/rhtc``.
+    """
+    env = os.environ.get("RHTC_CACHE")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "rhtc"
+
+
 def default_namespace() -> str:
     """``rhtc:<user>``: every key the project writes lives under it."""
     try:

@@ -48,6 +48,8 @@ import time
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from rhtc.broker.config import cache_dir
+
 PACK_FORMAT = 1
 DIST_NAME = "redis-htcondor"
 PROJECT_PACKAGES = ("broker", "worker", "client", "condor", "bench")
@@ -70,15 +72,6 @@ def _package_init() -> Path:
     """``rhtc/__init__.py``: beside the folders in a checkout, above them when installed."""
     root = project_root()
     return root / "rhtc" / "__init__.py" if (root / "rhtc" / "__init__.py").is_file() else root / "__init__.py"
-
-
-def cache_dir() -> Path:
-    """``$RHTC_CACHE``, else ``$XDG_CACHE_HOME/rhtc``, else ``~/.cache/rhtc``."""
-    env = os.environ.get("RHTC_CACHE")
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "rhtc"
 
 
 def _requirement_name(req: str) -> str:

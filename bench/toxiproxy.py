@@ -1,0 +1,182 @@
+"""A real fault-injecting TCP proxy between two of our parts: Shopify's toxiproxy.
+
+The chaos tests put it between workers and Redis, and ``bench dimuon --xrootd`` between
+workers and the xrootd server (this kernel has no netem). Toxiproxy's toxics cover what
+a real network does to us: ``latency`` (with jitter), ``timeout`` (data stops, the
+connection stays open), ``reset_peer`` (TCP RST), ``slicer`` and ``limit_data`` (a reply
+cut after N bytes), ``bandwidth``.
+
+The server is one Go binary. :func:`toxiproxy_binary` finds ``toxiproxy-server`` on PATH,
+else builds it once with ``go install`` into rhtc's cache (about 30 s; ``$RHTC_CACHE``
+points that cache elsewhere), and says what to do when Go is missing.
+
+Example::
+
+    >>> with Toxiproxy() as tp:                                        # doctest: +SKIP
+    ...     redis_proxy = tp.proxy("redis", upstream="127.0.0.1:6390")
+    ...     redis_proxy.add_toxic("latency", latency=20)      # +20 ms on every reply
+    ...     redis_proxy.cut()                                  # drop every connection
+    ...     redis_proxy.restore()
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from rhtc.broker.config import cache_dir
+
+TOXIPROXY_MODULE = "github.com/Shopify/toxiproxy/v2/cmd/server"
+TOXIPROXY_VERSION = "v2.5.0"
+
+
+class ToxiproxyUnavailable(RuntimeError):
+    """The toxiproxy server could not be found, built or started; the message says why."""
+
+
+def toxiproxy_binary() -> Path:
+    """Path of a toxiproxy server binary, built with ``go install`` on first use."""
+    on_path = shutil.which("toxiproxy-server")
+    if on_path:
+        return Path(on_path)
+    tools = cache_dir() / "tools" / f"toxiproxy-{TOXIPROXY_VERSION}"
+    binary = tools / "bin" / "server"
+    if binary.is_file():
+        return binary
+    go = shutil.which("go")
+    if go is None:
+        raise ToxiproxyUnavailable(
+            "toxiproxy-server is not on PATH and there is no Go toolchain to build it: install Go "
+            f"(https://go.dev/dl) or put a toxiproxy-server binary on PATH ({TOXIPROXY_MODULE})")
+    env = {**os.environ, "GOBIN": str(tools / "bin"), "GOPATH": str(tools / "gopath"),
+           "GOCACHE": str(tools / "gocache"), "GOFLAGS": "-modcacherw"}
+    proc = subprocess.run([go, "install", f"{TOXIPROXY_MODULE}@{TOXIPROXY_VERSION}"], env=env,
+                          capture_output=True, text=True, timeout=600)
+    shutil.rmtree(tools / "gocache", ignore_errors=True)
+    shutil.rmtree(tools / "gopath", ignore_errors=True)
+    if proc.returncode != 0 or not binary.is_file():
+        raise ToxiproxyUnavailable(f"go install {TOXIPROXY_MODULE}@{TOXIPROXY_VERSION} failed "
+                                   f"(exit {proc.returncode}): {proc.stderr.strip()[-800:]}")
+    return binary
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class Proxy:
+    """One listening port of the toxiproxy server that forwards to ``upstream``."""
+
+    def __init__(self, server: "Toxiproxy", name: str, listen: str, upstream: str):
+        self.server, self.name, self.listen, self.upstream = server, name, listen, upstream
+        self.host, port = listen.rsplit(":", 1)
+        self.port = int(port)
+        self._toxics = 0
+
+    def add_toxic(self, kind: str, *, stream: str = "downstream", toxicity: float = 1.0,
+                  name: str | None = None, **attributes) -> str:
+        """Add a toxic (``latency``, ``timeout``, ``reset_peer``, ``slicer``, ``limit_data``,
+        ``bandwidth``...) with its attributes; returns its name for :meth:`remove_toxic`.
+
+        ``stream="downstream"`` acts on replies (upstream to client), ``"upstream"`` on requests.
+        """
+        self._toxics += 1
+        name = name or f"{kind}_{stream}_{self._toxics}"
+        self.server._call("POST", f"/proxies/{self.name}/toxics",
+                          {"name": name, "type": kind, "stream": stream, "toxicity": toxicity,
+                           "attributes": attributes})
+        return name
+
+    def remove_toxic(self, name: str) -> None:
+        self.server._call("DELETE", f"/proxies/{self.name}/toxics/{name}")
+
+    def clear(self) -> None:
+        """Remove every toxic."""
+        for toxic in self.server._call("GET", f"/proxies/{self.name}/toxics") or []:
+            self.remove_toxic(toxic["name"])
+
+    def cut(self) -> None:
+        """Close every connection through the proxy and refuse new ones (until :meth:`restore`)."""
+        self.server._call("POST", f"/proxies/{self.name}", {"enabled": False})
+
+    def restore(self) -> None:
+        """Accept connections again."""
+        self.server._call("POST", f"/proxies/{self.name}", {"enabled": True})
+
+    @property
+    def url_hostport(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+class Toxiproxy:
+    """A toxiproxy server on a free loopback port, stopped (by its pid) on close."""
+
+    def __init__(self, host: str = "127.0.0.1", start_timeout: float = 20.0):
+        self.host, self.start_timeout = host, start_timeout
+        self.port: int | None = None
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "Toxiproxy":
+        binary = toxiproxy_binary()
+        self.port = free_port(self.host)
+        self.proc = subprocess.Popen([str(binary), "-host", self.host, "-port", str(self.port)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                err = self.proc.stderr.read().decode(errors="replace")[-800:] if self.proc.stderr else ""
+                raise ToxiproxyUnavailable(f"{binary} exited with {self.proc.returncode}: {err}")
+            try:
+                self._call("GET", "/version")
+                return self
+            except (OSError, urllib.error.URLError):
+                time.sleep(0.05)
+        self.close()
+        raise ToxiproxyUnavailable(f"{binary} did not answer on {self.host}:{self.port} "
+                                   f"within {self.start_timeout:.0f} s")
+
+    def proxy(self, name: str, upstream: str, listen_port: int | None = None) -> Proxy:
+        """A new proxy listening on a free port (or ``listen_port``) that forwards to ``upstream``."""
+        listen = f"{self.host}:{listen_port or free_port(self.host)}"
+        self._call("POST", "/proxies", {"name": name, "listen": listen, "upstream": upstream,
+                                        "enabled": True})
+        return Proxy(self, name, listen, upstream)
+
+    def _call(self, method: str, path: str, body: dict | None = None):
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(f"http://{self.host}:{self.port}{path}", data=data,
+                                     method=method, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            raw = resp.read()
+        if not raw:
+            return None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw.decode(errors="replace")
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc is not None and self.proc.stderr:
+            self.proc.stderr.close()
+        self.proc = None
+
+    def __enter__(self) -> "Toxiproxy":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
