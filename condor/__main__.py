@@ -156,7 +156,9 @@ def rm(job_id, scheduler, schedd, pool):
 @click.option("-o", "--output", default="rhtc-env.tar.gz", show_default=True, help="Where to write the tarball.")
 @click.option("--python-version", default=None, help="The nodes' python3 as X.Y (default: this Python's).")
 @click.option("--glibc", default=DEFAULT_GLIBC, show_default=True, help="Oldest glibc on the nodes (EL8 = 2.28, EL9 = 2.34).")
-@click.option("--with", "extra", multiple=True, help="Extra requirement for your functions, e.g. --with coffea (repeatable).")
+@click.option("--with", "--extra", "extra", multiple=True,
+              help="Extra requirement for your functions, e.g. --with coffea (repeatable); "
+                   "pinned to this environment's version when installed here.")
 @click.option("--without", "exclude", multiple=True, help=f"Leave a project requirement out (default: {', '.join(DEFAULT_EXCLUDE)}).")
 @click.option("--pip-arg", "pip_args", multiple=True, help="Passed to pip, e.g. --pip-arg=--no-index.")
 @click.option("--rebuild", is_flag=True, help="Ignore the cache.")
@@ -173,7 +175,10 @@ def pack(output, python_version, glibc, extra, exclude, pip_args, rebuild):
     m = read_manifest(path)
     size = path.stat().st_size / 1e6
     click.echo(f"{path}: {size:.0f} MB for Python {m['python']} ({len(m['requirements'])} requirements, "
+               f"{len(m['lock'])} packages pinned to this environment's versions, "
                f"{time.monotonic() - t0:.1f} s)")
+    if m["not_pinned"]:
+        click.echo(f"not pinned (pip chose the version for the nodes): {', '.join(m['not_pinned'])}")
     click.echo("transfer it with the workers: condor_submit condor/workers.sub "
                f"env_pack={path}  (or rhtc submit --env {path})")
 

@@ -9,7 +9,15 @@ builds, on the analyst's machine, a ``.tar.gz`` holding
   --platform manylinux_2_28_x86_64 ...``), so no compiler and no index are needed on the
   node;
 * ``src/rhtc/``: this project's own package (``rhtc.broker``, ``rhtc.worker``, ...);
-* ``manifest.json``: the Python version it was built for, the requirements, a content hash.
+* ``manifest.json``: the Python version it was built for, the requirements, the lock
+  (``{"numpy": "2.4.6", ...}``: the exact versions installed in ``site/``), a content hash.
+
+The versions are the client's: :mod:`rhtc.condor.lock` pins every requirement and
+dependency to what is installed in the environment that runs ``rhtc pack``, so a result
+pickled on a node unpickles in the notebook. Optional analysis packages travel only when
+asked for (``--with coffea``, ``extra=["coffea"]``), pinned too when installed here. If
+the nodes run another Python X.Y and a pinned version has no wheel for it, that pin is
+dropped, pip picks a version, and a :class:`PinWarning` names each such package.
 
 ``condor/rhtc_worker.sh --env rhtc-env.tar.gz`` unpacks it and runs
 ``python3 -m rhtc.worker`` with ``PYTHONPATH=src:site``, after checking that the node's
@@ -49,8 +57,9 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from rhtc.broker.config import cache_dir
+from rhtc.condor.lock import Lock, canonical, lock_environment
 
-PACK_FORMAT = 1
+PACK_FORMAT = 2          # 2: pinned to the client's versions (manifest "lock")
 DIST_NAME = "redis-htcondor"
 PROJECT_PACKAGES = ("broker", "worker", "client", "condor", "bench")
 # The worker never draws: leave the client's plotting stack out unless asked for.
@@ -61,6 +70,16 @@ KEEP_PACKS = 3           # the cache keeps this many packs (and installed sites)
 
 class PackError(RuntimeError):
     """The worker environment could not be built; the message says why and what to try."""
+
+
+class PinWarning(UserWarning):
+    """Some packages could not be pinned to the client's versions for the nodes' Python."""
+
+
+# How pip names a pin it cannot satisfy (no wheel of that version for the target Python).
+_PIN_FAILURES = (r"\(constraint\) ([A-Za-z0-9][A-Za-z0-9._-]*)==",
+                 r"No matching distribution found for ([A-Za-z0-9][A-Za-z0-9._-]*)==",
+                 r"satisfies the requirement ([A-Za-z0-9][A-Za-z0-9._-]*)==")
 
 
 def project_root() -> Path:
@@ -145,26 +164,53 @@ def _locked(directory: Path):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def _install_pinned(target: Path, requirements: Sequence[str], lock: Lock, python_version: str,
+                    platforms: Sequence[str], pip_args: Sequence[str]) -> list[str]:
+    """Install with the lock as pip constraints; drop the pins pip cannot meet for this
+    Python; return the dropped names."""
+    dropped: set[str] = set()
+    with tempfile.TemporaryDirectory(prefix="rhtc-pins-") as tmp:
+        constraints = Path(tmp) / "constraints.txt"
+        while True:
+            constraints.write_text("\n".join(lock.constraints(dropped)) + "\n")
+            err = _install_site(target, requirements, python_version, platforms,
+                                [*pip_args, "--constraint", str(constraints)])
+            if err is None:
+                break
+            names = {canonical(m) for pattern in _PIN_FAILURES for m in re.findall(pattern, err)}
+            unmet = (names & set(lock.pins)) - dropped
+            if not unmet:
+                raise _install_error("\n".join(err.splitlines()[-15:]), python_version, platforms)
+            dropped |= unmet
+            shutil.rmtree(target, ignore_errors=True)
+    return sorted(dropped)
+
+
+def _install_error(tail: str, python_version: str, platforms: Sequence[str]) -> PackError:
+    return PackError(
+        f"pip could not install the worker's dependencies for Python {python_version} "
+        f"({', '.join(platforms[:1])}...):\n{tail}\n"
+        "A requirement without a binary wheel for that Python/platform cannot be packed; "
+        "pin another version (--with 'pkg==X'), choose --python-version to match the "
+        "nodes, or use a shared filesystem or container image instead."
+    )
+
+
 def _install_site(target: Path, requirements: Sequence[str], python_version: str,
-                  platforms: Sequence[str], pip_args: Sequence[str]) -> None:
+                  platforms: Sequence[str], pip_args: Sequence[str]) -> str | None:
+    """``pip install --target``; pip's error output if it failed, else None."""
     cmd = [sys.executable, "-m", "pip", "install", "--target", str(target), "--no-compile",
            "--only-binary=:all:", "--python-version", python_version, "--implementation", "cp",
-           "--disable-pip-version-check", "--no-warn-script-location", "--quiet"]
+           "--disable-pip-version-check", "--no-warn-script-location"]  # not --quiet: it hides which pin failed
     for tag in platforms:
         cmd += ["--platform", tag]
     cmd += list(pip_args) + list(requirements)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
-        raise PackError(
-            f"pip could not install the worker's dependencies for Python {python_version} "
-            f"({', '.join(platforms[:1])}...):\n{tail}\n"
-            "A requirement without a binary wheel for that Python/platform cannot be packed; "
-            "pin another version (--with 'pkg==X'), choose --python-version to match the "
-            "nodes, or use a shared filesystem or container image instead."
-        )
+        return (proc.stdout + proc.stderr).strip()
     # console scripts point at the analyst's interpreter: useless on the node
     shutil.rmtree(target / "bin", ignore_errors=True)
+    return None
 
 
 def _prune(packs: Path, pattern: str, keep: int) -> None:
@@ -189,7 +235,8 @@ def pack_environment(output: str | os.PathLike | None = None, *, python_version:
         python_version: the execute nodes' ``python3`` as ``"3.X"`` (default: this Python's).
         glibc: oldest glibc of the nodes (wheels up to ``manylinux_<glibc>`` are accepted).
         arch: the nodes' machine type (default: this machine's, e.g. ``x86_64``).
-        extra: more requirements for your own functions, e.g. ``["coffea", "vector>=1"]``.
+        extra: more requirements for your own functions, e.g. ``["coffea", "vector>=1"]``;
+            pinned to this environment's versions when installed here.
         exclude: project requirements to leave out (by name; default ``matplotlib``).
         pip_args: passed to pip, e.g. ``["--no-index", "--find-links", "/wheels"]``.
         rebuild: ignore the cache.
@@ -207,9 +254,11 @@ def pack_environment(output: str | os.PathLike | None = None, *, python_version:
     excluded = {_requirement_name(x) for x in exclude}
     requirements = [r for r in project_requirements() if _requirement_name(r) not in excluded]
     requirements += [r for r in extra if r]
+    lock = lock_environment(requirements)
     files = _project_files(PROJECT_PACKAGES)
     dep_key = _digest({"format": PACK_FORMAT, "python": python_version, "platforms": platforms,
-                       "requirements": sorted(requirements), "pip_args": list(pip_args)})[:16]
+                       "requirements": sorted(requirements), "lock": lock.pins,
+                       "pip_args": list(pip_args)})[:16]
     src_key = _digest([(name, hashlib.sha256(path.read_bytes()).hexdigest()) for name, path in files])
     key = _digest([dep_key, src_key])[:16]
 
@@ -224,11 +273,17 @@ def pack_environment(output: str | os.PathLike | None = None, *, python_version:
                 if not quiet:
                     print(f"installing {len(requirements)} requirements for Python {python_version} "
                           f"into {site} ...", file=sys.stderr)
-                _install_site(site, requirements, python_version, platforms, pip_args)
-                (site / ".complete").write_text(f"{time.monotonic() - t0:.1f}s\n")
+                dropped = _install_pinned(site, requirements, lock, python_version, platforms, pip_args)
+                (site / ".complete").write_text(json.dumps(
+                    {"seconds": round(time.monotonic() - t0, 1), "dropped": dropped}))
             os.utime(site)
+            dropped = json.loads((site / ".complete").read_text())["dropped"]
             manifest = {"format": PACK_FORMAT, "python": python_version, "platforms": platforms,
-                        "requirements": requirements, "key": key, "packages": sorted(
+                        "requirements": requirements, "key": key,
+                        "client_python": "%d.%d.%d" % sys.version_info[:3],
+                        "lock": {n: v for n, v in sorted(lock.pins.items()) if n not in dropped},
+                        "not_pinned": sorted(set(dropped) | set(lock.missing)),
+                        "packages": sorted(
                             {name.split("/")[1] for name, _ in files if name.count("/") > 1}),
                         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
             fd, tmp = tempfile.mkstemp(dir=packs, prefix=".tmp-", suffix=".tar.gz")
@@ -251,6 +306,7 @@ def pack_environment(output: str | os.PathLike | None = None, *, python_version:
             _prune(packs, "site-*", KEEP_PACKS)
         else:
             os.utime(tarball)
+    _warn_unpinned(read_manifest(tarball), lock)
     if output is None:
         return tarball
     output = Path(output)
@@ -261,6 +317,20 @@ def pack_environment(output: str | os.PathLike | None = None, *, python_version:
     os.chmod(tmp_out, 0o644)
     os.replace(tmp_out, output)
     return output
+
+
+def _warn_unpinned(manifest: dict, lock: Lock) -> None:
+    dropped = sorted(n for n in manifest["not_pinned"] if n in lock.pins)
+    if dropped:
+        import warnings
+        python, platform_tag = manifest["python"], manifest["platforms"][0]
+        warnings.warn(
+            f"the worker pack for Python {python} could not pin "
+            + ", ".join(f"{n}=={lock.pins[n]}" for n in dropped)
+            + f" (the client's versions have no wheel for Python {python} / {platform_tag}); "
+            "pip chose other versions there (see the pack's manifest.json). Results that pickle "
+            "these packages' objects may not unpickle on the client: run the client on the "
+            "nodes' Python to pin everything.", PinWarning, stacklevel=3)
 
 
 def _skip_marker(info: tarfile.TarInfo) -> tarfile.TarInfo | None:

@@ -180,6 +180,54 @@ def test_pack_holds_the_worker_for_the_requested_python(tmp_path):
     assert read_manifest(again)["key"] == manifest["key"]
 
 
+def _site_versions(tarball: Path) -> dict[str, str]:
+    """``{name: version}`` of the distributions installed in a pack's site/ (its dist-info dirs)."""
+    import tarfile
+    from rhtc.condor.lock import canonical
+    found = {}
+    with tarfile.open(tarball) as tar:
+        for n in tar.getnames():
+            m = re.fullmatch(r"site/([^/]+)-([^-/]+)\.dist-info", n)
+            if m:
+                found[canonical(m.group(1))] = m.group(2)
+    return found
+
+
+def test_pack_pins_the_clients_exact_versions(tmp_path):
+    """The nodes get the versions installed here (numpy, awkward, uproot, their dependencies),
+    recorded in the manifest's lock and installed in site/, for the nodes' Python 3.13."""
+    from importlib.metadata import version
+    from rhtc.broker.versions import stack_versions
+    from rhtc.condor.pack import pack_environment, read_manifest
+    path = pack_environment(tmp_path / "env.tar.gz", python_version="3.13")
+    lock = read_manifest(path)["lock"]
+    site = _site_versions(path)
+    for name in ("numpy", "awkward", "awkward-cpp", "uproot", "cloudpickle", "lz4", "redis", "hiredis",
+                 "fsspec", "packaging"):
+        assert lock.get(name) == version(name), f"{name} not pinned to the client's {version(name)}: {lock}"
+        assert site.get(name) == version(name), f"site/ has {name} {site.get(name)}, the client {version(name)}"
+    assert set(stack_versions()) - {"hist"} <= set(lock), "every stack package the worker needs is pinned"
+    assert "matplotlib" not in site, "the plotting stack stays out unless asked for"
+
+
+@pytest.mark.slow
+def test_pack_for_an_older_python_warns_naming_what_it_could_not_pin(tmp_path):
+    """numpy 2.3+ has no wheel for Python 3.10: the pack drops that pin, installs what pip
+    finds for 3.10, and says which packages differ from the client's versions."""
+    from importlib.metadata import version
+    from rhtc.condor.pack import PinWarning, pack_environment, read_manifest
+    if int(version("numpy").split(".")[0]) < 2 or int(version("numpy").split(".")[1]) < 3:
+        pytest.skip("this client's numpy still has Python 3.10 wheels")
+    with pytest.warns(PinWarning, match=r"numpy==" + re.escape(version("numpy"))):
+        path = pack_environment(tmp_path / "env.tar.gz", python_version="3.10")
+    manifest = read_manifest(path)
+    assert "numpy" in manifest["not_pinned"] and "numpy" not in manifest["lock"]
+    site = _site_versions(path)
+    assert site["numpy"] != version("numpy") and site["numpy"].startswith(("1.", "2.0", "2.1", "2.2"))
+    pinned_here = [n for n, v in manifest["lock"].items() if n in site]
+    assert pinned_here and all(site[n] == manifest["lock"][n] for n in pinned_here)
+
+
 # --- a real pool ----------------------------------------------------------------------
 pool_tests = pytest.mark.pool
 
