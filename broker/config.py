@@ -170,6 +170,32 @@ class BrokerConfig:
             or default_namespace()
         return cls(url=url, key=key, namespace=namespace)
 
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> "BrokerConfig":
+        """The config held in one file, with the file's own checks (0600, JSON, url, hex key
+        of at least 16 bytes) and nothing from the environment: what a batch job will read.
+
+        Example::
+
+            >>> import tempfile, os
+            >>> p = BrokerConfig.resolve(url="redis://h:1", key="00" * 32).write(
+            ...     os.path.join(tempfile.mkdtemp(), "b.json"))
+            >>> BrokerConfig.from_file(p).url
+            'redis://h:1'
+        """
+        path = Path(path).expanduser()
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"no broker config at {path}: start a broker with `rhtc broker` (it writes one) "
+                "or pass --config FILE; the file is what the workers read (url, key, namespace)")
+        data = _read_config_file(path)
+        missing = [k for k in ("url", "key") if not data.get(k)]
+        if missing:
+            raise ValueError(f"{path} lacks {' and '.join(missing)}: the workers need the broker URL "
+                             "and the signing key in it (`rhtc broker` writes a complete one)")
+        return cls(url=data["url"], key=_decode_key(data["key"], str(path)),
+                   namespace=data.get("namespace") or default_namespace())
+
     def to_json(self) -> str:
         return json.dumps({"url": self.url, "key": self.key.hex(), "namespace": self.namespace})
 

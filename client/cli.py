@@ -17,7 +17,7 @@ import time
 
 import click
 
-from rhtc.broker.config import BrokerConfig, BrokerNotConfigured, KeyNotConfigured, default_config_path
+from rhtc.broker.config import BrokerConfig, BrokerNotConfigured, KeyNotConfigured, default_config_path, redact
 
 _PASSTHROUGH = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
 
@@ -50,8 +50,9 @@ def broker(host, port, unix_socket, allow_remote, maxmemory, config_path):
     except (ValueError, FileNotFoundError, RuntimeError) as err:
         raise click.ClickException(str(err))
     path = b.config.write(config_path or default_config_path())
-    click.echo(f"broker: {b.config.url}")
-    click.echo(f"config (url, signing key, namespace; mode 0600): {path}")
+    # never the password or the key on the terminal: they are in the 0600 file only
+    click.echo(f"broker: {redact(b.config.url)}")
+    click.echo(f"config (url with password, signing key, namespace; mode 0600): {path}")
     click.echo("clients and workers on this machine find it there; elsewhere copy the file and set RHTC_CONFIG.")
     click.echo("Ctrl-C stops the broker.")
     _wait_for_signal()
@@ -101,7 +102,8 @@ def workers(n, cache_size, url):
     cluster.start()
     if config is None:
         path = cluster.config.write(default_config_path())
-        click.echo(f"started a broker for this pool: {cluster.config.url} (config in {path})")
+        click.echo(f"started a broker for this pool: {redact(cluster.config.url)} "
+                   f"(url with password and signing key in {path}, mode 0600)")
     click.echo(f"{len(cluster.pids)} workers running (logs in {cluster.log_dir}); Ctrl-C stops them.")
     _wait_for_signal()
     cluster.close()

@@ -3,6 +3,12 @@
 Slurm has no file transfer: the broker config (0600) and the worker environment (a
 ``rhtc pack`` tarball, or a Python with the project installed) must be on a filesystem the
 nodes see, which is the normal case at analysis facilities (shared /home or /work).
+
+sbatch hands the submitting environment to every job (``--export=ALL``), where anyone who
+can read the job's environment (``scontrol``, ``/proc``, a prolog) sees it. So
+:func:`submit` runs sbatch in :func:`job_environment`: without the broker variables
+(``RHTC_BROKER``, ``RHTC_KEY``...) and without any variable that holds the broker's
+password or signing key. The jobs read the 0600 config file instead.
 """
 from __future__ import annotations
 
@@ -13,9 +19,23 @@ import subprocess
 from pathlib import Path
 from typing import Sequence
 
+from rhtc.broker.config import ENV_CONFIG, ENV_KEY, ENV_KEY_FILE, ENV_NAMESPACE, ENV_URL
 from rhtc.condor.schedd import SchedulerUnavailable
 
 JOB_NAME = "rhtc-worker"
+# The jobs get the broker from the config file named on their command line, never from these.
+BROKER_ENV = (ENV_URL, ENV_KEY, ENV_KEY_FILE, ENV_NAMESPACE, ENV_CONFIG)
+
+
+def job_environment(base: dict, secrets: Sequence[str]) -> dict:
+    """``base`` without the broker variables and without any variable whose value holds
+    one of ``secrets`` (the broker password, the signing key): what sbatch may export.
+
+    >>> job_environment({"PATH": "/bin", "RHTC_KEY": "ab12", "DB": "redis://:pw@h"}, ["pw"])
+    {'PATH': '/bin'}
+    """
+    return {k: v for k, v in base.items()
+            if k not in BROKER_ENV and not any(s and s in v for s in secrets)}
 
 
 def _require(cmd: str) -> str:
@@ -60,8 +80,13 @@ def memory_mb(size: str) -> int:
 
 def submit(count: int, worker_args: Sequence[str], *, script: str | os.PathLike,
            executable: str | os.PathLike, log_dir: str | os.PathLike, memory: str = "2GB",
-           cpus: int = 1, sbatch_args: Sequence[str] = (), env: dict | None = None) -> str:
-    """``sbatch --array=0-(count-1)`` the worker script; return the array job id."""
+           cpus: int = 1, sbatch_args: Sequence[str] = (), env: dict | None = None,
+           secrets: Sequence[str] = ()) -> str:
+    """``sbatch --array=0-(count-1)`` the worker script; return the array job id.
+
+    The jobs get ``env`` (default: this process's environment) through
+    :func:`job_environment`, so no ``secrets`` and no broker variable reach them.
+    """
     sbatch = _require("sbatch")
     log_dir = Path(log_dir).resolve()
     log_dir.mkdir(parents=True, exist_ok=True)   # Slurm does not create it and loses the output
@@ -69,7 +94,7 @@ def submit(count: int, worker_args: Sequence[str], *, script: str | os.PathLike,
            f"--output={log_dir}/worker-%A_%a.out", f"--error={log_dir}/worker-%A_%a.err",
            f"--cpus-per-task={cpus}", f"--mem={memory_mb(memory)}M", *sbatch_args,
            str(script), *worker_args]
-    run_env = dict(os.environ if env is None else env)
+    run_env = job_environment(dict(os.environ if env is None else env), secrets)
     run_env["RHTC_WORKER_SH"] = str(Path(executable).resolve())
     proc = subprocess.run(cmd, capture_output=True, text=True, env=run_env, timeout=120)
     if proc.returncode != 0:

@@ -18,10 +18,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import ipaddress
-import json
 import os
 import re
-import stat
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -89,24 +87,7 @@ def broker_config_file(config_file: str | os.PathLike | None = None,
         digest = hashlib.sha256(cfg.to_json().encode()).hexdigest()[:12]
         return Path(cfg.write(Path(log_dir).resolve() / f"broker-{digest}.json")), cfg
     path = Path(config_file).expanduser() if config_file else default_config_path()
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"no broker config at {path}: start a broker with `rhtc broker` (it writes one) or "
-            "pass --config FILE; the file is what the workers read (url, key, namespace)")
-    mode = path.stat().st_mode
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise PermissionError(f"{path} holds the broker password and signing key but is readable "
-                              f"by others (mode {oct(mode & 0o777)}); run `chmod 600 {path}`")
-    try:
-        data = json.loads(path.read_text())
-    except ValueError as err:
-        raise ValueError(f"{path} is not valid JSON: {err}") from None
-    missing = [k for k in ("url", "key") if not (isinstance(data, dict) and data.get(k))]
-    if missing:
-        raise ValueError(f"{path} lacks {' and '.join(missing)}: the workers need the broker URL and "
-                         "the signing key in it (`rhtc broker` writes a complete one)")
-    return path.resolve(), BrokerConfig(url=data["url"], key=bytes.fromhex(data["key"]),
-                                        namespace=data.get("namespace") or "")
+    return path.resolve(), BrokerConfig.from_file(path)
 
 
 def _secrets(cfg: BrokerConfig) -> list[str]:
@@ -202,7 +183,8 @@ def submit_workers(workers: int = 3, *, scheduler: str = "condor",
         if not dry_run:
             jobs.job_id = _slurm.submit(workers, worker_args, script=WORKERS_SBATCH,
                                         executable=EXECUTABLE, log_dir=log_dir, memory=memory,
-                                        cpus=cpus, sbatch_args=sbatch_args, env=env)
+                                        cpus=cpus, sbatch_args=sbatch_args, env=env,
+                                        secrets=_secrets(cfg))
         return jobs
 
     macros = {"workers": workers, "worker_sh": EXECUTABLE, "broker_config": cfg_path,

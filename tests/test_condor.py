@@ -110,6 +110,23 @@ def test_submit_refuses_a_config_others_can_read(tmp_path, pool_broker):
         submit_workers(1, config_file=cfg, python="python3", dry_run=True)
 
 
+def test_submit_reads_the_config_with_the_brokers_own_checks(tmp_path, pool_broker, monkeypatch):
+    """condor/ reads the config file through broker/config.py: a key too short to sign with
+    is refused there, naming the file, and the environment does not override the file."""
+    import json
+    from rhtc.condor.submit import submit_workers
+    short = tmp_path / "short.json"
+    fd = os.open(short, os.O_WRONLY | os.O_CREAT, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"url": pool_broker.config.url, "key": "ab" * 4}, fh)
+    with pytest.raises(ValueError, match=r"short\.json is 4 bytes; use at least 16"):
+        submit_workers(1, config_file=short, python="python3", dry_run=True)
+    cfg = pool_broker.config.write(tmp_path / "broker.json")
+    monkeypatch.setenv("RHTC_BROKER", "redis://elsewhere:1")
+    jobs = submit_workers(1, config_file=cfg, python="python3", dry_run=True)
+    assert jobs.config_file == cfg.resolve()
+
+
 def _fake_python(tmp_path: Path) -> Path:
     """A stand-in for python3 that records how the worker would be started."""
     fake = tmp_path / "fakepython"
