@@ -15,6 +15,11 @@ class PoolUnavailable(RuntimeError):
     """The pool cannot be brought up on this machine (the tests skip with this reason)."""
 
 
+class DaemonDied(RuntimeError):
+    """A pool's daemon exited while starting: a bug in the set-up, so the tests error
+    (never skip), at once and with the daemon's output."""
+
+
 def run(cmd: Sequence[str], *, check: bool = True, timeout: float | None = 600,
         env: dict | None = None, cwd: str | os.PathLike | None = None,
         input: str | None = None) -> subprocess.CompletedProcess:
@@ -54,14 +59,16 @@ def ensure_debian_packages(packages: Iterable[str], commands: Iterable[str]) -> 
         raise PoolUnavailable(f"{', '.join(commands)} missing and no apt-get to install "
                               f"{' '.join(packages)}")
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    cmd = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *packages]
+    # another session (or unattended-upgrades) may hold dpkg's lock: wait for it
+    lock = ["-o", "DPkg::Lock::Timeout=600"]
+    cmd = ["apt-get", *lock, "install", "-y", "-q", "--no-install-recommends", *packages]
     for attempt in range(2):
         proc = run(cmd, check=False, env=env, timeout=900)
         if proc.returncode == 0:
             return
         if _apt_updated or attempt:
             break
-        run(["apt-get", "update", "-q"], check=False, env=env, timeout=600)
+        run(["apt-get", *lock, "update", "-q"], check=False, env=env, timeout=600)
         _apt_updated = True
     raise PoolUnavailable(f"cannot install {' '.join(packages)} with apt-get:\n"
                           + "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-10:]))
@@ -222,6 +229,8 @@ def wait_for(predicate, timeout: float, interval: float = 0.5, what: str = "cond
             value = predicate()
             if value:
                 return value
+        except DaemonDied:
+            raise           # waiting longer cannot help
         except Exception as err:  # noqa: BLE001 - report the last one on timeout
             last_err = err
         if time.monotonic() > deadline:

@@ -12,8 +12,10 @@ chroot made with debootstrap. What this module does, and why:
 * **start** (every session, ~5 s): mount proc, sys and dev in the chroot; bind-mount the
   repository and the NanoAOD test files (read-only) and a shared work directory at the
   *same paths* inside it (a job's
-  initial directory and executable must exist at the same path for the shadow); wipe the
-  previous session's spool/log/execute state; add a config with
+  initial directory and executable must exist at the same path for the shadow); make every
+  directory ``condor_config_val`` names (LOG, SPOOL, EXECUTE, LOCK, RUN: owner ``condor``,
+  0755, emptied of the previous session's state; the token and password directories: root,
+  0700), because only systemd-tmpfiles would make them and it never runs in a chroot; add a config with
   ``MOUNT_UNDER_SCRATCH =`` and ``USE_PID_NAMESPACES = False`` (without them jobs go on hold
   with errno 22 in this sandbox) and 8 CPUs; run ``condor_master -f``. Jobs then run as
   ``rhtc`` with the chroot's Python 3.13 and the host's network (127.0.0.1 reaches a broker
@@ -39,7 +41,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .common import (PoolUnavailable, alive, bind, describe, ensure_debian_packages,
+from .common import (DaemonDied, PoolUnavailable, alive, bind, describe, ensure_debian_packages,
                      mounts_under, pids_rooted_in, require_root, run, safe_rmtree, terminate,
                      unmount_all, wait_for)
 
@@ -49,6 +51,11 @@ POOL_USER = "rhtc"
 POOL_UID = 2000
 RECIPE = {"version": 1, "suite": SUITE, "variant": "minbase", "include": list(INCLUDE),
           "user": POOL_USER, "uid": POOL_UID}
+# The directories the daemons write (owned by the ``condor`` user, made fresh every
+# session) and the ones that hold the pool's signing key and tokens (root, 0700, kept).
+STATE_DIRS = ("LOG", "SPOOL", "EXECUTE", "LOCK", "RUN")
+SECRET_DIRS = ("SEC_PASSWORD_DIRECTORY", "SEC_TOKEN_SYSTEM_DIRECTORY")
+CONDOR_OWNER = "condor"
 REPO = Path(__file__).resolve().parents[2]
 # The real NanoAOD files (shared/ beside the checkout), for the dimuon example in the pool.
 DATA = Path(os.environ.get("RHTC_NANOAOD", REPO.parent / "shared" / "data" / "nanoaod"))
@@ -238,17 +245,33 @@ class CondorPool:
 
     def _configure(self) -> None:
         (self.inside("/etc/condor/config.d") / "99-rhtc-test.conf").write_text(POOL_CONFIG)
-        dirs = self.run(["condor_config_val", "SPOOL", "EXECUTE", "LOG", "LOCK", "RUN"],
-                        user=None).stdout.split()
-        for d in dirs:  # the previous session's jobs, logs and sockets
-            host_dir = self.inside(d)
-            if host_dir.is_dir():
-                for entry in host_dir.iterdir():
-                    if entry.is_dir() and not entry.is_symlink():
-                        safe_rmtree(entry)
-                    else:
-                        entry.unlink()
+        self._make_state_dirs()
         self.uid_domain = self.run(["condor_config_val", "UID_DOMAIN"], user=None).stdout.strip()
+
+    def _make_state_dirs(self) -> None:
+        """Create, empty, every directory the pool's configuration names, as HTCondor expects.
+
+        debootstrap runs the ``condor`` package's postinst, which makes only the LOG
+        directory; the others come from systemd-tmpfiles at boot, which never runs in a
+        chroot. So each session asks ``condor_config_val`` where they are and makes them
+        from nothing (the previous session's jobs, logs and sockets go with them). It runs
+        inside the chroot, so paths through symlinks such as ``/var/run -> /run`` resolve
+        there and never on the host.
+        """
+        state = self.run(["condor_config_val", *STATE_DIRS], user=None).stdout.split()
+        secret = self.run(["condor_config_val", *SECRET_DIRS], user=None).stdout.split()
+        if len(state) != len(STATE_DIRS) or len(secret) != len(SECRET_DIRS):
+            raise PoolUnavailable(f"condor_config_val in {self.root} did not name all of "
+                                  f"{STATE_DIRS + SECRET_DIRS}: got {state + secret}")
+        script = ('set -e; for d in "$@"; do case "$d" in /?*) ;; *) echo "bad dir $d" >&2; exit 2;; '
+                  'esac; done; ')
+        script += "".join(f'rm -rf -- "${i}"; install -d -o {CONDOR_OWNER} -g {CONDOR_OWNER} '
+                          f'-m 0755 -- "${i}"; ' for i in range(1, len(state) + 1))
+        script += "".join(f'install -d -o root -g root -m 0700 -- "${i}"; '
+                          for i in range(len(state) + 1, len(state) + len(secret) + 1))
+        self.run(["sh", "-c", script, "dirs", *state, *secret], user=None)
+        self.log(f"condor pool: made {' '.join(state)} ({CONDOR_OWNER}, 0755) and "
+                 f"{' '.join(secret)} (root, 0700)")
 
     def _start_master(self) -> None:
         out = open(self.session / "condor_master.out", "wb")
@@ -260,7 +283,7 @@ class CondorPool:
     def _ready(self) -> bool:
         if self.master.poll() is not None:
             log = (self.session / "condor_master.out").read_text()[-2000:]
-            raise PoolUnavailable(f"condor_master exited with {self.master.returncode}: {log}")
+            raise DaemonDied(f"condor_master exited with {self.master.returncode}: {log}")
         schedds = self.run(["condor_status", "-schedd", "-af", "Name"], user=None, check=False).stdout
         slots = self.run(["condor_status", "-af", "Name"], user=None, check=False).stdout
         return bool(schedds.strip() and slots.strip())

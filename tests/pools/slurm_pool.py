@@ -1,6 +1,8 @@
 """A real single-node Slurm cluster for the tests: Debian bookworm's slurm-wlm and munge.
 
-No systemd here, so everything is started by hand, privately, in a session directory:
+No systemd here, so everything is started by hand, privately, in a session directory that
+holds every directory and file the daemons use (made fresh each session: nothing depends
+on what the packages or an earlier run left in /var/lib/slurm, /etc/munge or /run/munge):
 
 * ``munged -F`` with its own key, socket, pid and log files (``AuthInfo=socket=...`` in
   slurm.conf points Slurm at that socket, so a system munged is never touched);
@@ -29,10 +31,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from .common import (PoolUnavailable, alive, descendants, ensure_debian_packages, free_port,
+from .common import (DaemonDied, PoolUnavailable, alive, descendants, ensure_debian_packages, free_port,
                      pids_with_env, require_root, run, terminate, wait_for)
 
 PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge"]
+# Every directory the daemons use, made fresh in the session directory with these modes
+# (nothing from the packages' own /var/lib/slurm, /var/spool/slurmd, /etc/munge or /run/munge,
+# which a fresh machine may lack and an old one may hold state in): slurmctld's state
+# (0700: job credentials), slurmd's spool, the logs, munged's key, socket, pid and seed.
+SESSION_DIRS = {"state": 0o700, "spool": 0o755, "log": 0o755,
+                # munged insists on a socket dir others can enter but not write
+                "munge": 0o755}
 COMMANDS = ["/usr/sbin/slurmctld", "/usr/sbin/slurmd", "/usr/sbin/munged", "sbatch"]
 
 SLURM_CONF = """\
@@ -103,6 +112,9 @@ class SlurmPool:
         self.dir = Path(tempfile.mkdtemp(prefix="rhtc-slurm-"))
         os.chmod(self.dir, 0o755)
         try:
+            for name, mode in SESSION_DIRS.items():
+                (self.dir / name).mkdir()
+                os.chmod(self.dir / name, mode)     # mkdir's mode is filtered by the umask
             self._start_munge()
             self._write_conf()
             self._spawn("slurmctld", ["/usr/sbin/slurmctld", "-D"])
@@ -121,9 +133,7 @@ class SlurmPool:
         out.close()
 
     def _start_munge(self) -> None:
-        (self.dir / "log").mkdir()
         m = self.dir / "munge"
-        m.mkdir(mode=0o755)        # munged insists on a socket dir others can enter but not write
         key = m / "munge.key"
         fd = os.open(key, os.O_WRONLY | os.O_CREAT, 0o600)
         with os.fdopen(fd, "wb") as fh:
@@ -137,8 +147,6 @@ class SlurmPool:
                  interval=0.1, what="munged's socket")
 
     def _write_conf(self) -> None:
-        for d in ("state", "spool"):
-            (self.dir / d).mkdir()
         host = socket.gethostname().split(".")[0]
         self.conf.write_text(SLURM_CONF.format(host=host, ctld_port=free_port(), slurmd_port=free_port(),
                                                munge_socket=self.munge_socket, dir=self.dir))
@@ -148,7 +156,7 @@ class SlurmPool:
         p = self.procs.get(name)
         if p is not None and p.poll() is not None:
             out = (self.dir / "log" / f"{name}.out").read_text(errors="replace")[-2000:]
-            raise PoolUnavailable(f"{name} exited with {p.returncode}: {out}")
+            raise DaemonDied(f"{name} exited with {p.returncode}: {out}")
         return False
 
     def _idle(self) -> bool:
