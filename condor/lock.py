@@ -89,7 +89,10 @@ def lock_environment(requirements: list[str]) -> Lock:
             continue
         pins[name] = dist.version
         for dep_text in dist.requires or []:
-            dep = Requirement(dep_text)
+            try:
+                dep = Requirement(dep_text)
+            except InvalidRequirement:
+                continue    # metadata pip would not read either; pip resolves that one itself
             if dep.marker is None or any(dep.marker.evaluate({"extra": e})
                                          for e in (set(req.extras) or {""})):
                 todo.append(dep)

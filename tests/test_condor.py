@@ -19,17 +19,12 @@ from pathlib import Path
 import pytest
 
 from .pools.common import wait_for
-from .pools.fixtures import (REPO, condor_env_pack, condor_pool, job_logs, make_owned_dir,  # noqa: F401
-                             pool_analyst, pool_broker, python_cmd, rhtc_env, wait_workers,
-                             write_pool_config)
+from .pools.fixtures import (REPO, assert_no_secrets_in_jobs, broker_secrets, condor_env_pack,  # noqa: F401
+                             condor_pool, job_logs, make_owned_dir, pool_analyst, pool_broker,
+                             python_cmd, rhtc_env, wait_workers, write_pool_config)
 
 WORKERS_SUB = REPO / "condor" / "workers.sub"
 EXECUTABLE = REPO / "condor" / "rhtc_worker.sh"
-
-
-def _secrets(config) -> list[str]:
-    from urllib.parse import urlsplit
-    return [config.key.hex(), urlsplit(config.url).password]
 
 
 # --- offline: the description, the validation, the executable ---------------------
@@ -278,7 +273,7 @@ def _expected_dimuon(step: int) -> dict:
 def _assert_no_secrets_in_job_ads(pool, cluster: int, config) -> None:
     ads = pool.run(["condor_q", "-allusers", "-l", str(cluster)], user=None).stdout
     assert f"ClusterId = {cluster}" in ads
-    for secret in _secrets(config):
+    for secret in broker_secrets(config):
         assert secret not in ads, "the broker password or key leaked into the job ad"
 
 
@@ -334,6 +329,7 @@ def test_rhtc_submit_condor(condor_pool, pool_broker, condor_env_pack, pool_anal
     cfg = write_pool_config(pool_broker, work)
     logs = make_owned_dir(work / "logs")   # the jobs write there as the pool's user
     env = condor_pool.host_env(rhtc_env())
+    env.update(pool_broker.config.env())      # in the analyst's shell too: must not reach the jobs
     proc = subprocess.run([*python_cmd(), "submit", "--workers", "3", "--config", str(cfg),
                            "--env", str(condor_env_pack), "--log-dir", str(logs), "--terse",
                            "-a", '+RhtcTest = "yes"'],
@@ -345,6 +341,7 @@ def test_rhtc_submit_condor(condor_pool, pool_broker, condor_env_pack, pool_anal
         _assert_no_secrets_in_job_ads(condor_pool, cluster, pool_broker.config)
         assert condor_pool.jobs(f'ClusterId == {cluster} && RhtcTest == "yes"', ("ProcId",))
         names = _wait_registered(condor_pool, pool_broker.config, cluster, 3, logs)
+        assert_no_secrets_in_jobs("RHTC_CONDOR_JOB", f"{cluster}.0", pool_broker.config, logs)
         _run_map_through(pool_analyst, cfg)
         listed = subprocess.run([*python_cmd(), "ls", str(cluster)], capture_output=True, text=True,
                                 env=env, timeout=60)

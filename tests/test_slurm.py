@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from .pools.common import pids_with_env
-from .pools.fixtures import (REPO, job_logs, pool_broker, python_cmd, rhtc_env,  # noqa: F401
-                             slurm_pool, wait_workers)
+from .pools.fixtures import (REPO, assert_no_secrets_in_jobs, job_logs, pool_broker,  # noqa: F401
+                             python_cmd, rhtc_env, slurm_pool, wait_workers)
 
 SBATCH = REPO / "condor" / "workers.sbatch"
 ANALYST = REPO / "tests" / "pools" / "analyst.py"
@@ -52,35 +51,6 @@ def _wait_gone(pool, config, job_id: str) -> None:
             return
         time.sleep(1)
     raise AssertionError(f"array job {job_id} is still in the queue:\n{out}")
-
-
-def _secrets(config) -> list[str]:
-    from urllib.parse import urlsplit
-    password = urlsplit(config.url).password
-    assert password, "the pool broker should have a password"
-    return [config.key.hex(), password]
-
-
-def _assert_no_secrets_in_jobs(job_id: str, config, logs: Path) -> None:
-    """Every process of the array job: no broker variable, no secret in its environment or
-    argv; and none in the job's output files."""
-    pids = pids_with_env("SLURM_ARRAY_JOB_ID", job_id)
-    assert pids, f"no process of array job {job_id} found"
-    for pid in pids:
-        try:
-            environ = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace").split("\0")
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
-        except OSError:
-            continue       # it just exited
-        names = {e.partition("=")[0] for e in environ}
-        assert not names & {"RHTC_KEY", "RHTC_BROKER", "RHTC_KEY_FILE"}, \
-            f"job process {pid} ({argv!r}) got broker variables: {sorted(names & {'RHTC_KEY', 'RHTC_BROKER'})}"
-        for secret in _secrets(config):
-            assert not any(secret in e for e in environ), f"job process {pid} has a secret in its environment"
-            assert secret not in argv, f"job process {pid} has a secret on its command line"
-    for f in logs.glob("*"):
-        text = f.read_text(errors="replace")
-        assert not any(secret in text for secret in _secrets(config)), f"{f} holds a secret"
 
 
 def test_slurm_unreachable_says_what_to_set(tmp_path, pool_broker):
@@ -144,7 +114,7 @@ def test_rhtc_submit_slurm(slurm_pool, pool_broker, tmp_path):
     job_id = proc.stdout.strip().splitlines()[-1]
     try:
         _wait_registered(pool_broker.config, job_id, 3, logs)
-        _assert_no_secrets_in_jobs(job_id, pool_broker.config, logs)
+        assert_no_secrets_in_jobs("SLURM_ARRAY_JOB_ID", job_id, pool_broker.config, logs)
         listed = subprocess.run([*python_cmd(), "ls", "--scheduler", "slurm"], capture_output=True,
                                 text=True, env=env, timeout=60)
         assert listed.returncode == 0, listed.stderr

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from .common import PoolUnavailable, wait_for
+from .common import PoolUnavailable, pids_with_env, wait_for
 from .condor_pool import POOL_UID, CondorPool
 from .slurm_pool import SlurmPool
 
@@ -166,6 +166,41 @@ def job_logs(directory: Path, limit: int = 4000) -> str:
     return "\n".join(out) or f"(no logs in {directory})"
 
 
+BROKER_VARIABLES = {"RHTC_KEY", "RHTC_BROKER", "RHTC_KEY_FILE"}
+
+
+def broker_secrets(config) -> list[str]:
+    """The broker's password and signing key (hex): what must never leave the 0600 file."""
+    from urllib.parse import urlsplit
+    password = urlsplit(config.url).password
+    assert password, "the pool broker should have a password"
+    return [config.key.hex(), password]
+
+
+def assert_no_secrets_in_jobs(env_name: str, env_value: str, config, logs: Path) -> None:
+    """Every running process of one batch job (found by ``env_name=env_value`` in its
+    environment, e.g. ``SLURM_ARRAY_JOB_ID=12``): no broker variable, no secret in its
+    environment or argv; and no secret in the job's output files in ``logs``."""
+    secrets = broker_secrets(config)
+    pids = pids_with_env(env_name, env_value)
+    assert pids, f"no process with {env_name}={env_value} found"
+    for pid in pids:
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace").split("\0")
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue       # it just exited
+        leaked = {e.partition("=")[0] for e in environ} & BROKER_VARIABLES
+        assert not leaked, f"job process {pid} ({argv!r}) got broker variables: {sorted(leaked)}"
+        for secret in secrets:
+            assert not any(secret in e for e in environ), f"job process {pid} has a secret in its environment"
+            assert secret not in argv, f"job process {pid} has a secret on its command line"
+    for f in Path(logs).rglob("*"):
+        if f.is_file() and f.suffix in (".out", ".err", ".log"):
+            text = f.read_text(errors="replace")
+            assert not any(secret in text for secret in secrets), f"{f} holds a secret"
+
+
 def python_cmd() -> list[str]:
     return [sys.executable, "-m", "rhtc.condor"]
 
@@ -177,4 +212,5 @@ def rhtc_env(base: dict | None = None) -> dict:
 
 
 __all__ = ["condor_pool", "slurm_pool", "pool_broker", "condor_env_pack", "pool_analyst", "write_pool_config",
-           "make_owned_dir", "wait_workers", "job_logs", "python_cmd", "rhtc_env", "pools_required"]
+           "make_owned_dir", "wait_workers", "job_logs", "python_cmd", "rhtc_env", "pools_required",
+           "broker_secrets", "assert_no_secrets_in_jobs"]
