@@ -222,6 +222,20 @@ def test_pack_pins_the_clients_exact_versions(tmp_path):
     assert "matplotlib" not in site, "the plotting stack stays out unless asked for"
 
 
+def test_pack_extra_packages_are_pinned_when_installed_here(tmp_path):
+    """`rhtc pack --extra dask --extra vector`: dask (installed here, with the test extra) and
+    its dependencies travel at this environment's versions; vector (not installed here) is
+    installed unpinned and listed as such."""
+    from importlib.metadata import version
+    from rhtc.condor.pack import pack_environment, read_manifest
+    path = pack_environment(tmp_path / "env.tar.gz", python_version="3.13", extra=["dask", "vector"])
+    manifest = read_manifest(path)
+    site = _site_versions(path)
+    for name in ("dask", "toolz", "partd"):
+        assert manifest["lock"].get(name) == site.get(name) == version(name), (name, manifest["lock"], site)
+    assert "vector" in manifest["not_pinned"] and "vector" in site and "vector" not in manifest["lock"]
+
+
 @pytest.mark.slow
 def test_pack_for_an_older_python_warns_naming_what_it_could_not_pin(tmp_path):
     """numpy 2.3+ has no wheel for Python 3.10: the pack drops that pin, installs what pip
