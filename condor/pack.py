@@ -14,8 +14,11 @@ builds, on the analyst's machine, a ``.tar.gz`` holding
 
 The versions are the client's: :mod:`rhtc.condor.lock` pins every requirement and
 dependency to what is installed in the environment that runs ``rhtc pack``, so a result
-pickled on a node unpickles in the notebook. Optional analysis packages travel only when
-asked for (``--with coffea``, ``extra=["coffea"]``), pinned too when installed here. If
+pickled on a node unpickles in the notebook. The optional analysis packages the project
+integrates with (:data:`INSTALLED_EXTRAS`: coffea, the XRootD client) travel whenever they
+are installed here, since a processor or a ``root://`` chunk needs them on the node too;
+anything else travels when asked for (``--with vector``, ``extra=["vector"]``), pinned
+when installed here. If
 the nodes run another Python X.Y and a pinned version has no wheel for it, that pin is
 dropped, pip picks a version, and a :class:`PinWarning` names each such package.
 
@@ -65,6 +68,8 @@ PROJECT_PACKAGES = ("broker", "worker", "client", "condor", "bench")
 # The worker never draws: leave the client's plotting stack out unless asked for.
 DEFAULT_EXCLUDE = ("matplotlib",)
 DEFAULT_GLIBC = "2.28"   # EL8 and newer; use --glibc 2.17 for EL7-era nodes
+#: Optional packages of our extras ([coffea], [xrootd]) packed whenever the client has them.
+INSTALLED_EXTRAS = ("coffea", "blosc2", "xrootd", "fsspec-xrootd")
 KEEP_PACKS = 3           # the cache keeps this many packs (and installed sites)
 
 
@@ -117,6 +122,14 @@ def project_requirements() -> list[str]:
             raise PackError(f"cannot find the requirements of {DIST_NAME}: no setup.cfg in "
                             f"{project_root()} and the project is not installed (pip install .)")
     return [r for r in reqs if "extra" not in r.partition(";")[2]]
+
+
+def _installed(name: str) -> bool:
+    try:
+        importlib.metadata.version(name)
+        return True
+    except importlib.metadata.PackageNotFoundError:
+        return False
 
 
 def platform_tags(glibc: str = DEFAULT_GLIBC, arch: str | None = None) -> list[str]:
@@ -237,7 +250,8 @@ def pack_environment(output: str | os.PathLike | None = None, *, python_version:
         arch: the nodes' machine type (default: this machine's, e.g. ``x86_64``).
         extra: more requirements for your own functions, e.g. ``["coffea", "vector>=1"]``;
             pinned to this environment's versions when installed here.
-        exclude: project requirements to leave out (by name; default ``matplotlib``).
+        exclude: requirements to leave out (by name; default ``matplotlib``); also stops an
+            installed package of :data:`INSTALLED_EXTRAS` from travelling.
         pip_args: passed to pip, e.g. ``["--no-index", "--find-links", "/wheels"]``.
         rebuild: ignore the cache.
 
@@ -254,6 +268,9 @@ def pack_environment(output: str | os.PathLike | None = None, *, python_version:
     excluded = {_requirement_name(x) for x in exclude}
     requirements = [r for r in project_requirements() if _requirement_name(r) not in excluded]
     requirements += [r for r in extra if r]
+    asked = {_requirement_name(r) for r in requirements}
+    requirements += [name for name in INSTALLED_EXTRAS
+                     if name not in asked and name not in excluded and _installed(name)]
     lock = lock_environment(requirements)
     files = _project_files(PROJECT_PACKAGES)
     dep_key = _digest({"format": PACK_FORMAT, "python": python_version, "platforms": platforms,
