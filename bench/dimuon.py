@@ -205,8 +205,8 @@ def _check_physics(systems: dict, n_events: int, pairs: int) -> None:
 @click.option("--dask/--no-dask", "with_dask", default=True, show_default=True)
 @click.option("--dask-workers", type=int, default=None, help="dask workers (default: --workers).")
 @click.option("--dask-timeout", type=float, default=None,
-              help="Seconds dask may take to start [60 + 2 per worker] and for each run "
-                   "[max(120, 20x ours)]; past them it is stopped and reported in one line.")
+              help="Seconds dask may take to start and to warm up [each 60 + 2 per worker] and for "
+                   "each run [max(120, 20x ours)]; past them it is stopped and reported in one line.")
 @click.option("--repeats", default=2, show_default=True,
               help="Runs of each system, alternating which goes first; medians are quoted.")
 @click.option("--xrootd", is_flag=True, help="Read the files over root:// from a local xrootd server "

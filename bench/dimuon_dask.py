@@ -76,6 +76,7 @@ def _child(spec_path: str) -> None:
             time.sleep(0.25)
         _emit(event="started", startup_s=time.perf_counter() - t, workers=n)
         client.gather(client.map(warm_up, warm * n * 3, pure=False))
+        _emit(event="warmed")
         for phase in ("cold", "warm"):
             t = time.perf_counter()
             total, done = None, 0
@@ -134,8 +135,10 @@ def run_dask(chunks, warm, *, workers: int, cache_bytes: int, start_bound: float
             left = t0 + bound - time.monotonic()
             if left <= 0:
                 what = (f"{bar.n} of {workers} workers were up" if phase == "start" else
+                        "its workers were still importing" if phase == "warm-up" else
                         f"{bar.n} of {len(chunks)} chunks were done in its {phase} run")
-                out["error"] = (f"dask did not {'start' if phase == 'start' else 'finish its ' + phase + ' run'} "
+                doing = {"start": "start", "warm-up": "finish its warm-up"}.get(phase, f"finish its {phase} run")
+                out["error"] = (f"dask did not {doing} "
                                 f"within {bound:.0f} s ({what}); try fewer dask workers, e.g. "
                                 f"--dask-workers {max(1, min(workers // 4, 2 * (os.cpu_count() or 1)))}")
                 return out
@@ -156,6 +159,10 @@ def run_dask(chunks, warm, *, workers: int, cache_bytes: int, start_bound: float
                 bar.refresh()
             elif msg["event"] == "started":
                 out["startup_s"] = msg["startup_s"]
+                phase, t0 = "warm-up", time.monotonic()            # bound: as for the start
+                bar.close()
+                bar = tqdm(total=0, desc="dask: warm-up (imports on every worker)", disable=not progress, leave=False)
+            elif msg["event"] == "warmed":
                 phase, bound, t0 = "cold", run_bound, time.monotonic()
                 bar.close()
                 bar = tqdm(total=len(chunks), desc="dask cold", unit="chunk", disable=not progress, leave=False)

@@ -179,7 +179,7 @@ def check(url: str) -> None:
 # (server kXR_* errors in brackets, client statuses in words).
 _CAUSES = [
     ("server unreachable", True, r"connection (error|refused)|invalid address|socket (error|disconnected)|"
-     r"stream disconnect|no route|network|connection reset|broken pipe|handshake",
+     r"stream disconnect|no route|network|connection reset|broken pipe|handshake|on closed file",
      "check the host and port and that the server is up (`xrdfs {server} query config version`); "
      "a transient outage can be retried with remote_map(..., retry_on=(ChunkFileError,))"),
     ("timed out", True, r"operation expired|timed? ?out|socket timeout|\[206\]",
