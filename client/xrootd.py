@@ -37,9 +37,10 @@ SETTINGS: dict[str, str] = {
     "XRD_TIMEOUTRESOLUTION": "1",     # check the timeouts every second (default 15)
     "XRD_PARALLELEVTLOOP": "1",       # event-loop threads per worker process (default 10)
 }
-#: uproot.open options for root:// files (uproot's fsspec source through fsspec-xrootd:
-#: concurrent reads of coalesced ranges; uproot's XRootDSource failed vector reads of a
-#: real 2015 NanoAOD file with "Invalid operation"). ``timeout`` (s) also bounds fsspec-xrootd.
+#: How root:// files are read: uproot's fsspec source through fsspec-xrootd (concurrent
+#: reads of coalesced ranges; uproot's XRootDSource failed vector reads of a real 2015
+#: NanoAOD file with "Invalid operation"). ``timeout``: s for each fsspec-xrootd request
+#: and directory listing (fsspec-xrootd's own default is none).
 OPEN_OPTIONS: dict[str, Any] = {"timeout": 60}
 #: times a transient failure (server unreachable, timeout, connection dropped) of one read
 #: is retried inside ``Chunk.arrays``, reopening the file, before ChunkFileError is raised.
