@@ -7,39 +7,33 @@ as a bare single-process loop, all in one run.
 from __future__ import annotations
 
 import json
-import logging
+import math
 import os
 import statistics
 import time
 
 import click
 
+from rhtc.bench.dimuon_dask import run_dask, warm_up
 from rhtc.broker import context
 from rhtc.client.reduce import combine
 from rhtc.examples.dimuon import dimuon
 from rhtc.worker.cache import BranchCache, parse_size
 from rhtc.worker.memory import tune_malloc
 
-_DASK_CACHE_BYTES = int(os.environ.get("RHTC_BENCH_CACHE", "4000000000"))
+CHUNKS_PER_WORKER = 3            # the seed's 448 chunks for 30 to 150 workers
+MAX_CHUNK = 500_000
+START_BATCH = 10                 # our workers are started (and counted on the bar) in batches
 
 
-def warm_up(chunk):
-    """Run the analysis once on a tiny file of its own, so that the cold run measures
-    reading the data, not importing and first-use set-up of uproot, awkward and hist
-    (both systems and the bare loop get the same warm-up)."""
-    dimuon(chunk)
-    time.sleep(0.05)                     # keep each worker busy long enough to get one
-    return os.getpid()
+def auto_chunk_size(total_events: int, workers: int) -> int:
+    """Entries per chunk when the user sets none: at least CHUNKS_PER_WORKER chunks per
+    worker, at most MAX_CHUNK entries each.
 
-
-def dask_dimuon(chunk):
-    """The same analysis on a dask worker, with a process-global cache of the same size
-    as ours, reached the same way (so dask gets its fair chance)."""
-    if context.current is None:
-        tune_malloc()                   # as our workers do
-        context.current = context.TaskContext(worker=f"dask-{os.getpid()}",
-                                              cache=BranchCache(_DASK_CACHE_BYTES))
-    return dimuon(chunk)
+    >>> auto_chunk_size(8_000_000, 2), auto_chunk_size(8_000_000, 150)
+    (500000, 17778)
+    """
+    return max(1, min(MAX_CHUNK, math.ceil(total_events / (CHUNKS_PER_WORKER * max(1, workers)))))
 
 
 def _page_cache(paths) -> None:
@@ -78,64 +72,79 @@ def _bare(chunks, cache_bytes: int, warm: list) -> dict:
     return out
 
 
-def _ours(chunks, workers: int, cache: str, broker_url: str | None, warm: list) -> dict:
-    from rhtc import LocalCluster, live_workers, remote_map, submit
-    cluster = None
-    if broker_url is None:
-        t = time.perf_counter()
-        cluster = LocalCluster(n_workers=workers, cache_size=cache).start()
-        start_s = time.perf_counter() - t
-        broker = cluster
-    else:
-        broker, start_s = broker_url, 0.0
+def _start_cluster(workers: int, cache: str, progress: bool):
+    """Our LocalCluster, its workers started in batches under a progress bar."""
+    from tqdm import tqdm
+    from rhtc import LocalCluster
+    first = min(workers, START_BATCH)
+    cluster = LocalCluster(n_workers=first, cache_size=cache, start_timeout=60 + 2 * START_BATCH)
+    with tqdm(total=workers, desc=f"ours: starting {workers} workers", unit="worker", disable=not progress,
+              leave=False) as bar:
+        try:
+            cluster.start()
+            bar.update(first)
+            while len(cluster.alive()) < workers:
+                n = min(START_BATCH, workers - len(cluster.alive()))
+                cluster.add_workers(n)
+                bar.update(n)
+        except BaseException:
+            cluster.close()
+            raise
+    return cluster
+
+
+def _timed_map(chunks, broker, label: str, progress: bool):
+    from tqdm import tqdm
+    from rhtc import submit
+    t = time.perf_counter()
+    h = submit(dimuon, chunks, broker=broker, reduce=True, label=label)
+    with tqdm(total=len(chunks), desc=label, unit="chunk", disable=not progress, leave=False) as bar:
+        while True:
+            try:
+                result = h.wait(0.5)
+                break
+            except TimeoutError:
+                bar.n = h.progress()[0]
+                bar.refresh()
+    return h, result, time.perf_counter() - t
+
+
+def _ours(chunks, workers: int, cache: str, broker_url: str | None, warm: list, progress: bool = True) -> dict:
+    """Ours cold then warm; a failure to start or run is returned as ``{"error": ...}``."""
+    from rhtc import live_workers, remote_map
+    cluster, t = None, time.perf_counter()
     try:
-        n_live = len(live_workers(broker))
-        remote_map(warm_up, warm * n_live * 3, broker=broker, progress=False, routing=False)
-        out = {"workers": n_live, "startup_s": start_s}
+        broker = broker_url or (cluster := _start_cluster(workers, cache, progress))
+        out = {"workers": len(live_workers(broker)), "startup_s": 0.0 if broker_url else time.perf_counter() - t}
+        remote_map(warm_up, warm * out["workers"] * 3, broker=broker, progress=False, routing=False)
         for phase in ("cold", "warm"):
-            t = time.perf_counter()
-            h = submit(dimuon, chunks, broker=broker, reduce=True, label=f"dimuon {phase}")
-            result = h.wait()
-            out[f"{phase}_s"] = time.perf_counter() - t
+            h, result, out[f"{phase}_s"] = _timed_map(chunks, broker, f"ours {phase}", progress)
             out[f"{phase}_bytes_file"] = sum(m.get("bytes_file", 0) for m in h.run.metas)
             out[f"{phase}_bytes_cache"] = sum(m.get("bytes_cache", 0) for m in h.run.metas)
             out[f"{phase}_routed"] = h.run.routed_to_workers
             out[f"{phase}_events"] = result["events"]
             out[f"{phase}_pairs"] = result["pairs"]
+        return out
+    except (TimeoutError, RuntimeError, OSError) as err:
+        return {"workers": workers, "error": f"redis-htcondor failed after {time.perf_counter() - t:.0f} s: "
+                                             f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"}
     finally:
         if cluster is not None:
             cluster.close()
-    return out
-
-
-def _dask(chunks, workers: int, warm: list) -> dict:
-    try:
-        from dask.distributed import Client, LocalCluster, as_completed
-    except ImportError:
-        return {"error": "dask.distributed is not installed (pip install 'redis-htcondor[bench]')"}
-    t = time.perf_counter()
-    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                      silence_logs=logging.CRITICAL) as cluster, Client(cluster) as client:
-        out = {"workers": workers, "startup_s": time.perf_counter() - t}
-        client.gather(client.map(warm_up, warm * workers * 3, pure=False))
-        for phase in ("cold", "warm"):
-            t = time.perf_counter()
-            total = None
-            for fut in as_completed(client.map(dask_dimuon, chunks, pure=False)):
-                total = combine(total, fut.result())
-            out[f"{phase}_s"] = time.perf_counter() - t
-            out[f"{phase}_events"] = total["events"]
-    return out
 
 
 def _median_run(runs: list[dict]) -> dict:
-    """The runs' figures, with cold and warm times replaced by their medians."""
-    out = dict(runs[-1])
+    """The runs' figures, with cold and warm times replaced by their medians (failed runs
+    are left out; if every run failed, the last one's error)."""
+    good = [r for r in runs if "error" not in r]
+    if not good:
+        return dict(runs[-1]) if runs else {}
+    out = dict(good[-1])
     for phase in ("cold_s", "warm_s"):
-        if all(phase in r for r in runs):
-            out[phase] = statistics.median(r[phase] for r in runs)
-            out[phase.replace("_s", "_all_s")] = [r[phase] for r in runs]
-    out["warm_bytes_file"] = max((r.get("warm_bytes_file", 0) for r in runs), default=0)
+        if all(phase in r for r in good):
+            out[phase] = statistics.median(r[phase] for r in good)
+            out[phase.replace("_s", "_all_s")] = [r[phase] for r in good]
+    out["warm_bytes_file"] = max((r.get("warm_bytes_file", 0) for r in good), default=0)
     return out
 
 
@@ -143,11 +152,51 @@ def _mhz(events: int, seconds: float) -> float:
     return events / seconds / 1e6 if seconds else float("nan")
 
 
+HEADER = f"{'':30}{'cold s':>8}{'cold MHz':>10}{'warm s':>8}{'warm MHz':>10}{'warm/cold':>10}"
+
+
+def row(name: str, r: dict, n_events: int) -> str:
+    """One line of the table: a system's cold and warm figures, or why it has none."""
+    if "cold_s" not in r or "warm_s" not in r:
+        return f"{name:30}{r.get('error', 'not measured')}"
+    return (f"{name:30}{r['cold_s']:>8.2f}{_mhz(n_events, r['cold_s']):>10.2f}{r['warm_s']:>8.2f}"
+            f"{_mhz(n_events, r['warm_s']):>10.2f}{r['cold_s'] / r['warm_s']:>9.1f}x")
+
+
+class Report:
+    """The benchmark's figures: each printed and written to the JSON as soon as measured."""
+
+    def __init__(self, json_path: str | None, **header):
+        self.json_path, self.data = json_path, dict(header)
+
+    def add(self, key: str, name: str, figures: dict, n_events: int, echo: bool = True) -> None:
+        self.data[key] = figures
+        if echo:
+            click.echo(row(name, figures, n_events))
+        self.save()
+
+    def save(self) -> None:
+        if self.json_path:
+            with open(self.json_path + ".tmp", "w") as fh:
+                json.dump(self.data, fh, indent=2)
+            os.replace(self.json_path + ".tmp", self.json_path)
+
+
+def _check_physics(systems: dict, n_events: int, pairs: int) -> None:
+    for name, r in systems.items():
+        for phase in ("cold", "warm"):
+            if f"{phase}_events" in r:
+                assert r[f"{phase}_events"] == n_events, f"{name} {phase} saw {r[f'{phase}_events']} events"
+            if f"{phase}_pairs" in r:
+                assert r[f"{phase}_pairs"] == pairs, f"{name} {phase}: different physics from the same files"
+
+
 @click.command("dimuon")
 @click.option("--workers", default=2, show_default=True, help="Workers (each system).")
 @click.option("--files", default=8, show_default=True, help="Generated files.")
 @click.option("--events", default=1_000_000, show_default=True, help="Events per file.")
-@click.option("--chunk-size", default=500_000, show_default=True, help="Entries per chunk.")
+@click.option("--chunk-size", type=int, default=None,
+              help=f"Entries per chunk [default: >= {CHUNKS_PER_WORKER} chunks per worker, at most {MAX_CHUNK:,}].")
 @click.option("--compression", default="LZ4", show_default=True, help="LZMA, ZLIB, LZ4 or ZSTD.")
 @click.option("--cache-size", default="4GB", show_default=True, help="Branch cache per worker (both systems).")
 @click.option("--data-dir", default="data/generated", show_default=True)
@@ -155,67 +204,93 @@ def _mhz(events: int, seconds: float) -> float:
               help="Use the workers already on this broker (a cluster) instead of starting them.")
 @click.option("--dask/--no-dask", "with_dask", default=True, show_default=True)
 @click.option("--dask-workers", type=int, default=None, help="dask workers (default: --workers).")
+@click.option("--dask-timeout", type=float, default=None,
+              help="Seconds dask may take to start and to warm up [each 60 + 2 per worker] and for "
+                   "each run [max(120, 20x ours)]; past them it is stopped and reported in one line.")
 @click.option("--repeats", default=2, show_default=True,
               help="Runs of each system, alternating which goes first; medians are quoted.")
+@click.option("--xrootd", is_flag=True, help="Read the files over root:// from a local xrootd server "
+                                             "through a TCP proxy that adds latency.")
+@click.option("--latency-ms", default="0,5,20", show_default=True,
+              help="With --xrootd: added round-trip latencies to measure, in ms.")
+@click.option("--progress/--no-progress", default=True, show_default=True, help="Progress bars (stderr).")
 @click.option("--json", "json_path", default="bench-dimuon.json", show_default=True)
 def dimuon_command(workers, files, events, chunk_size, compression, cache_size, data_dir, broker_url,
-                   with_dask, dask_workers, repeats, json_path):
+                   with_dask, dask_workers, dask_timeout, repeats, xrootd, latency_ms, progress, json_path):
     """Dimuon analysis cold and warm: ours vs dask vs the bare single-process loop."""
     from rhtc.bench.datagen import make_data
     from rhtc import make_chunks
-    global _DASK_CACHE_BYTES
-    _DASK_CACHE_BYTES = parse_size(cache_size)
-    os.environ["RHTC_BENCH_CACHE"] = str(_DASK_CACHE_BYTES)     # inherited by dask's workers
-    paths = make_data(data_dir, files=files, events=events, compression=compression)
+    cache_bytes = parse_size(cache_size)
+    dask_workers = dask_workers or workers
+    paths = make_data(data_dir, files=files, events=events, compression=compression, progress=progress)
     _page_cache(paths)
+    chunk_size = chunk_size or auto_chunk_size(files * events, max(workers, dask_workers if with_dask else 0))
     chunks = make_chunks(paths, step=chunk_size)
     warm = make_chunks(make_data(os.path.join(data_dir, "warm-up"), files=1, events=2000,
                                  compression=compression, progress=False), step=2000)
     n_events = sum(c.num_entries for c in chunks)
     click.echo(f"bench dimuon: {len(paths)} {compression} files, {n_events:,} events, {len(chunks)} chunks "
-               f"of {chunk_size:,}; {workers} workers; {os.cpu_count()} cores; files in the page cache",
-               err=True)
-    bare = _bare(chunks, _DASK_CACHE_BYTES, warm)
+               f"of {chunk_size:,} ({len(chunks) / workers:.1f} per worker); {workers} workers"
+               f"{f' (dask: {dask_workers})' if with_dask and dask_workers != workers else ''}; "
+               f"{os.cpu_count()} cores; files in the page cache", err=True)
+    report = Report(json_path, files=len(paths), events=n_events, chunk_size=chunk_size,
+                    chunks_per_worker=len(chunks) / workers, compression=compression, cores=os.cpu_count())
+    if xrootd:
+        from rhtc.bench.dimuon_xrootd import run_latencies
+        return run_latencies(report, paths, os.path.abspath(data_dir), chunks, warm,
+                             [float(x) for x in latency_ms.split(",") if x.strip()], workers=workers,
+                             dask_workers=dask_workers if with_dask else 0, cache_size=cache_size,
+                             dask_timeout=dask_timeout, progress=progress)
+    click.echo(HEADER)
+    bare = _bare(chunks, cache_bytes, warm)
+    report.add("bare", "bare loop (1 process)", bare, n_events)
     runs_ours, runs_dask = [], []
     for r in range(repeats):     # alternate the order: whoever runs first on a fresh VM pays more
-        order = ("ours", "dask") if r % 2 == 0 else ("dask", "ours")
-        for system in order:
+        for system in (("ours", "dask") if r % 2 == 0 else ("dask", "ours")):
+            tag = f" run {r + 1}" if repeats > 1 else ""
             if system == "ours":
-                runs_ours.append(_ours(chunks, workers, cache_size, broker_url, warm))
+                runs_ours.append(_ours(chunks, workers, cache_size, broker_url, warm, progress))
+                report.add("ours" if r == 0 else f"ours_{r + 1}", f"redis-htcondor ({workers}){tag}",
+                           runs_ours[-1], n_events)
             elif with_dask:
-                runs_dask.append(_dask(chunks, dask_workers or workers, warm))
-    ours, theirs = _median_run(runs_ours), (_median_run(runs_dask) if runs_dask else {})
-    assert ours["cold_events"] == ours["warm_events"] == bare["events"] == n_events
-    assert ours["cold_pairs"] == bare["pairs"], "different physics from the same files"
-    if theirs.get("cold_events") is not None:
-        assert theirs["cold_events"] == n_events
+                ours_cold = next((x["cold_s"] for x in runs_ours if "cold_s" in x), None)
+                runs_dask.append(run_dask(chunks, warm, workers=dask_workers, cache_bytes=cache_bytes,
+                                          start_bound=dask_timeout, progress=progress,
+                                          run_bound=dask_timeout or max(120.0, 20 * (ours_cold or 30.0))))
+                report.add("dask" if r == 0 else f"dask_{r + 1}", f"dask ({dask_workers}){tag}",
+                           runs_dask[-1], n_events)
+    ours, theirs = _median_run(runs_ours), _median_run(runs_dask)
+    _check_physics({"ours": ours, "dask": theirs}, n_events, bare["pairs"])
+    summary = _summary(bare, ours, theirs, len(chunks))
+    if repeats > 1:
+        click.echo(f"\nmedians of {repeats} runs:\n{HEADER}")
+        for name, r in (("bare loop (1 process)", bare), (f"redis-htcondor ({workers})", ours),
+                        (f"dask ({dask_workers})", theirs)):
+            if r:
+                click.echo(row(name, r, n_events))
+    report.data.update(ours=ours, dask=theirs, summary=summary)
+    report.save()
+    if json_path:
+        click.echo(f"figures: {json_path}", err=True)
+    return report.data
 
-    rows = [("bare loop (1 process)", bare), (f"redis-htcondor ({ours['workers']})", ours)]
-    if "cold_s" in theirs:
-        rows.append((f"dask ({theirs['workers']})", theirs))
-    click.echo(f"{'':26}{'cold s':>8}{'cold MHz':>10}{'warm s':>8}{'warm MHz':>10}{'warm/cold':>10}")
-    for name, r in rows:
-        click.echo(f"{name:26}{r['cold_s']:>8.2f}{_mhz(n_events, r['cold_s']):>10.2f}{r['warm_s']:>8.2f}"
-                   f"{_mhz(n_events, r['warm_s']):>10.2f}{r['cold_s'] / r['warm_s']:>9.1f}x")
-    summary = {
-        "cold_vs_bare": bare["cold_s"] / ours["cold_s"],
-        "warm_vs_cold": ours["cold_s"] / ours["warm_s"],
-        "warm_bytes_from_file": ours["warm_bytes_file"],
-        "warm_chunks_routed_to_their_worker": ours["warm_routed"],
-    }
+
+def _summary(bare: dict, ours: dict, theirs: dict, n_chunks: int) -> dict:
+    if "cold_s" not in ours:
+        click.echo(f"redis-htcondor: {ours.get('error', 'no figures')}")
+        return {}
+    summary = {"cold_vs_bare": bare["cold_s"] / ours["cold_s"], "warm_vs_cold": ours["cold_s"] / ours["warm_s"],
+               "warm_bytes_from_file": ours["warm_bytes_file"],
+               "warm_chunks_routed_to_their_worker": ours["warm_routed"]}
     click.echo(f"ours cold rate / bare cold rate: {summary['cold_vs_bare']:.2f}x   "
                f"ours warm/cold speedup: {summary['warm_vs_cold']:.1f}x   "
                f"warm run read {ours['warm_bytes_file']:,} bytes from files, "
-               f"{ours['warm_routed']}/{len(chunks)} chunks routed to the worker holding them")
-    if "cold_s" in theirs:
+               f"{ours['warm_routed']}/{n_chunks} chunks routed to the worker holding them")
+    if "cold_s" in theirs and "warm_s" in theirs:
         summary["runtime_ratio_cold_ours_over_dask"] = ours["cold_s"] / theirs["cold_s"]
         summary["runtime_ratio_warm_ours_over_dask"] = ours["warm_s"] / theirs["warm_s"]
         click.echo(f"runtime ours/dask: cold {summary['runtime_ratio_cold_ours_over_dask']:.2f}, "
                    f"warm {summary['runtime_ratio_warm_ours_over_dask']:.2f}")
-    result = {"files": len(paths), "events": n_events, "chunk_size": chunk_size, "compression": compression,
-              "cores": os.cpu_count(), "bare": bare, "ours": ours, "dask": theirs, "summary": summary}
-    if json_path:
-        with open(json_path, "w") as fh:
-            json.dump(result, fh, indent=2)
-        click.echo(f"figures: {json_path}", err=True)
-    return result
+    elif theirs:
+        click.echo(f"dask: {theirs.get('error', 'no figures')}")
+    return summary

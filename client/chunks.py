@@ -7,6 +7,8 @@
 
 A chunk carries the file's UUID, so a cache can never confuse two files that share a
 name, and its ``routing_key`` lets the client send it back to the worker that read it.
+Files may be local paths or XRootD URLs (``root://host//path``); :mod:`rhtc.client.xrootd`
+holds the XRootD specifics (settings, directory listing for globs, error messages).
 """
 from __future__ import annotations
 
@@ -16,9 +18,11 @@ import difflib
 import glob
 import os
 import threading
+import time
 from typing import Iterable, Sequence
 
 from rhtc.broker import context
+from rhtc.client import xrootd
 
 _OPEN_FILES_MAX = 64
 _open_files: collections.OrderedDict = collections.OrderedDict()
@@ -33,7 +37,21 @@ class BranchNotFound(KeyError):
 
 
 class ChunkFileError(OSError):
-    """A chunk's file is missing, unreadable, not ROOT, or changed since make_chunks."""
+    """A chunk's file is missing, unreadable, not ROOT, or changed since make_chunks.
+
+    ``reason`` says which (``no such file``, ``permission denied``, ``timed out``,
+    ``server unreachable``, ``changed``, ...) and ``transient`` whether a retry may cure it.
+    """
+
+    def __init__(self, message: str, reason: str = "unreadable", transient: bool = False):
+        super().__init__(message)
+        self.reason, self.transient = reason, transient
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+    def __reduce__(self):
+        return (ChunkFileError, (self.args[0], self.reason, self.transient))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,19 +82,34 @@ class Chunk:
         """
         if isinstance(branches, str):
             branches = [branches]
-        tree = self.open_tree()
-        _check_branches(tree, branches, self)
         ctx = context.current
         cache = ctx.cache.view(self.routing_key) if ctx is not None and ctx.cache is not None else None
+        retries = xrootd.READ_RETRIES if xrootd.is_remote(self.file) else 0
+        for attempt in range(retries + 1):
+            try:
+                return self._read(branches, cache, ctx, kwargs)
+            except ChunkFileError as err:
+                if not err.transient or attempt == retries:
+                    raise
+                _forget(self.file, self.tree)          # reopen: the connection may be gone
+                time.sleep(0.5 * 2 ** attempt)
+
+    def _read(self, branches: Sequence[str], cache, ctx, kwargs: dict):
+        tree = self.open_tree()
+        _check_branches(tree, branches, self)
         source = tree.file.source
         before = getattr(source, "num_requested_bytes", 0)
         try:
             out = tree.arrays(list(branches), entry_start=self.entry_start, entry_stop=self.entry_stop,
                               array_cache=cache, **kwargs)
         except (OSError, ValueError) as err:
-            raise ChunkFileError(f"reading {list(branches)} from {self.file} entries "
-                                 f"{self.entry_start}-{self.entry_stop} failed: {type(err).__name__}: "
-                                 f"{err}. Is the file complete and readable?") from err
+            where = f"reading {list(branches)} from {self.file} entries {self.entry_start}-{self.entry_stop}"
+            if xrootd.is_remote(self.file):
+                _forget(self.file, self.tree)
+                reason, message = xrootd.explain(self.file, err)
+                raise ChunkFileError(f"{where} failed: {message}", reason, xrootd.is_transient(reason)) from err
+            raise ChunkFileError(f"{where} failed: {type(err).__name__}: {err}. "
+                                 "Is the file complete and readable?") from err
         if ctx is not None:
             ctx.bytes_from_file += getattr(source, "num_requested_bytes", 0) - before
         return out
@@ -91,6 +124,8 @@ class Chunk:
 
 def _open(path: str):
     import uproot
+    if xrootd.is_remote(path):
+        return _open_remote(path)
     if "://" not in path and os.path.isfile(path):
         with open(path, "rb") as fh:
             magic = fh.read(4)
@@ -102,13 +137,43 @@ def _open(path: str):
         return uproot.open(path)
     except FileNotFoundError as err:
         raise ChunkFileError(f"{path}: no such file. Check the path (make_chunks takes paths, "
-                             "globs or URLs that uproot opens, e.g. root://...)") from err
+                             "globs or URLs that uproot opens, e.g. root://...)", "no such file") from err
     except ValueError as err:
         if "not a ROOT file" in str(err) or "first four bytes" in str(err):
-            raise ChunkFileError(f"{path} is not a ROOT file ({err})") from err
+            raise ChunkFileError(f"{path} is not a ROOT file ({err})", "not ROOT") from err
         raise ChunkFileError(f"{path} cannot be opened: {err}") from err
     except OSError as err:
         raise ChunkFileError(f"{path} cannot be opened: {type(err).__name__}: {err}") from err
+
+
+def _open_remote(url: str):
+    import uproot
+    try:
+        options = xrootd.open_options()
+    except ImportError as err:
+        raise ChunkFileError(f"{url}: {err}", "no XRootD client") from err
+    try:
+        return uproot.open(url, **options)
+    except ValueError as err:
+        if "not a ROOT file" in str(err) or "first four bytes" in str(err):
+            raise ChunkFileError(f"{url} is not a ROOT file ({err})", "not ROOT") from err
+        raise ChunkFileError(f"{url} cannot be opened: {err}") from err
+    except OSError as err:
+        reason, message = xrootd.explain(url, err)
+        raise ChunkFileError(message, reason, xrootd.is_transient(reason)) from err
+
+
+def _forget(path: str, treename: str) -> None:
+    """Drop an open file from this process's cache (its connection may be broken)."""
+    with _open_lock:
+        hit = _open_files.pop((path, treename), None)
+    if xrootd.is_remote(path):
+        xrootd.forget_connections()
+    if hit is not None:
+        try:
+            hit[0].file.close()
+        except Exception:                  # closing a broken XRootD file may raise
+            pass
 
 
 def _tree(path: str, treename: str, uuid: str | None):
@@ -124,13 +189,14 @@ def _tree(path: str, treename: str, uuid: str | None):
     if uuid is not None and file_uuid != uuid:
         f.close()
         raise ChunkFileError(f"{path} has changed since the chunks were made (UUID {file_uuid}, "
-                             f"expected {uuid}): call make_chunks again")
+                             f"expected {uuid}): call make_chunks again", "changed")
     try:
         tree = f[treename]
     except KeyError as err:
         trees = sorted({k.split(";")[0] for k, v in f.classnames().items() if v in ("TTree", "TNtuple")})
         f.close()
-        raise ChunkFileError(f"{path} has no tree {treename!r}; its trees: {trees or 'none'}") from err
+        raise ChunkFileError(f"{path} has no tree {treename!r}; its trees: {trees or 'none'}",
+                             "no such tree") from err
     with _open_lock:
         _open_files[key] = (tree, file_uuid, set(tree.keys()))
         while len(_open_files) > _OPEN_FILES_MAX:
@@ -161,7 +227,17 @@ def _expand(files: str | Iterable[str]) -> list[str]:
     out = []
     for f in files:
         f = os.fspath(f)
-        if "://" not in f and any(c in f for c in "*?["):
+        if xrootd.is_remote(f):
+            try:
+                matched = xrootd.expand(f)
+            except ImportError as err:
+                raise ChunkFileError(f"{f}: {err}", "no XRootD client") from err
+            except OSError as err:
+                raise ChunkFileError(str(err), "listing failed") from err
+            if not matched:
+                raise ChunkFileError(f"{f}: the pattern matches no file on the server", "no such file")
+            out += matched
+        elif "://" not in f and any(c in f for c in "*?["):
             matched = sorted(glob.glob(os.path.expanduser(f)))
             if not matched:
                 raise ChunkFileError(f"{f}: the pattern matches no file")
@@ -194,7 +270,8 @@ def make_chunks(files: str | Iterable[str], tree: str = "Events", step: int = 10
     """Split ROOT files into chunks of at most ``step`` entries.
 
     Args:
-        files: paths, glob patterns or URLs uproot opens (``root://...``).
+        files: paths, glob patterns or URLs uproot opens: ``root://host//dir/*.root``
+            globs through the server's directory listing.
         tree: the TTree (NanoAOD: ``Events``).
         step: entries per chunk.
         remote: count the entries on the workers through ``remote_map`` (faster for
@@ -205,6 +282,11 @@ def make_chunks(files: str | Iterable[str], tree: str = "Events", step: int = 10
         >>> chunks = make_chunks("../shared/data/nanoaod/*.root", step=50)    # doctest: +SKIP
         >>> chunks[0]                                                          # doctest: +SKIP
         Chunk('EGamma_2022E_v13.root', 'Events', 0-50)
+        >>> make_chunks("root://eos.example.org//store/nano/*.root", step=500_000)  # doctest: +SKIP
+
+    Every file is opened here (its entries counted, its UUID read), so a missing file, a
+    wrong host or a permission problem is a :class:`ChunkFileError` naming the URL before
+    any task is queued.
     """
     if step <= 0:
         raise ValueError(f"step must be a positive number of entries, not {step}")

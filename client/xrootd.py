@@ -1,0 +1,224 @@
+"""NanoAOD over XRootD (``root://``): the client settings every reader uses, globs through
+the server's directory listing, and XRootD errors told in words that say what to do.
+
+Needs the ``[xrootd]`` extra (``pip install 'redis-htcondor[xrootd]'``: the XRootD client
+from PyPI and fsspec-xrootd). ``make_chunks`` and ``Chunk.arrays`` call into this module
+for every ``root://`` or ``roots://`` path, so workers inherit the settings below simply
+by reading a chunk: they are applied to the process before its first XRootD call.
+
+    >>> from rhtc.client.xrootd import split_url, is_remote
+    >>> split_url("root://eos.cern.ch:1094//eos/cms/store/nano.root")
+    ('root://eos.cern.ch:1094', '/eos/cms/store/nano.root')
+    >>> is_remote("root://eos.cern.ch//a.root"), is_remote("/data/a.root")
+    (True, False)
+
+:data:`SETTINGS` (the XrdCl environment) and :data:`OPEN_OPTIONS` (uproot's) were chosen by
+measurement (README, "NanoAOD over XRootD"); each ``XRD_*`` value yields to the variable of
+the same name in the environment of the client and of the workers.
+"""
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+import threading
+from typing import Any
+
+SCHEMES = ("root://", "roots://")
+
+#: XRootD client environment (XrdCl reads each at its first use in a process).
+SETTINGS: dict[str, str] = {
+    "XRD_CONNECTIONWINDOW": "10",     # s for one connection attempt (default 120)
+    "XRD_CONNECTIONRETRY": "1",       # attempts (default 5): a refused connection is news at once;
+                                      # Chunk.arrays retries (READ_RETRIES, with back-off) instead
+    "XRD_REQUESTTIMEOUT": "60",       # s for one request (default 1800)
+    "XRD_STREAMTIMEOUT": "60",        # s of silence on a busy stream (default 60)
+    "XRD_STREAMERRORWINDOW": "0",     # reconnect at once after a stream error (default 1800 s!)
+    "XRD_TIMEOUTRESOLUTION": "1",     # check the timeouts every second (default 15)
+    "XRD_PARALLELEVTLOOP": "1",       # event-loop threads per worker process (default 10)
+}
+#: How root:// files are read: uproot's fsspec source through fsspec-xrootd (concurrent
+#: reads of coalesced ranges; uproot's XRootDSource failed vector reads of a real 2015
+#: NanoAOD file with "Invalid operation"). ``timeout``: s for each fsspec-xrootd request
+#: and directory listing (fsspec-xrootd's own default is none).
+OPEN_OPTIONS: dict[str, Any] = {"timeout": 60}
+#: times a transient failure (server unreachable, timeout, connection dropped) of one read
+#: is retried inside ``Chunk.arrays``, reopening the file, before ChunkFileError is raised.
+READ_RETRIES = int(os.environ.get("RHTC_XROOTD_RETRIES", "2"))
+
+_applied = False
+_lock = threading.Lock()
+
+
+def is_remote(path: str) -> bool:
+    """True for an XRootD URL (``root://`` or ``roots://``)."""
+    return isinstance(path, str) and path.startswith(SCHEMES)
+
+
+def split_url(url: str) -> tuple[str, str]:
+    """(server, absolute path) of a ``root://host[:port]//path`` URL."""
+    scheme, rest = url.split("://", 1)
+    server, _, path = rest.partition("/")
+    if not server or not path:
+        raise ValueError(f"{url} is not an XRootD URL of the form root://host[:port]//path/to/file.root")
+    return f"{scheme}://{server}", "/" + path.lstrip("/")
+
+
+def apply_settings() -> None:
+    """Put :data:`SETTINGS` into this process's XRootD client (once; the environment wins).
+
+    >>> apply_settings()                         # doctest: +SKIP
+    """
+    global _applied
+    if _applied:
+        return
+    with _lock:
+        if _applied:
+            return
+        for name, value in SETTINGS.items():
+            os.environ.setdefault(name, value)
+        try:                                     # XrdCl may already be loaded (uproot, fsspec)
+            from XRootD import client
+        except ImportError:
+            _applied = True
+            return
+        for name in SETTINGS:
+            value = os.environ[name]
+            if value.lstrip("-").isdigit():
+                client.EnvPutInt(_env_key(name), int(value))
+        from fsspec_xrootd import XRootDFileSystem
+        XRootDFileSystem.default_timeout = int(OPEN_OPTIONS["timeout"])    # its default: none
+        _applied = True
+
+
+def forget_connections() -> None:
+    """Drop fsspec-xrootd's cached filesystems and their open file handles, so that the
+    next open starts afresh (after a dropped connection they stay broken otherwise)."""
+    try:
+        from fsspec_xrootd import XRootDFileSystem
+    except ImportError:
+        return
+    XRootDFileSystem.clear_instance_cache()
+
+
+def _env_key(name: str) -> str:
+    """XRD_CONNECTIONWINDOW -> ConnectionWindow (XrdCl's own spelling)."""
+    known = {"CONNECTIONWINDOW": "ConnectionWindow", "CONNECTIONRETRY": "ConnectionRetry",
+             "REQUESTTIMEOUT": "RequestTimeout", "STREAMTIMEOUT": "StreamTimeout",
+             "STREAMERRORWINDOW": "StreamErrorWindow", "TIMEOUTRESOLUTION": "TimeoutResolution",
+             "PARALLELEVTLOOP": "ParallelEvtLoop"}
+    return known[name[len("XRD_"):]]
+
+
+def require_client() -> None:
+    """Raise ImportError saying what to install when the XRootD client is missing."""
+    try:
+        import XRootD.client  # noqa: F401
+        import fsspec_xrootd  # noqa: F401
+    except ImportError as err:
+        raise ImportError(f"reading root:// files needs the XRootD client ({err}): "
+                          "pip install 'redis-htcondor[xrootd]' (on the workers too)") from err
+
+
+def open_options() -> dict[str, Any]:
+    """uproot.open keyword arguments for a root:// file, with the settings applied."""
+    require_client()
+    apply_settings()
+    import uproot
+    return {"handler": uproot.source.fsspec.FSSpecSource}
+
+
+def _filesystem(server: str):
+    require_client()
+    apply_settings()
+    from XRootD import client
+    return client.FileSystem(server)
+
+
+def _timeout() -> int:
+    return int(OPEN_OPTIONS["timeout"])
+
+
+def expand(url: str) -> list[str]:
+    """The files a ``root://`` URL names: itself, or, when its path has ``*?[``, the
+    matches from the server's directory listing (sorted; patterns in any component).
+
+    >>> expand("root://localhost:1094//store/nano/*.root")      # doctest: +SKIP
+    ['root://localhost:1094//store/nano/a.root', 'root://localhost:1094//store/nano/b.root']
+    """
+    server, path = split_url(url)
+    if not any(c in path for c in "*?["):
+        return [url]
+    fs = _filesystem(server)
+    found = ["/"]
+    for part in [p for p in path.split("/") if p]:
+        nxt = []
+        for base in found:
+            if not any(c in part for c in "*?["):
+                nxt.append(base.rstrip("/") + "/" + part)
+                continue
+            status, listing = fs.dirlist(base, timeout=_timeout())
+            if not status.ok:
+                if len(found) == 1:
+                    raise OSError(f"cannot list {url}: " + explain(f"{server}/{base}", status.message)[1])
+                continue
+            nxt += [base.rstrip("/") + "/" + e.name for e in listing
+                    if fnmatch.fnmatchcase(e.name, part)]
+        found = nxt
+    return sorted(f"{server}/{p}" for p in found)
+
+
+def check(url: str) -> None:
+    """Stat ``url`` on its server; raise OSError with :func:`explain`'s words if it fails."""
+    server, path = split_url(url)
+    status, _ = _filesystem(server).stat(path, timeout=_timeout())
+    if not status.ok:
+        raise OSError(explain(url, status.message)[1])
+
+
+# (reason, transient, pattern, what to do). Patterns match XrdCl's messages and codes
+# (server kXR_* errors in brackets, client statuses in words).
+_CAUSES = [
+    ("server unreachable", True, r"connection (error|refused)|invalid address|socket (error|disconnected)|"
+     r"stream disconnect|no route|network|connection reset|broken pipe|handshake|on closed file",
+     "check the host and port and that the server is up (`xrdfs {server} query config version`); "
+     "a transient outage can be retried with remote_map(..., retry_on=(ChunkFileError,))"),
+    ("timed out", True, r"operation expired|timed? ?out|socket timeout|\[206\]",
+     "the server is slow or overloaded: retry with remote_map(..., retry_on=(ChunkFileError,)) "
+     "or raise XRD_REQUESTTIMEOUT (now {timeout} s)"),
+    ("no such file", False, r"\[3011\]|no such file",
+     "check the path: list the directory with `xrdfs {server} ls {dir}`, or glob it in make_chunks"),
+    ("permission denied", False, r"\[3010\]|not authori[sz]ed|permission denied|auth.*failed",
+     "check your credentials (a valid grid proxy: voms-proxy-init; or a token in BEARER_TOKEN) "
+     "and that the server exports this path to you"),
+]
+
+
+def explain(url: str, error: BaseException | str) -> tuple[str, str]:
+    """(reason, message) for an XRootD failure on ``url``: the message names the URL,
+    says what went wrong and what to do next. Reasons: ``no such file``, ``permission
+    denied``, ``timed out``, ``server unreachable``, or ``read failed``.
+
+    >>> explain("root://h//a.root", "[ERROR] Server responded with an error: [3011] no such file")[0]
+    'no such file'
+    """
+    text = str(error)
+    found = re.search(r"\[(ERROR|FATAL)\][^\n]*", text)       # XrdCl's own words, without uproot's wrapping
+    text = " ".join((found.group(0) if found else text.split("\n\n")[0]).split())
+    if text.count(")") > text.count("("):
+        text = text.rstrip(")")
+    try:
+        server, path = split_url(url)
+    except ValueError:
+        server, path = url, "/"
+    for reason, _, pattern, todo in _CAUSES:
+        if re.search(pattern, text, re.IGNORECASE):
+            todo = todo.format(server=server, dir=os.path.dirname(path) or "/",
+                               timeout=os.environ.get("XRD_REQUESTTIMEOUT", SETTINGS["XRD_REQUESTTIMEOUT"]))
+            return reason, f"{url}: {reason} ({text}); {todo}"
+    return "read failed", f"{url}: XRootD read failed ({text}); retry, or check the file with `xrdfs {server} stat {path}`"
+
+
+def is_transient(reason: str) -> bool:
+    """True for failures a retry may cure (timeouts, an unreachable or dropped server)."""
+    return any(reason == r and transient for r, transient, _, _ in _CAUSES)
