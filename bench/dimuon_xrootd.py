@@ -16,7 +16,7 @@ import os
 
 import click
 
-from rhtc.bench.dimuon import HEADER, Report, _bare, _check_physics, _ours, row
+from rhtc.bench.dimuon_runs import HEADER, Report, _bare, _check_physics, _ours, row
 from rhtc.bench.dimuon_dask import run_dask
 from rhtc.worker.cache import parse_size
 

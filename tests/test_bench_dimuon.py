@@ -7,7 +7,7 @@ import json
 import psutil
 import pytest
 
-from rhtc.bench.dimuon import Report, auto_chunk_size, row
+from rhtc.bench.dimuon_runs import Report, auto_chunk_size, row
 from rhtc.client import make_chunks
 from tests.conftest import NANOAOD, needs_nanoaod
 
