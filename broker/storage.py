@@ -24,39 +24,24 @@ from typing import Iterable, Sequence
 
 import redis
 
-from rhtc.broker.config import BrokerConfig, redact
+from rhtc.broker import protocol
+from rhtc.broker.config import BrokerConfig, Settings, redact, settings
+from rhtc.broker.errors import (PARSER, BrokerOutOfMemory, BrokerRefused, BrokerUnavailable,  # noqa: F401
+                                ConnectionProblem, is_out_of_memory)
 from rhtc.broker.keys import Keys
 
 _LUA = Path(__file__).with_name("lua")
 
-LEASE_SECONDS = float(os.environ.get("RHTC_LEASE", "5"))   # a worker silent this long is dead
-HEARTBEAT_SECONDS = max(0.2, min(1.0, LEASE_SECONDS / 4))
-MAP_TTL = int(os.environ.get("RHTC_MAP_TTL", "120"))      # a map whose client stopped renewing it
-RESULT_TTL = int(os.environ.get("RHTC_RESULT_TTL", "600"))  # unread results of an abandoned map
-RESULT_GRACE = 30      # a result list outlives its map by this much
-FUNCTION_TTL = 600     # a function blob expires this long after its last map ended
-LEASES = os.environ.get("RHTC_LEASES", "1") != "0"   # off only to measure what leases cost
-LOG_TTL = 86400
-STEAL_MIN_QUEUE = 4    # steal from a live worker's queue only when it is this long...
-STEAL_STUCK_SECONDS = 10.0   # ... or when its current task has run this long
-MAX_ATTEMPTS = int(os.environ.get("RHTC_MAX_ATTEMPTS", "3"))
-
-ConnectionProblem = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
-
-
-BrokerRefused = redis.ResponseError     # Redis said no (out of memory, wrong type...)
-
-
-def is_out_of_memory(err: Exception) -> bool:
-    """True for Redis's refusal of a write beyond its maxmemory."""
-    oom = getattr(redis.exceptions, "OutOfMemoryError", ())
-    return (bool(oom) and isinstance(err, oom)) or (
-        isinstance(err, redis.ResponseError) and ("OOM" in str(err) or "maxmemory" in str(err)))
+SETTINGS = settings()
+LEASE_SECONDS = SETTINGS.lease                 # kept for callers that read it from here
+HEARTBEAT_SECONDS = SETTINGS.heartbeat
+MAX_ATTEMPTS = SETTINGS.max_attempts
 
 
 def connect(config: BrokerConfig, **kwargs) -> redis.Redis:
     """A redis-py client for ``config.url`` (redis://, rediss://, unix://)."""
-    opts = dict(socket_timeout=30, socket_connect_timeout=10, health_check_interval=15)
+    opts = dict(socket_timeout=30, socket_connect_timeout=10, health_check_interval=15,
+                parser_class=PARSER)
     if not config.url.startswith("unix:"):
         opts["socket_keepalive"] = True
     opts.update(kwargs)
@@ -70,8 +55,9 @@ def connect(config: BrokerConfig, **kwargs) -> redis.Redis:
 class Storage:
     """The broker as the project sees it: queues, leases, maps, results, workers."""
 
-    def __init__(self, config: BrokerConfig, **redis_kwargs):
+    def __init__(self, config: BrokerConfig, settings: Settings | None = None, **redis_kwargs):
         self.config = config
+        self.settings = settings or SETTINGS
         self.keys = Keys(config.namespace)
         self.r = connect(config, **redis_kwargs)
         self._scripts = {name: self.r.register_script((_LUA / f"{name}.lua").read_text())
@@ -113,16 +99,18 @@ class Storage:
 
     # -- maps (client side) ---------------------------------------------------------
     def enqueue_map(self, map_id: str, fn_hash: str, packed_fn: bytes | None, info: dict,
-                    routed: dict[str | None, list[bytes]], wait_first: float = 0.0) -> list[bytes]:
+                    routed: dict[str | None, list[bytes]], wait_first: float = 0.0, *,
+                    nonce: str) -> list[bytes]:
         """Register a map, store its function (if given) and queue its tasks, atomically.
 
-        ``routed`` maps a worker name (or None for the shared queue) to task frames.
+        ``routed`` maps a worker name (or None for the shared queue) to task frames;
+        ``nonce`` is the map's nonce (:func:`protocol.new_nonce`) its task frames carry.
         With ``wait_first`` > 0 the same round trip also waits that long for the first
         results, which are returned.
         """
-        args: list = [self.keys.ns, map_id, fn_hash, packed_fn or b"", MAP_TTL, FUNCTION_TTL,
+        args: list = [self.keys.ns, map_id, fn_hash, packed_fn or b"", self.settings.map_ttl, self.settings.function_ttl,
                       time.time()]
-        flat_info = [x for kv in info.items() for x in (kv[0], str(kv[1]))]
+        flat_info = [x for kv in dict(info, nonce=nonce).items() for x in (kv[0], str(kv[1]))]
         args += [len(flat_info), *flat_info]
         if self._finished_maps:
             args += ["DEL", len(self._finished_maps), *self._finished_maps]
@@ -149,10 +137,10 @@ class Storage:
         """Renew a map's expiry; False if the map is gone (cancelled, or the broker restarted)."""
         k = self.keys
         pipe = self.r.pipeline(transaction=False)
-        pipe.expire(k.map(map_id), MAP_TTL)
-        pipe.expire(k.function(fn_hash), FUNCTION_TTL)
+        pipe.expire(k.map(map_id), self.settings.map_ttl)
+        pipe.expire(k.function(fn_hash), self.settings.function_ttl)
         for key in (k.results(map_id), k.tries(map_id), k.dead(map_id)):
-            pipe.expire(key, RESULT_TTL)
+            pipe.expire(key, self.settings.result_ttl)
         return bool(pipe.execute()[0])
 
     def fetch_results(self, map_id: str, timeout: float, count: int = 1000) -> list[bytes]:
@@ -171,7 +159,7 @@ class Storage:
         return self.r.lpop(self.keys.dead(map_id), 1000) or []
 
     def attempt_history(self, map_id: str, task_id: bytes) -> str:
-        raw = self.r.hget(self.keys.tries(map_id), task_id[16:20])
+        raw = self.r.hget(self.keys.tries(map_id), task_id[protocol.MAP_ID_LEN:protocol.TASK_ID_LEN])
         return raw.decode() if raw else ""
 
     def end_map(self, map_id: str, lazy: bool = False) -> None:
@@ -225,9 +213,9 @@ class Storage:
         """Say this worker is alive (renews its lease) and publish its live status."""
         k = self.keys
         pipe = self.r.pipeline(transaction=False)
-        pipe.set(k.heartbeat(worker), json.dumps(status), px=int(LEASE_SECONDS * 1000))
+        pipe.set(k.heartbeat(worker), json.dumps(status), px=int(self.settings.lease * 1000))
         pipe.sadd(k.workers, worker)
-        pipe.expire(k.holds(worker), max(600, int(LEASE_SECONDS * 4)))
+        pipe.expire(k.holds(worker), self.settings.holds_ttl)
         pipe.execute()
 
     def take(self, worker: str, max_tasks: int,
@@ -235,7 +223,7 @@ class Storage:
         """Hand in (map id, task id, result frame) triples, then lease up to ``max_tasks``
         tasks: own queue first, then the shared queue. One round trip."""
         k = self.keys
-        args: list = [k.ns, RESULT_GRACE, max_tasks, int(LEASES)]
+        args: list = [k.ns, self.settings.result_grace, max_tasks, int(self.settings.leases)]
         for map_id, tid, frame in results:
             args += [map_id, tid, frame]
         return self._fast.script(self._scripts["take"], [k.queue(worker), k.shared_queue,
@@ -251,14 +239,14 @@ class Storage:
         if not got:
             return None
         frame = got[1]
-        if LEASES and len(frame) >= 55 and frame[:2] == b"RH":
-            self._fast.send("HSET", k.lease(worker), frame[35:55], frame)
+        if self.settings.leases and protocol.is_task_frame(frame):
+            self._fast.send("HSET", k.lease(worker), protocol.task_id(frame), frame)
         return frame
 
     def steal(self, worker: str) -> bytes | None:
         """Lease one task from the tail of a backed-up, stuck or dead worker's queue."""
-        return self._fast.script(self._scripts["steal"], [], [self.keys.ns, worker, STEAL_MIN_QUEUE,
-                                                              STEAL_STUCK_SECONDS]) or None
+        return self._fast.script(self._scripts["steal"], [], [self.keys.ns, worker, self.settings.steal_min_queue,
+                                                              self.settings.steal_stuck_seconds]) or None
 
     def release(self, worker: str, task_ids: Iterable[bytes]) -> None:
         """Drop leases without a result (a frame the worker could not read)."""
@@ -269,14 +257,14 @@ class Storage:
     def retire(self, worker: str) -> None:
         """A worker leaves: its leased and queued tasks go back to the shared queue."""
         self._fast.drain()
-        self._scripts["reap"](args=[self.keys.ns, _now(), MAX_ATTEMPTS, 0, RESULT_TTL, worker])
+        self._scripts["reap"](args=[self.keys.ns, _now(), MAX_ATTEMPTS, 0, self.settings.result_ttl, worker])
         self.r.delete(self.keys.heartbeat(worker))
 
     def reap(self, max_attempts: int = MAX_ATTEMPTS, every: float = 1.0) -> list[str]:
         """Recover the tasks of workers whose heartbeat expired (at most once per ``every`` s
         across all processes). Returns the names of the workers found dead."""
         got = self._scripts["reap"](args=[self.keys.ns, _now(), max_attempts, int(every * 1000),
-                                          RESULT_TTL, ""])
+                                          self.settings.result_ttl, ""])
         return [w.decode() for w in got]
 
     def get_function(self, fn_hash: str) -> bytes | None:
@@ -293,7 +281,7 @@ class Storage:
             pipe.srem(self.keys.holds(worker), *removed)
         if added:
             pipe.sadd(self.keys.holds(worker), *added)
-            pipe.expire(self.keys.holds(worker), max(600, int(LEASE_SECONDS * 4)))
+            pipe.expire(self.keys.holds(worker), self.settings.holds_ttl)
         if added or removed:
             pipe.execute()
 
@@ -302,7 +290,7 @@ class Storage:
         pipe = self.r.pipeline(transaction=False)
         pipe.lpush(self.keys.log, json.dumps({"t": time.time(), "message": message}))
         pipe.ltrim(self.keys.log, 0, 199)
-        pipe.expire(self.keys.log, LOG_TTL)
+        pipe.expire(self.keys.log, self.settings.log_ttl)
         pipe.execute()
 
     def recent_problems(self, n: int = 20) -> list[dict]:

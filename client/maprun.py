@@ -58,6 +58,7 @@ class MapRun:
         self.storage = storage
         self.key = storage.config.key
         self.map_id = secrets.token_hex(8)
+        self.nonce = protocol.new_nonce()
         self.fn = fn
         self.label = label or getattr(fn, "__name__", type(fn).__name__)
         self.n = len(args)
@@ -111,7 +112,7 @@ class MapRun:
                 f"argument {index} ({type(arg).__name__}) is {len(packed) / 1e6:.1f} MB after "
                 f"compression, over the {limit / 1e6:.0f} MB limit per task: pass file paths and "
                 "entry ranges (make_chunks) and let the worker read the data, not the data itself")
-        return protocol.sign(self.key, protocol.pack_task_body(self.map_id, index, self.fn_hash, packed))
+        return protocol.sign(self.key, protocol.pack_task_body(self.map_id, index, self.nonce, self.fn_hash, packed))
 
     # -- submitting ---------------------------------------------------------------------
     def submit(self, wait_first: float = 0.0) -> None:
@@ -138,7 +139,8 @@ class MapRun:
             not self.storage.function_present(self.fn_hash)
         try:
             early = self.storage.enqueue_map(self.map_id, self.fn_hash, self.packed_fn if upload else None,
-                                             self._info(), routed, wait_first=wait_first)
+                                             self._info(), routed, wait_first=wait_first,
+                                             nonce=self.nonce)
         except BrokerRefused as err:
             if not is_out_of_memory(err):
                 raise
@@ -227,7 +229,8 @@ class MapRun:
             return None                        # a duplicate (a slow worker's second copy)
         if status == protocol.SYSTEM_ERROR:
             return self._system_error(index, json.loads(payload))
-        value, meta = protocol.loads(payload)
+        meta_obj, packed_value = protocol.decode_result(payload)
+        value, meta = protocol.loads(packed_value), meta_obj.to_dict()
         if status == protocol.USER_ERROR:
             attempts = self.user_attempts.get(index, 0)
             if attempts < self.retries and self._retryable(value):

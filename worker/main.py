@@ -182,20 +182,20 @@ class Worker:
                           f"not a task frame: {frame[:40]!r}")
             return
         try:
-            map_id, index, fn_hash, packed_arg = protocol.unpack_task(self.key, frame)
+            task = protocol.unpack_task(self.key, frame)
         except protocol.BadFrame as err:
             self._problem(f"worker {self.name} refused task {index} of map {map_id}: {err}")
             self.storage.release(self.name, [protocol.task_id(frame)])
             self._system_error(map_id, index, protocol.task_id(frame), f"refused by worker {self.name}: {err}",
-                               kind="bad-frame")
+                               kind=protocol.FaultKind.BAD_FRAME)
             return
         tid = protocol.task_id(frame)
         try:
-            fn = self._function(fn_hash, map_id)
+            fn = self._function(task.fn_hash, task.map_id)
         except _SystemFault as fault:
-            self._system_error(map_id, index, tid, str(fault), kind=fault.kind)
+            self._system_error(task.map_id, task.index, tid, str(fault), kind=fault.kind)
             return
-        self._run_task(fn, map_id, index, tid, packed_arg)
+        self._run_task(fn, task.map_id, task.index, tid, task.packed_arg)
 
     def _run_task(self, fn, map_id: str, index: int, tid: bytes, packed_arg: bytes) -> None:
         self._task_label = f"{map_id}:{index}"
@@ -216,10 +216,9 @@ class Worker:
             status, value = protocol.USER_ERROR, _describe_error(err, arg)
         t1 = time.time()
         self._ewma = 0.8 * self._ewma + 0.2 * (t1 - t0)
-        meta = {"worker": self.name, "host": self.host, "pid": self.pid, "start": t0, "stop": t1,
-                "bytes_cache": self.ctx.bytes_from_cache, "bytes_file": self.ctx.bytes_from_file,
-                "bytes_read": self.ctx.bytes_from_cache + self.ctx.bytes_from_file,
-                "events": _events_of(arg)}
+        meta = protocol.ResultMeta(worker=self.name, host=self.host, pid=self.pid, start=t0, stop=t1,
+                                   bytes_cache=self.ctx.bytes_from_cache, bytes_file=self.ctx.bytes_from_file,
+                                   events=_events_of(arg))
         status, payload = self._pack_result(status, value, meta, arg)
         self._unflushed.append((map_id, tid, protocol.pack_result(self.key, map_id, index,
                                                                   status, payload)))
@@ -232,21 +231,23 @@ class Worker:
             self.storage.advertise(self.name, added=self.ctx.routing_keys)
 
     @staticmethod
-    def _pack_result(status: int, value, meta: dict, arg) -> tuple[int, bytes]:
+    def _pack_result(status: int, value, meta: protocol.ResultMeta, arg) -> tuple[int, bytes]:
         """(status, payload); a result that cannot travel becomes an error result."""
         try:
-            payload = protocol.dumps((value, meta))
+            payload = protocol.dumps(value)
         except Exception as err:
             msg = (f"the function returned a {type(value).__name__} that cannot be pickled "
                    f"({type(err).__name__}: {err}); return plain numbers, numpy arrays, "
                    "hist objects or dicts of them")
-            return protocol.USER_ERROR, protocol.dumps((_error_dict("UnpicklableResult", msg, "", arg), meta))
+            return protocol.USER_ERROR, protocol.encode_result(
+                protocol.dumps(_error_dict("UnpicklableResult", msg, "", arg)), meta)
         if len(payload) > MAX_RESULT_BYTES:
             msg = (f"the result is {len(payload) / 1e6:.1f} MB compressed, over the limit of "
                    f"{MAX_RESULT_BYTES / 1e6:.0f} MB (RHTC_MAX_RESULT_BYTES): reduce on the worker "
                    "(histograms, sums) instead of returning per-event data")
-            return protocol.USER_ERROR, protocol.dumps((_error_dict("ResultTooLarge", msg, "", arg), meta))
-        return status, payload
+            return protocol.USER_ERROR, protocol.encode_result(
+                protocol.dumps(_error_dict("ResultTooLarge", msg, "", arg)), meta)
+        return status, protocol.encode_result(payload, meta)
 
     def _function(self, fn_hash: str, map_id: str):
         fn = self.functions.get(fn_hash)
@@ -259,17 +260,21 @@ class Worker:
         if theirs and theirs.split(".")[:2] != ours["python"].split(".")[:2]:
             # pickles by value do not travel between Python versions: loading one can
             # crash the interpreter outright, so refuse before trying
-            raise _SystemFault("version-mismatch", f"worker {self.name} runs Python {ours['python']} but "
+            raise _SystemFault(protocol.FaultKind.VERSION_MISMATCH, f"worker {self.name} runs Python {ours['python']} but "
                                f"map {map_id} was sent from Python {theirs}: run the workers with the "
                                "client's Python X.Y (`rhtc pack` builds the worker environment for it)")
         blob = self.storage.get_function(fn_hash)
         if blob is None:
-            raise _SystemFault("missing-function", f"the function of map {map_id} is not in the "
+            raise _SystemFault(protocol.FaultKind.MISSING_FUNCTION, f"the function of map {map_id} is not in the "
                                "broker (it expired or the broker restarted); the client re-sends it")
+        try:
+            protocol.check_function(blob, fn_hash)
+        except protocol.FunctionMismatch as err:
+            raise _SystemFault(protocol.FaultKind.FUNCTION_MISMATCH, f"worker {self.name} refused map {map_id}: {err}")
         try:
             body = protocol.verify(self.key, blob)
         except protocol.BadFrame as err:
-            raise _SystemFault("bad-frame", f"worker {self.name} refused the function of map {map_id}: {err}")
+            raise _SystemFault(protocol.FaultKind.BAD_FRAME, f"worker {self.name} refused the function of map {map_id}: {err}")
         try:
             fn = protocol.loads(body)
         except Exception as err:
@@ -277,7 +282,7 @@ class Worker:
             differ = {k: (theirs[k], ours[k]) for k in theirs if theirs[k] != ours[k]}
             hint = ("; the client runs " + ", ".join(f"{k} {a} and this worker {k} {b}" for k, (a, b)
                                                      in differ.items())) if differ else ""
-            raise _SystemFault("function-load", f"worker {self.name} cannot load the function of map "
+            raise _SystemFault(protocol.FaultKind.FUNCTION_LOAD, f"worker {self.name} cannot load the function of map "
                                f"{map_id}: {type(err).__name__}: {err}{hint}. Install the same packages "
                                "(and versions) on the workers as on the client.")
         self.functions[fn_hash] = fn
@@ -286,10 +291,10 @@ class Worker:
         return fn
 
     def _system_error(self, map_id: str | None, index: int | None, tid: bytes, message: str,
-                      kind: str) -> None:
+                      kind: protocol.FaultKind) -> None:
         if map_id is None or index is None:
             return
-        payload = json.dumps({"kind": kind, "message": message, "worker": self.name}).encode()
+        payload = protocol.Fault(kind, message, worker=self.name).encode()
         self._unflushed.append((map_id, tid, protocol.pack_result(self.key, map_id, index,
                                                                   protocol.SYSTEM_ERROR, payload)))
 
@@ -315,7 +320,7 @@ class Worker:
 
 
 class _SystemFault(Exception):
-    def __init__(self, kind: str, message: str):
+    def __init__(self, kind: protocol.FaultKind, message: str):
         super().__init__(message)
         self.kind = kind
 
