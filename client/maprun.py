@@ -19,6 +19,7 @@ from typing import Any, Iterable, Sequence
 from rhtc.broker import protocol
 from rhtc.broker.errors import BrokerOutOfMemory, ConnectionProblem
 from rhtc.broker.protocol import Fault, FaultKind, ResultMeta, WorkerStatus
+from rhtc.broker.registry import renew_map_entry
 from rhtc.broker.storage import Storage
 from rhtc.client.errors import BrokerFull, BrokerLost, RemoteError, describe, undecodable_error
 from rhtc.client.ledger import Ledger
@@ -167,6 +168,8 @@ class MapRun:
             early = self._enqueue(range(lo, min(self.n, lo + SUBMIT_BATCH)), wait_first if lo == 0 else 0.0)
             for frame in early:
                 self._accept(frame)
+        if not wait_first:                # a map that may run long: its registry entry expires
+            renew_map_entry(self.storage, self.map_id)    # if this client dies (ticks renew it)
         self.upkeep.schedule()
 
     def _enqueue(self, indices: Iterable[int], wait_first: float = 0.0, route: bool = True,

@@ -18,6 +18,7 @@ from typing import Iterable, Protocol
 from rhtc.broker import protocol
 from rhtc.broker.errors import BrokerOutOfMemory
 from rhtc.broker.protocol import ResultMeta, WorkerStatus
+from rhtc.broker.registry import renew_map_entry
 from rhtc.broker.storage import Storage
 from rhtc.client.errors import BrokerFull, KeyMismatch, RemoteError
 
@@ -120,6 +121,7 @@ class Upkeep:
                         run.map_id, run.unfinished)
             run.function_lost()
             return
+        renew_map_entry(storage, run.map_id)
         storage.reap()
         if time.monotonic() >= self._next_audit:
             self._audit()
