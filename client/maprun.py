@@ -23,9 +23,10 @@ from rhtc.broker.registry import renew_map_entry
 from rhtc.broker.storage import Storage
 from rhtc.client.errors import BrokerFull, BrokerLost, RemoteError, describe, undecodable_error
 from rhtc.client.ledger import Ledger
+from rhtc.client.packing import Frames, pack_function
 from rhtc.client.retry import RetryPolicy
 from rhtc.client.tasks import TaskState, TaskTable
-from rhtc.client.upkeep import Upkeep, worker_statuses
+from rhtc.client.upkeep import Upkeep
 
 log = logging.getLogger("rhtc.client")
 
@@ -69,23 +70,6 @@ def _contiguous_blocks(indices: list[int], workers: list[str]) -> dict[int, str]
     return {i: workers[k // block] for k, i in enumerate(indices)}
 
 
-class Frames:
-    """The signed task frames of a map, packed when they are sent (a map of a million
-    tasks never holds a million frames). ``frames[i] = raw`` sends ``raw`` instead (tests
-    tamper with frames this way)."""
-
-    def __init__(self, pack):
-        self._pack = pack
-        self._replaced: dict[int, bytes] = {}
-
-    def __getitem__(self, index: int) -> bytes:
-        raw = self._replaced.get(index)
-        return raw if raw is not None else self._pack(index)
-
-    def __setitem__(self, index: int, raw: bytes) -> None:
-        self._replaced[index] = raw
-
-
 class MapRun:
     """Submit ``fn`` over ``args`` and collect the results, exactly once each."""
 
@@ -107,15 +91,13 @@ class MapRun:
         self.straggler_factor = stragglers
         self.sample_metrics = metrics
         self.metric_samples: list[dict] = []
-        self.max_task_bytes = max_task_bytes
-        self.packed_fn = self._pack_function(fn)
+        self.packed_fn = pack_function(self.key, fn, self.label)
         self.fn_hash = protocol.function_hash(self.packed_fn)
         self.routing = routing and any(getattr(a, "routing_key", None) for a in args)
         self.tasks = TaskTable(self.n)
         self.ledger = Ledger(self.n)
         self.workers: dict[str, WorkerStatus] = {}     # latest status of each live worker
         self.misfits: set[str] = set()                  # live workers holding another key
-        self._refusers: set[str] = set()                # workers that could not verify our frames
         self.start = self.end = None
         self.last_progress = time.monotonic()
         self.routed_to_workers = 0
@@ -124,37 +106,8 @@ class MapRun:
         self._fn_uploaded = False
         self._outbox: list[TaskResult] = []
         self.upkeep = Upkeep(self)
-        self.frames = Frames(self._frame)
-        for i in range(min(self.n, SUBMIT_BATCH)):      # fail fast on an unpicklable argument
-            self._frame(i)
-
-    # -- packing ----------------------------------------------------------------------
-    def _pack_function(self, fn) -> bytes:
-        if not callable(fn):
-            raise TypeError(f"remote_map needs a function as its first argument, got {describe(fn)}")
-        try:
-            return protocol.sign(self.key, protocol.dumps(fn))
-        except Exception as err:
-            raise TypeError(f"cannot pickle the function {self.label!r} to send it to the workers "
-                            f"({type(err).__name__}: {err}). Functions that hold open files, locks, "
-                            "sockets or generators cannot travel: open them inside the function.") from err
-
-    def _frame(self, index: int) -> bytes:
-        """The signed task frame of argument ``index`` (packed when it is sent, so a map
-        of a million tasks never holds a million frames)."""
-        arg = self.args[index]
-        try:
-            packed = protocol.dumps(arg)
-        except Exception as err:
-            raise TypeError(f"cannot pickle argument {index} ({type(arg).__name__}: {describe(arg)}): "
-                            f"{type(err).__name__}: {err}") from err
-        if len(packed) > self.max_task_bytes:
-            raise ValueError(
-                f"argument {index} ({type(arg).__name__}) is {len(packed) / 1e6:.1f} MB after "
-                f"compression, over the {self.max_task_bytes / 1e6:.0f} MB limit per task: pass file "
-                "paths and entry ranges (make_chunks) and let the worker read the data, not the data itself")
-        return protocol.sign(self.key, protocol.pack_task_body(self.map_id, index, self.nonce,
-                                                               self.fn_hash, packed))
+        self.frames = Frames(self.key, self.map_id, self.nonce, self.fn_hash, args, max_task_bytes)
+        self.frames.check(range(min(self.n, SUBMIT_BATCH)))   # fail fast on an unpicklable argument
 
     def describe_argument(self, index: int) -> str:
         return describe(self.args[index])
@@ -164,10 +117,15 @@ class MapRun:
         """Queue every task; with ``wait_first``, also wait that long for the first result
         in the same round trip (what makes a one-task map fast)."""
         self.start = time.time()
-        for lo in range(0, self.n, SUBMIT_BATCH):
-            early = self._enqueue(range(lo, min(self.n, lo + SUBMIT_BATCH)), wait_first if lo == 0 else 0.0)
-            for frame in early:
-                self._accept(frame)
+        try:
+            for lo in range(0, self.n, SUBMIT_BATCH):
+                early = self._enqueue(range(lo, min(self.n, lo + SUBMIT_BATCH)), wait_first if lo == 0 else 0.0)
+                for frame in early:
+                    self._accept(frame)
+        except BaseException:
+            if self.n > SUBMIT_BATCH:
+                self.cancel()             # an argument of a later batch could not travel
+            raise
         if not wait_first:                # a map that may run long: its registry entry expires
             renew_map_entry(self.storage, self.map_id)    # if this client dies (ticks renew it)
         self.upkeep.schedule()
@@ -255,8 +213,7 @@ class MapRun:
     def observe(self, statuses: list[WorkerStatus]) -> None:
         """What the live workers say: which of our tasks run where, which key they hold."""
         self.workers = {s.name: s for s in statuses}
-        self.misfits = {s.name for s in statuses if s.key_fingerprint and s.key_fingerprint != self.fingerprint
-                        or s.name in self._refusers}
+        self.misfits = {s.name for s in statuses if s.key_fingerprint and s.key_fingerprint != self.fingerprint}
         for s in statuses:
             if s.task is not None and s.task.map_id == self.map_id:
                 self.tasks.move(s.task.index, TaskState.LEASED)
@@ -332,8 +289,7 @@ class MapRun:
         try:
             map_id, index, status, payload = protocol.unpack_result(self.key, frame)
         except protocol.BadFrame as err:
-            log.warning("map %s: dropped result %s that failed verification (signed with another "
-                        "key?): %s", self.map_id, protocol.frame_ref(frame), err)
+            self._answered_by_misfit(frame, err)
             return
         if map_id != self.map_id or not 0 <= index < self.n or self.tasks.is_final(index):
             return                        # a duplicate (a slow worker's or a backup's second copy)
@@ -376,35 +332,30 @@ class MapRun:
         err = RemoteError(index, name, fault.message, worker=fault.worker or None,
                           argument=self.describe_argument(index))
         if fault.kind is FaultKind.BAD_FRAME:
-            self._refused(index, fault, err, note)
+            note.refusal = err             # signed with our key, the frame forged: a genuine
+            self.tasks.move(index, TaskState.REFUSED)    # result may still come; wait for it
         elif fault.kind is FaultKind.REPLAYED:
             return                         # a replayed copy: the genuine task is still on its way
         else:
             self.fail(index, err)
 
-    def _refused(self, index: int, fault: Fault, err: RemoteError, note) -> None:
-        """A worker could not verify the frame: it holds another key (route around it), or
-        the frame was forged (a genuine result may still come: wait for it)."""
-        if fault.worker and fault.worker not in self.workers:
-            self.observe(worker_statuses(self.storage.live_workers(queue_depths=False)))
-        status = self.workers.get(fault.worker)
-        if status is not None and status.key_fingerprint == self.fingerprint:
-            note.refusal = err             # it holds our key: the frame itself was forged
-            self.tasks.move(index, TaskState.REFUSED)
+    def _answered_by_misfit(self, frame: bytes, err: Exception) -> None:
+        """A frame for our map that we cannot verify: a worker holding another key took the
+        task and sent back its refusal. The task is gone from the queues: send it again,
+        into the queue of a worker that holds our key (if one is live)."""
+        ref = protocol.frame_ref(frame)
+        if ref is None or ref.map_id != self.map_id or not self.tasks.is_waiting(ref.index):
+            log.warning("map %s: dropped a result that failed verification: %s", self.map_id, err)
             return
-        if fault.worker and fault.worker not in self.misfits:
-            log.warning("map %s: worker %s could not verify task %d (%s); routing around it",
-                        self.map_id, fault.worker, index, fault.message)
-        if fault.worker:
-            self._refusers.add(fault.worker)
-            self.misfits.add(fault.worker)
         good = sorted(n for n, s in self.workers.items()
                       if n not in self.misfits and s.key_fingerprint == self.fingerprint)
-        if good and self.policy.retry_fault(note):
-            self.requeue([index], to=good[index % len(good)])
-            return
-        note.refusal = err
-        self.tasks.move(index, TaskState.REFUSED)
+        if good and self.policy.retry_fault(self.tasks.note(ref.index)):
+            log.info("map %s: task %d came back from a worker holding another key; sending it to %s",
+                     self.map_id, ref.index, good[ref.index % len(good)])
+            self.requeue([ref.index], to=good[ref.index % len(good)])
+        else:
+            log.warning("map %s: task %d was answered by a worker holding another key (%s); the "
+                        "audit will send it again", self.map_id, ref.index, err)
 
     # -- ending -------------------------------------------------------------------------
     def cancel(self) -> int:

@@ -9,7 +9,6 @@ is what the workers say); it never edits the map's state itself, and it does not
 """
 from __future__ import annotations
 
-import json
 import logging
 import time
 import warnings
@@ -21,6 +20,7 @@ from rhtc.broker.protocol import ResultMeta, WorkerStatus
 from rhtc.broker.registry import renew_map_entry
 from rhtc.broker.storage import Storage
 from rhtc.client.errors import BrokerFull, KeyMismatch, RemoteError
+from rhtc.client.status import worker_statuses
 
 log = logging.getLogger("rhtc.client")
 
@@ -63,22 +63,6 @@ class MapVerbs(Protocol):
     def backed_up(self, index: int) -> bool: ...
     def describe_argument(self, index: int) -> str: ...
     def memory(self) -> tuple[int, int]: ...
-
-
-def worker_statuses(raw: Iterable[dict | WorkerStatus]) -> list[WorkerStatus]:
-    """The live workers' heartbeats as :class:`WorkerStatus` (whatever form storage gave)."""
-    out = []
-    for w in raw:
-        if isinstance(w, WorkerStatus):
-            out.append(w)
-            continue
-        try:
-            out.append(WorkerStatus.decode(json.dumps(w)))
-        except (TypeError, ValueError, IndexError):
-            out.append(WorkerStatus(name=str(w.get("name", "?")), host=str(w.get("host", "?")),
-                                    pid=int(w.get("pid") or 0), incarnation="",
-                                    key_fingerprint=str(w.get("key_fingerprint") or "")))
-    return out
 
 
 class Upkeep:
