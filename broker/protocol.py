@@ -139,7 +139,7 @@ def key_fingerprint(key: bytes) -> str:
 # -- signing -------------------------------------------------------------------------
 def sign(key: bytes, body: bytes) -> bytes:
     """Frame ``body``: header, HMAC-SHA256 signature with ``key``, body."""
-    return _HEADER + hmac.new(key, body, hashlib.sha256).digest() + body
+    return _HEADER + hmac.digest(key, body, "sha256") + body
 
 
 def verify(key: bytes, frame: bytes) -> bytes:
@@ -149,7 +149,7 @@ def verify(key: bytes, frame: bytes) -> bytes:
     if frame[2] != VERSION:
         raise VersionMismatch(frame[2])
     body = frame[FRAME_PREFIX:]
-    expected = hmac.new(key, body, hashlib.sha256).digest()
+    expected = hmac.digest(key, body, "sha256")          # one C call: per task and result
     if not hmac.compare_digest(expected, frame[HEADER_LEN:FRAME_PREFIX]):
         raise BadFrame("signature does not match: the sender used another key "
                        "(client and workers must share RHTC_KEY) or the bytes were altered")
@@ -319,9 +319,14 @@ class ResultMeta:
     def decode(cls, raw: bytes | dict) -> "ResultMeta":
         d = dict(json.loads(raw)) if isinstance(raw, (bytes, str)) else dict(raw)
         d.pop("bytes_read", None)
-        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        known = {k: d.pop(k) for k in list(d) if k in names}
+        if _META_REQUIRED <= d.keys() <= _META_FIELDS:
+            return cls(**d)                  # the common case, once per result: keep it fast
+        known = {k: d.pop(k) for k in list(d) if k in _META_FIELDS}
         return cls(**{"worker": "?", "host": "?", "pid": 0, "start": 0.0, "stop": 0.0, **known}, extra=d)
+
+
+_META_FIELDS = frozenset(f.name for f in dataclasses.fields(ResultMeta)) - {"extra"}
+_META_REQUIRED = frozenset({"worker", "host", "pid", "start", "stop"})
 
 
 _META_LEN = struct.Struct(">I")
