@@ -17,28 +17,34 @@ Example::
 """
 from __future__ import annotations
 
+from array import array
+
 import numpy as np
 
 from rhtc.broker.protocol import ResultMeta
 
 _NONE = -1
+_NAN = float("nan")
 
 
 class Ledger:
-    """Per-task outcomes of one map, in the order the results arrived."""
+    """Per-task outcomes of one map, in the order the results arrived (append-only
+    columns: a few attribute appends per result, about 70 bytes a task)."""
 
     def __init__(self, n: int):
         self.n = n
-        self._order = np.empty(n, dtype=np.int64)     # task index of the k-th outcome
-        self._k = 0
-        self._worker = np.full(n, _NONE, dtype=np.int32)
-        self._host = np.full(n, _NONE, dtype=np.int32)
-        self._pid = np.zeros(n, dtype=np.int64)
-        self._times = np.full((n, 3), np.nan)            # start, stop, received
-        self._bytes = np.zeros((n, 2), dtype=np.int64)   # from cache, from file
-        self._events = np.full(n, _NONE, dtype=np.int64)
-        self._retries = np.zeros(n, dtype=np.int16)
-        self._backup = np.zeros(n, dtype=bool)
+        self._index = array("q")
+        self._worker = array("i")
+        self._host = array("i")
+        self._pid = array("q")
+        self._start = array("d")
+        self._stop = array("d")
+        self._received = array("d")
+        self._cache = array("q")
+        self._file = array("q")
+        self._events = array("q")
+        self._retries = array("h")
+        self._backup = bytearray()
         self._errors: dict[int, str] = {}
         self._names: list[str] = []
         self._name_ids: dict[str, int] = {}
@@ -56,38 +62,39 @@ class Ledger:
             retries: int = 0, received: float | None = None, backup: bool = False) -> None:
         """Record task ``index``'s outcome (at most once per task: the caller's state
         table guarantees it)."""
-        if self._k >= self.n:
-            return
-        self._order[self._k] = index
-        self._k += 1
+        self._index.append(index)
         if meta is not None:
-            self._worker[index] = self._name(meta.worker)
-            self._host[index] = self._name(meta.host)
-            self._pid[index] = meta.pid
-            self._times[index, 0] = meta.start
-            self._times[index, 1] = meta.stop
-            self._bytes[index] = (meta.bytes_cache, meta.bytes_file)
-            if meta.events is not None:
-                self._events[index] = meta.events
-        if received is not None:
-            self._times[index, 2] = received
-        self._retries[index] = retries
-        self._backup[index] = backup
+            self._worker.append(self._name(meta.worker))
+            self._host.append(self._name(meta.host))
+            self._pid.append(meta.pid or 0)
+            self._start.append(meta.start)
+            self._stop.append(meta.stop)
+            self._cache.append(meta.bytes_cache or 0)
+            self._file.append(meta.bytes_file or 0)
+            self._events.append(_NONE if meta.events is None else meta.events)
+        else:
+            for col, v in ((self._worker, _NONE), (self._host, _NONE), (self._pid, 0), (self._start, _NAN),
+                           (self._stop, _NAN), (self._cache, 0), (self._file, 0), (self._events, _NONE)):
+                col.append(v)
+        self._received.append(_NAN if received is None else received)
+        self._retries.append(retries)
+        self._backup.append(backup)
         if error is not None:
             self._errors[index] = error[:200]
 
     def __len__(self) -> int:
-        return self._k
+        return len(self._index)
 
     def durations(self, last: int = 2000) -> np.ndarray:
         """Run times of the latest ``last`` tasks that reported a start and a stop."""
-        idx = self._order[max(0, self._k - last):self._k]
-        d = self._times[idx, 1] - self._times[idx, 0]
+        k = len(self._index)
+        d = np.frombuffer(self._stop, dtype=float)[max(0, k - last):] - \
+            np.frombuffer(self._start, dtype=float)[max(0, k - last):]
         return d[~np.isnan(d)]
 
     def last_received(self) -> float | None:
         """When the latest result arrived (unix time)."""
-        got = self._times[self._order[:self._k], 2]
+        got = np.frombuffer(self._received, dtype=float)
         got = got[~np.isnan(got)]
         return float(got.max()) if got.size else None
 
@@ -95,22 +102,20 @@ class Ledger:
         """Each outcome as the dict a worker's metadata reads as (plus ``index``, ``error``,
         ``retries``, ``received``, ``backup``), in the order they arrived."""
         names = self._names
-        for index in self._order[:self._k].tolist():
+        for k, index in enumerate(self._index):
             d: dict = {"index": index, "error": self._errors.get(index),
-                       "retries": int(self._retries[index]), "backup": bool(self._backup[index])}
-            start, stop, received = self._times[index].tolist()
+                       "retries": self._retries[k], "backup": bool(self._backup[k])}
+            start, stop, received = self._start[k], self._stop[k], self._received[k]
             if received == received:
                 d["received"] = received
-            w = int(self._worker[index])
+            w = self._worker[k]
             if w != _NONE:
                 d["worker"] = names[w]
             if start == start and stop == stop:
-                h = int(self._host[index])
-                d.update(start=start, stop=stop, host=names[h] if h != _NONE else "",
-                         pid=int(self._pid[index]), bytes_cache=int(self._bytes[index, 0]),
-                         bytes_file=int(self._bytes[index, 1]))
+                h = self._host[k]
+                d.update(start=start, stop=stop, host=names[h] if h != _NONE else "", pid=self._pid[k],
+                         bytes_cache=self._cache[k], bytes_file=self._file[k])
                 d["bytes_read"] = d["bytes_cache"] + d["bytes_file"]
-                ev = int(self._events[index])
-                if ev != _NONE:
-                    d["events"] = ev
+                if self._events[k] != _NONE:
+                    d["events"] = self._events[k]
             yield d

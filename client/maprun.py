@@ -30,6 +30,7 @@ from rhtc.client.upkeep import Upkeep
 
 log = logging.getLogger("rhtc.client")
 
+_DONE = int(TaskState.DONE)           # the per-result path compares plain ints
 SUBMIT_BATCH = 65536     # tasks packed and queued per round trip (bounds the client's memory)
 
 
@@ -310,7 +311,7 @@ class MapRun:
                 return
             self.fail(index, self._remote_error(index, value, meta), meta)
             return
-        self.tasks.move(index, TaskState.DONE)
+        self.tasks.move(index, _DONE)
         self.ledger.add(index, meta, retries=note.user_attempts if note else 0, received=time.time(),
                         backup=bool(note and note.backup))
         self.last_progress = time.monotonic()
