@@ -30,6 +30,9 @@ class BrokerUnavailable(redis.ResponseError):
 #: errors after which a worker or client backs off and tries again (never exits)
 ConnectionProblem = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError, BrokerUnavailable)
 
+#: every error of the broker a worker survives by backing off (connection, busy, full, refused)
+BrokerTrouble = ConnectionProblem + (BrokerRefused,)
+
 _OURS = {"OOM": BrokerOutOfMemory, "BUSY": BrokerUnavailable, "LOADING": BrokerUnavailable,
          "READONLY": BrokerUnavailable, "MISCONF": BrokerUnavailable, "MASTERDOWN": BrokerUnavailable}
 

@@ -41,7 +41,7 @@ import pickle
 import secrets
 import struct
 import sys
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import cloudpickle
 import lz4.block
@@ -453,8 +453,11 @@ class WorkerStatus:
         d = json.loads(raw)
         names = {f.name for f in dataclasses.fields(cls)}
         d = {k: v for k, v in d.items() if k in names}
-        if d.get("task"):
-            d["task"] = TaskRef(str(d["task"][0]), int(d["task"][1]))
+        task = d.get("task")
+        if isinstance(task, str):                  # the ``map:index`` label of :meth:`to_dict`
+            map_id, _, index = task.partition(":")
+            task = [map_id, index]
+        d["task"] = TaskRef(str(task[0]), int(task[1])) if task else None
         d.setdefault("name", "?")
         d.setdefault("host", "?")
         d.setdefault("pid", 0)
