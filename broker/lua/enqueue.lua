@@ -2,13 +2,13 @@
 -- most a few thousand frames each (only the first registers the map), so no call blocks
 -- Redis for long. Tasks routed to a worker that is not live (reaped between the client
 -- locating it and this call) go to the shared queue: no queue without an owner.
--- ARGV: ns, map id, register (1/0), function hash, packed function or '', map ttl,
+-- ARGV: ns, map id, register (1/0), [only when registering: function hash, packed function or '', map ttl,
 --       function ttl, start time, n info values, info field/value pairs...,
---       n finished maps, their ids... (deleted here: a client's earlier maps),
+--       n finished maps, their ids... (deleted here: a client's earlier maps)],
 --       then groups: routed (1/0), worker name ('' when not routed), n frames, frames...
 -- Returns 1, or 0 when a later call finds the map gone (cancelled): nothing is queued.
 local mid, register = ARGV[2], ARGV[3] == '1'
-local i = 9
+local i = 4
 if register then
   local fh, blob = ARGV[4], ARGV[5]
   local mapttl, fnttl, now = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
