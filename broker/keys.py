@@ -88,8 +88,9 @@ TEMPLATES: dict[str, str] = {
     "floor_results": "{ns}:floor:res",
 }
 
-#: the map's field holding its nonce (task frames must carry the same)
+#: the map's field holding its nonce (task frames must carry the same), and its function hash
 MAP_NONCE = "nonce"
+MAP_FN = "fn"
 #: lease values: incarnation (this many chars) | taken-at ms (this many digits) | task frame
 INCARNATION_LEN = 16
 LEASE_TIME_LEN = 13
