@@ -126,8 +126,9 @@ class Upkeep:
                 continue
             history = storage.attempt_history(run.map_id, protocol.task_id(frame))
             run.fail(index, RemoteError(
-                index, "WorkerLost", "the task was running on a worker that died, every time it was "
-                "tried; it may be what kills them (memory? a crash in compiled code?)", worker=None,
+                index, "WorkerLost", "the process running the task died every time it was tried "
+                "(see the attempts); the task may be what kills it (memory? a crash in compiled code?)",
+                worker=None,
                 argument=run.describe_argument(index), history=history))
 
     def _check_keys(self, live: list[WorkerStatus]) -> None:
