@@ -57,6 +57,10 @@ failed     ``res:{map}`` (error/fault) or        end (client reads it)
 cancelled  nowhere                               end
 =========  ====================================  =========================================
 
+The client's table (:mod:`client.tasks`) uses the same names and adds ``refused``: a
+worker refused a frame (bad signature, replayed nonce); provisional until a genuine
+copy of the task answers.
+
 Bounds: a lease entry nobody runs is requeued within two leases while its worker lives
 (the supervisor reconciles once a lease, sparing entries younger than a lease), and
 within a lease plus one second when the worker dies (reaper) or at once when a new

@@ -99,7 +99,8 @@ class Supervisor:
         self.metrics: NodeMetrics | None = None
         self.crashes = 0
         self.stopping = False
-        self.backoff = Backoff(f"worker {self.name}")
+        # retry at least once a heartbeat: a longer pause could let the claim expire
+        self.backoff = Backoff(f"worker {self.name}", cap=self.settings.heartbeat)
 
     # -- the status it publishes --------------------------------------------------------
     def status(self) -> protocol.WorkerStatus:
