@@ -219,11 +219,6 @@ def task_id(frame: bytes) -> bytes:
     return frame[FRAME_PREFIX:FRAME_PREFIX + TASK_ID_LEN]
 
 
-def index_bytes(index: int) -> bytes:
-    """How an index is spelled inside task ids and attempt records."""
-    return _INDEX.pack(index)
-
-
 # -- tasks ------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Task:
