@@ -34,6 +34,7 @@ import time
 from urllib.parse import urlsplit, urlunsplit
 
 import click
+import psutil
 
 from rhtc.bench.toxiproxy import Proxy, Toxiproxy
 from rhtc.broker.config import ENV_URL
@@ -67,6 +68,30 @@ def proxied_url(url: str, proxy: Proxy) -> str:
     return urlunsplit(parts._replace(netloc=f"{auth}{proxy.host}:{proxy.port}"))
 
 
+def kill_worker(proc: subprocess.Popen, grace: float = 5.0) -> list[int]:
+    """SIGKILL a worker's main process and wait for it; its own children (a task
+    process) must follow within ``grace`` seconds. Returns the pids of those that did
+    not, after killing them (by pid), so that the caller can report them.
+
+    >>> p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    >>> kill_worker(p), p.returncode
+    ([], -9)
+    """
+    try:
+        children = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        children = []
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    _, alive = psutil.wait_procs(children, timeout=grace)
+    for child in alive:
+        try:
+            child.kill()
+        except psutil.NoSuchProcess:
+            pass
+    return [c.pid for c in alive]
+
+
 @dataclasses.dataclass
 class ChaosResult:
     """What one map under (or without) faults did, and what was checked."""
@@ -98,6 +123,7 @@ class ChaosPool:
         self.log_dir = log_dir or tempfile.mkdtemp(prefix="rhtc-chaos-")
         self.procs: dict[str, subprocess.Popen] = {}
         self.dead: list[subprocess.Popen] = []
+        self.orphans: list[str] = []
         self.broker = self.toxi = self.proxy = self.storage = None
 
     def __enter__(self) -> "ChaosPool":
@@ -134,8 +160,9 @@ class ChaosPool:
                 stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
 
     def kill(self, name: str) -> None:
-        self.procs[name].send_signal(signal.SIGKILL)
-        self.procs[name].wait()
+        left = kill_worker(self.procs[name])
+        if left:
+            self.orphans.append(f"processes {left} outlived worker {name} (SIGKILLed) by 5 s")
 
     def wait_live(self, names: list[str], timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -261,6 +288,7 @@ def run_chaos(tasks: int = 5000, workers: int = 4, lease: float = 2.0, seed: int
                     result.problems.append(f"the fault injector failed: {injector.error!r}")
         result.seconds = time.monotonic() - t0
         result.delivered = h.progress()[0]
+        result.problems += pool.orphans
     if values is not None:
         for i, v in enumerate(values):
             if v == (i, i * i):

@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Callable
 
-from rhtc.bench.chaos import proxied_url
+import psutil
+
+from rhtc.bench.chaos import kill_worker, proxied_url
 from rhtc.bench.toxiproxy import Proxy
 from rhtc.broker.config import ENV_URL, BrokerConfig
 from rhtc.broker.storage import Storage
@@ -64,7 +65,7 @@ class NamedWorkers(Workers):
         if name in self.procs:
             self.old = getattr(self, "old", []) + [self.procs[name]]
         log = open(self.tmp / f"{name}.log", "ab")
-        e = dict(os.environ, **self.config.env(), **(env or {}))
+        e = {**os.environ, **self.config.env(), **(env or {})}
         self.procs[name] = subprocess.Popen([sys.executable, "-m", "rhtc.worker", "--name", name, *extra],
                                             env=e, stdout=log, stderr=subprocess.STDOUT, cwd=str(ROOT))
         log.close()
@@ -73,17 +74,30 @@ class NamedWorkers(Workers):
         return name
 
     def kill(self, name: str) -> None:
-        """SIGKILL a worker (its main process) and wait for it to be gone."""
-        p = self.procs[name]
-        p.send_signal(signal.SIGKILL)
-        p.wait()
+        """SIGKILL a worker (its main process) and wait for it to be gone; a process it
+        started (a task process) that outlives it by 5 s is killed and fails the test."""
+        left = kill_worker(self.procs[name])
+        assert not left, f"processes {left} outlived worker {name} (SIGKILLed) by 5 s"
 
     def stop_all(self) -> None:
+        """Stop every worker (SIGTERM, then SIGKILL) and anything they started, by pid."""
+        procs = [*getattr(self, "old", []), *self.procs.values()]
+        children = []
+        for p in procs:
+            try:
+                children += psutil.Process(p.pid).children(recursive=True)
+            except psutil.NoSuchProcess:
+                pass
         for p in getattr(self, "old", []):
             if p.poll() is None:
                 p.kill()
             p.wait()
         super().stop_all()
+        for child in psutil.wait_procs(children, timeout=5)[1]:
+            try:
+                child.kill()
+            except psutil.NoSuchProcess:
+                pass
 
 
 def live_names(storage: Storage) -> set[str]:
