@@ -24,6 +24,7 @@ import dataclasses
 import json
 import os
 import random
+import shutil
 import signal
 import statistics
 import subprocess
@@ -45,11 +46,14 @@ FAULT_KINDS = ("cut", "lost replies", "latency", "reset peer", "sigkill + restar
 TASK_SECONDS = 0.001
 
 
-def chaos_task(arg: tuple[int, int]) -> tuple[int, int]:
-    """The map's function: ``(i, hold)`` -> ``(i, i * i)``; holds the GIL ``hold`` seconds
-    (libc ``sleep`` through ``ctypes.PyDLL`` does not release it)."""
-    i, hold = arg
+def chaos_task(arg: tuple[int, int, str]) -> tuple[int, int]:
+    """The map's function: ``(i, hold, marker)`` -> ``(i, i * i)``; with ``hold``, notes
+    the run in the file ``marker`` and holds the GIL ``hold`` seconds (libc ``sleep``
+    through ``ctypes.PyDLL`` does not release it)."""
+    i, hold, marker = arg
     if hold:
+        with open(marker, "a") as fh:
+            fh.write(f"{os.getpid()}\n")
         ctypes.PyDLL(None).sleep(int(hold))
     else:
         time.sleep(TASK_SECONDS)
@@ -106,6 +110,7 @@ class ChaosResult:
     delivered: int = 0
     correct: int = 0
     gil_task: int | None = None
+    gil_runs: int = 0
     problems: list[str] = dataclasses.field(default_factory=list)
 
     @property
@@ -120,6 +125,8 @@ class ChaosPool:
 
     def __init__(self, n_workers: int, lease: float, log_dir: str | None = None):
         self.n_workers, self.lease = n_workers, lease
+        self.own_dir = log_dir is None           # removed on exit unless `keep_logs`
+        self.keep_logs = False
         self.log_dir = log_dir or tempfile.mkdtemp(prefix="rhtc-chaos-")
         self.procs: dict[str, subprocess.Popen] = {}
         self.dead: list[subprocess.Popen] = []
@@ -196,6 +203,8 @@ class ChaosPool:
             self.toxi.close()
         if self.broker is not None:
             self.broker.stop()
+        if self.own_dir and not self.keep_logs:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
 
 
 class Injector(threading.Thread):
@@ -263,9 +272,10 @@ def run_chaos(tasks: int = 5000, workers: int = 4, lease: float = 2.0, seed: int
     rng = random.Random(seed)
     gil_task = rng.randrange(tasks)
     hold = int(3 * lease + 1)
-    args = [(i, hold if i == gil_task else 0) for i in range(tasks)]
     result = ChaosResult(seed, tasks, workers, lease, faults, gil_task=gil_task)
     with ChaosPool(workers, lease, log_dir) as pool:
+        marker = os.path.join(pool.log_dir, f"gil-task-runs-{seed}")
+        args = [(i, hold, marker) if i == gil_task else (i, 0, "") for i in range(tasks)]
         t0 = time.monotonic()
         h = submit(chaos_task, args, broker=pool.config, errors="return", label="chaos")
         injector = Injector(pool, rng, spare=f"{h.map_id}:{gil_task}") if faults else None
@@ -289,6 +299,17 @@ def run_chaos(tasks: int = 5000, workers: int = 4, lease: float = 2.0, seed: int
         result.seconds = time.monotonic() - t0
         result.delivered = h.progress()[0]
         result.problems += pool.orphans
+        try:                  # every worker, restarted or not, serves again once faults stop
+            pool.wait_live(list(pool.procs), timeout=3 * lease + 5)
+        except TimeoutError as err:
+            result.problems.append(str(err))
+        if os.path.exists(marker):
+            with open(marker) as fh:
+                result.gil_runs = len(fh.read().split())
+        pool.keep_logs = bool(result.problems) or result.gil_runs != 1
+    if result.gil_runs != 1:
+        result.problems.append(f"the task holding the GIL {hold} s (index {gil_task}) ran "
+                               f"{result.gil_runs} times: its worker was taken for dead")
     if values is not None:
         for i, v in enumerate(values):
             if v == (i, i * i):
