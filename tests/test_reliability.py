@@ -413,14 +413,15 @@ class Refusal:
         master = EmbeddedBroker().start()
         self.side.append(master)
         m = redis.Redis.from_url(master.config.url)
+        m.config_set("repl-diskless-sync-delay", 0)
         pipe = m.pipeline(transaction=False)
-        for i in range(100_000):
+        for i in range(50_000):
             pipe.set(f"filler:{i}", "x" * 20)
             if i % 10_000 == 9_999:
                 pipe.execute()
         m.close()
         self.r.config_set("masterauth", master.password)
-        self.r.config_set("key-load-delay", 40)             # microseconds per key: ~4 s
+        self.r.config_set("key-load-delay", 40)             # microseconds per key: a few s
         self.r.config_set("loading-process-events-interval-bytes", 1024)
         self.r.execute_command("REPLICAOF", "127.0.0.1", master.port)
 
