@@ -6,11 +6,11 @@ import importlib
 import click
 
 _COMMANDS = {
-    "overhead": ("bench.overhead", "overhead_command"),
-    "dimuon": ("bench.dimuon", "dimuon_command"),
-    "compression": ("bench.compression", "compression_command"),
-    "make-data": ("bench.datagen", "make_data_command"),
-    "recovery": ("bench.recovery", "recovery_command"),
+    "overhead": ("rhtc.bench.overhead", "overhead_command"),
+    "dimuon": ("rhtc.bench.dimuon", "dimuon_command"),
+    "compression": ("rhtc.bench.compression", "compression_command"),
+    "make-data": ("rhtc.bench.datagen", "make_data_command"),
+    "recovery": ("rhtc.bench.recovery", "recovery_command"),
     "chaos": ("rhtc.bench.chaos", "chaos_command"),
 }
 

@@ -139,7 +139,7 @@ class MapHandle:
             left = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
             if left <= 0:
                 raise TimeoutError(f"map {self.map_id} ({self.run.label}) still has "
-                                   f"{len(self.run.pending)} of {self.run.n} tasks after {timeout} s")
+                                   f"{self.run.unfinished} of {self.run.n} tasks unfinished after {timeout} s")
             self._add(self.run.poll(left))
         self._add(self.run.poll(0))     # the provisional rejections, if any
 

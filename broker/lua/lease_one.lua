@@ -1,0 +1,9 @@
+-- Lease one task that a worker popped with BRPOP (the idle worker's wake-up).
+-- ARGV: ns, worker, incarnation, leases on (1/0), frame.
+-- Returns the map's nonce, or '' when the map is gone (the task is then dropped).
+local w, inc, leases, frame = ARGV[2], ARGV[3], ARGV[4] == '1', ARGV[5]
+if not is_task(frame) then return '' end
+local nonce = map_nonce(frame_map(frame))
+if not nonce then return '' end
+if leases then redis.call('HSET', K.lease(w), frame_tid(frame), lease_value(inc, frame)) end
+return nonce
