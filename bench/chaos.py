@@ -72,13 +72,12 @@ def proxied_url(url: str, proxy: Proxy) -> str:
     return urlunsplit(parts._replace(netloc=f"{auth}{proxy.host}:{proxy.port}"))
 
 
-def kill_worker(proc: subprocess.Popen, grace: float = 5.0) -> list[int]:
-    """SIGKILL a worker's main process and wait for it; its own children (a task
-    process) must follow within ``grace`` seconds. Returns the pids of those that did
-    not, after killing them (by pid), so that the caller can report them.
+def sigkill(proc: subprocess.Popen) -> list[psutil.Process]:
+    """SIGKILL a worker's main process and wait for it; return the processes it had
+    started (its task process), which must follow it: see :func:`outliving`.
 
     >>> p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-    >>> kill_worker(p), p.returncode
+    >>> sigkill(p), p.returncode
     ([], -9)
     """
     try:
@@ -87,6 +86,12 @@ def kill_worker(proc: subprocess.Popen, grace: float = 5.0) -> list[int]:
         children = []
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    return children
+
+
+def outliving(children: list[psutil.Process], grace: float = 5.0) -> list[int]:
+    """Wait up to ``grace`` seconds for ``children`` of killed workers to exit; kill the
+    ones that do not (by pid) and return their pids, for the caller to report."""
     _, alive = psutil.wait_procs(children, timeout=grace)
     for child in alive:
         try:
@@ -130,7 +135,7 @@ class ChaosPool:
         self.log_dir = log_dir or tempfile.mkdtemp(prefix="rhtc-chaos-")
         self.procs: dict[str, subprocess.Popen] = {}
         self.dead: list[subprocess.Popen] = []
-        self.orphans: list[str] = []
+        self.children_of_killed: list[psutil.Process] = []
         self.broker = self.toxi = self.proxy = self.storage = None
 
     def __enter__(self) -> "ChaosPool":
@@ -167,9 +172,7 @@ class ChaosPool:
                 stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
 
     def kill(self, name: str) -> None:
-        left = kill_worker(self.procs[name])
-        if left:
-            self.orphans.append(f"processes {left} outlived worker {name} (SIGKILLed) by 5 s")
+        self.children_of_killed += sigkill(self.procs[name])
 
     def wait_live(self, names: list[str], timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -298,7 +301,9 @@ def run_chaos(tasks: int = 5000, workers: int = 4, lease: float = 2.0, seed: int
                     result.problems.append(f"the fault injector failed: {injector.error!r}")
         result.seconds = time.monotonic() - t0
         result.delivered = h.progress()[0]
-        result.problems += pool.orphans
+        left = outliving(pool.children_of_killed)
+        if left:
+            result.problems.append(f"task processes {left} outlived their SIGKILLed workers by 5 s")
         try:                  # every worker, restarted or not, serves again once faults stop
             pool.wait_live(list(pool.procs), timeout=3 * lease + 5)
         except TimeoutError as err:

@@ -26,7 +26,7 @@ from typing import Callable
 
 import psutil
 
-from rhtc.bench.chaos import kill_worker, proxied_url
+from rhtc.bench.chaos import outliving, proxied_url, sigkill
 from rhtc.bench.toxiproxy import Proxy
 from rhtc.broker.config import ENV_URL, BrokerConfig
 from rhtc.broker.storage import Storage
@@ -74,10 +74,15 @@ class NamedWorkers(Workers):
         return name
 
     def kill(self, name: str) -> None:
-        """SIGKILL a worker (its main process) and wait for it to be gone; a process it
-        started (a task process) that outlives it by 5 s is killed and fails the test."""
-        left = kill_worker(self.procs[name])
-        assert not left, f"processes {left} outlived worker {name} (SIGKILLed) by 5 s"
+        """SIGKILL a worker (its main process) and wait for it to be gone; what it had
+        started (a task process) is watched by :meth:`outliving`."""
+        self.watched = getattr(self, "watched", []) + sigkill(self.procs[name])
+
+    def outliving(self, grace: float = 5.0) -> list[int]:
+        """Pids of processes started by SIGKILLed workers still alive ``grace`` seconds on
+        (they are killed, by pid)."""
+        left, self.watched = outliving(getattr(self, "watched", []), grace), []
+        return left
 
     def stop_all(self) -> None:
         """Stop every worker (SIGTERM, then SIGKILL) and anything they started, by pid."""
@@ -93,11 +98,7 @@ class NamedWorkers(Workers):
                 p.kill()
             p.wait()
         super().stop_all()
-        for child in psutil.wait_procs(children, timeout=5)[1]:
-            try:
-                child.kill()
-            except psutil.NoSuchProcess:
-                pass
+        outliving(children + getattr(self, "watched", []), grace=5)
 
 
 def live_names(storage: Storage) -> set[str]:
