@@ -23,6 +23,7 @@ import ctypes
 import dataclasses
 import json
 import os
+import queue
 import random
 import shutil
 import signal
@@ -124,6 +125,37 @@ class ChaosResult:
         return not self.problems and self.correct == self.tasks == self.delivered
 
 
+class _Launcher:
+    """Starts processes from one thread that lives as long as this process: the parent-
+    death signal (``die_with_parent``) follows the *thread* that started a child, and the
+    injector thread, which restarts workers, ends before the pool does."""
+
+    _jobs: "queue.Queue | None" = None
+    _lock = threading.Lock()
+
+    @classmethod
+    def popen(cls, *args, **kwargs) -> subprocess.Popen:
+        with cls._lock:
+            if cls._jobs is None:
+                cls._jobs = queue.Queue()
+                threading.Thread(target=cls._serve, name="chaos-launcher", daemon=True).start()
+        done: queue.Queue = queue.Queue()
+        cls._jobs.put((args, kwargs, done))
+        ok, value = done.get()
+        if not ok:
+            raise value
+        return value
+
+    @classmethod
+    def _serve(cls) -> None:
+        while True:
+            args, kwargs, done = cls._jobs.get()
+            try:
+                done.put((True, subprocess.Popen(*args, preexec_fn=die_with_parent, **kwargs)))
+            except BaseException as err:        # handed to the caller
+                done.put((False, err))
+
+
 class ChaosPool:
     """A private broker, a toxiproxy in front of it, and named workers that reach Redis
     only through the proxy. Stops everything it started, by pid."""
@@ -167,19 +199,23 @@ class ChaosPool:
         if name in self.procs:
             self.dead.append(self.procs[name])
         with open(os.path.join(self.log_dir, f"{name}.log"), "ab") as log:
-            self.procs[name] = subprocess.Popen(
+            self.procs[name] = _Launcher.popen(
                 [sys.executable, "-m", "rhtc.worker", "--name", name], env=self.worker_env(),
-                stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
+                stdout=log, stderr=subprocess.STDOUT)
 
     def kill(self, name: str) -> None:
         self.children_of_killed += sigkill(self.procs[name])
 
     def wait_live(self, names: list[str], timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        while {w["name"] for w in self.storage.live_workers(queue_depths=False)} < set(names):
+        while True:
+            missing = set(names) - {w["name"] for w in self.storage.live_workers(queue_depths=False)}
+            if not missing:
+                return
             if time.monotonic() > deadline:
-                raise TimeoutError(f"chaos workers {names} did not register within {timeout} s "
-                                   f"(logs in {self.log_dir})")
+                states = ", ".join(f"{n} ({'running' if self.procs[n].poll() is None else f'exited {self.procs[n].returncode}'})"
+                                   for n in sorted(missing))
+                raise TimeoutError(f"chaos workers not live within {timeout:.0f} s: {states} (logs in {self.log_dir})")
             time.sleep(0.05)
 
     def running(self, label: str) -> set[str]:
