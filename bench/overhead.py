@@ -36,15 +36,17 @@ def _measure(one, many, roundtrips: int, tasks: int, repeats: int) -> dict:
         t = time.perf_counter()
         assert one(i) in (i, [i])
         rts.append(time.perf_counter() - t)
-    rates = []
+    rates, cpu = [], []
     for _ in range(repeats):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         res = many(range(tasks))
         rates.append(tasks / (time.perf_counter() - t))
+        cpu.append((time.process_time() - c) / tasks)
         assert list(res) == list(range(tasks))
     return {"roundtrip_ms_median": statistics.median(rts) * 1e3,
             "roundtrip_ms_p90": sorted(rts)[int(0.9 * len(rts))] * 1e3,
-            "tasks_per_s_median": statistics.median(rates)}
+            "tasks_per_s_median": statistics.median(rates),
+            "client_cpu_us_per_task": statistics.median(cpu) * 1e6}
 
 
 def _ours(workers: int, roundtrips: int, tasks: int, repeats: int, sleep: tuple | None,
@@ -183,6 +185,9 @@ def overhead_command(workers, roundtrips, tasks, repeats, sleep, with_dask, time
         click.echo(f"{'no-op tasks/s (median)':24}{ours['tasks_per_s_median']:>16,.0f}"
                    f"{theirs.get('tasks_per_s_median', float('nan')):>12,.0f}"
                    f"{_ratio(ours['tasks_per_s_median'], theirs.get('tasks_per_s_median')):>9.1f}x")
+        click.echo(f"{'client CPU per task (us)':24}{ours['client_cpu_us_per_task']:>16.1f}"
+                   f"{theirs.get('client_cpu_us_per_task', float('nan')):>12.1f}"
+                   "   (the client process's CPU time / tasks: what the map costs the notebook)")
         click.echo(f"{'client peak RSS (MB)':24}{ours['client_peak_rss_mb']:>16,.0f}"
                    f"   ({tasks:,} tasks a map, results held in a list)")
         result["roundtrip_speedup_vs_dask"] = _ratio(theirs.get("roundtrip_ms_median"), ours["roundtrip_ms_median"])

@@ -57,6 +57,10 @@ failed     ``res:{map}`` (error/fault) or        end (client reads it)
 cancelled  nowhere                               end
 =========  ====================================  =========================================
 
+The client's table (:mod:`client.tasks`) uses the same names and adds ``refused``: a
+worker refused a frame (bad signature, replayed nonce); provisional until a genuine
+copy of the task answers.
+
 Bounds: a lease entry nobody runs is requeued within two leases while its worker lives
 (the supervisor reconciles once a lease, sparing entries younger than a lease), and
 within a lease plus one second when the worker dies (reaper) or at once when a new
@@ -88,8 +92,9 @@ TEMPLATES: dict[str, str] = {
     "floor_results": "{ns}:floor:res",
 }
 
-#: the map's field holding its nonce (task frames must carry the same)
+#: the map's field holding its nonce (task frames must carry the same), and its function hash
 MAP_NONCE = "nonce"
+MAP_FN = "fn"
 #: lease values: incarnation (this many chars) | taken-at ms (this many digits) | task frame
 INCARNATION_LEN = 16
 LEASE_TIME_LEN = 13

@@ -273,7 +273,8 @@ def remote_map(fn: Callable, args: Iterable, *, broker=None, reduce: bool | Call
         errors: ``"raise"``: after the other results are in, raise the first
             :class:`RemoteError` (the others in ``.more``); ``"return"``: put them in the list.
         retries: how many times to rerun a task whose function raised (default 0). Tasks
-            whose *worker* died are always retried (up to 3 attempts in all).
+            whose *worker* died are always retried, up to ``$RHTC_MAX_ATTEMPTS`` runs in all
+            (default 3; :mod:`client.retry` decides every rerun).
         retry_on: only retry these exception types (or type names), e.g.
             ``(ChunkFileError, OSError)`` for transient remote reads.
         routing: send each chunk to a worker that has it cached (sticky routing).

@@ -106,6 +106,7 @@ class MapRun:
         self.cancelled = self.closed = False
         self._fn_uploaded = False
         self._outbox: list[TaskResult] = []
+        self._warned_unverified = False
         self.upkeep = Upkeep(self)
         self.frames = Frames(self.key, self.map_id, self.nonce, self.fn_hash, args, max_task_bytes)
         self.frames.check(range(min(self.n, SUBMIT_BATCH)))   # fail fast on an unpicklable argument
@@ -131,13 +132,10 @@ class MapRun:
             renew_map_entry(self.storage, self.map_id)    # if this client dies (ticks renew it)
         self.upkeep.schedule()
 
-    def _enqueue(self, indices: Iterable[int], wait_first: float = 0.0, route: bool = True,
-                 to: str | None = None) -> list[bytes]:
+    def _enqueue(self, indices: Iterable[int], wait_first: float = 0.0, route: bool = True) -> list[bytes]:
         indices = list(indices)
         owner: dict[int, str] = {}
-        if to is not None:
-            owner = dict.fromkeys(indices, to)
-        elif route and self.routing:
+        if route and self.routing:
             keyed = [i for i in indices if getattr(self.args[i], "routing_key", None)]
             where, live = self.storage.locate([self.args[i].routing_key for i in keyed]) if keyed else ({}, [])
             live = sorted(set(live) - self.misfits)
@@ -146,6 +144,11 @@ class MapRun:
             self.routed_to_workers = len(owner)
             if live:
                 owner.update(_contiguous_blocks([i for i in keyed if i not in owner], live))
+        if self.misfits:    # a mixed pool: nothing into the shared queue
+            good = self.good_workers()
+            for k, i in enumerate(indices):
+                if good and i not in owner:
+                    owner[i] = good[k % len(good)]
         routed: dict[str | None, list[bytes]] = {}
         for i in indices:
             routed.setdefault(owner.get(i), []).append(self.frames[i])
@@ -181,17 +184,17 @@ class MapRun:
         """Indices of the tasks still owed an answer (walks the table: not per result)."""
         return self.tasks.indices(TaskState.QUEUED, TaskState.LEASED)
 
-    def requeue(self, indices: Iterable[int], *, route: bool = True, backup: bool = False,
-                to: str | None = None) -> list[int]:
+    def requeue(self, indices: Iterable[int], *, route: bool = True, backup: bool = False) -> list[int]:
         """Send these tasks again (those still waiting); ``backup``: a copy beside a slow
-        one (first result wins); ``to``: into that worker's queue. Returns the ones sent."""
+        one (first result wins). Returns the ones sent."""
         moved = self.tasks.move_all(indices, TaskState.QUEUED)
         if moved:
             if backup:
                 for i in moved:
                     self.tasks.note(i).backup = True
             self.resubmissions += len(moved)
-            self._enqueue(moved, route=route, to=to)
+            for lo in range(0, len(moved), SUBMIT_BATCH):
+                self._enqueue(moved[lo:lo + SUBMIT_BATCH], route=route)
         return moved
 
     def fail(self, index: int, error: RemoteError, meta: ResultMeta | None = None) -> bool:
@@ -218,6 +221,11 @@ class MapRun:
         for s in statuses:
             if s.task is not None and s.task.map_id == self.map_id:
                 self.tasks.move(s.task.index, TaskState.LEASED)
+
+    def good_workers(self) -> list[str]:
+        """Live workers known to hold this client's key."""
+        return sorted(n for n, s in self.workers.items()
+                      if n not in self.misfits and s.key_fingerprint == self.fingerprint)
 
     def durations(self):
         """Run times of the latest finished tasks (numpy array), for the straggler check."""
@@ -348,15 +356,16 @@ class MapRun:
         if ref is None or ref.map_id != self.map_id or not self.tasks.is_waiting(ref.index):
             log.warning("map %s: dropped a result that failed verification: %s", self.map_id, err)
             return
-        good = sorted(n for n, s in self.workers.items()
-                      if n not in self.misfits and s.key_fingerprint == self.fingerprint)
-        if good and self.policy.retry_fault(self.tasks.note(ref.index)):
-            log.info("map %s: task %d came back from a worker holding another key; sending it to %s",
-                     self.map_id, ref.index, good[ref.index % len(good)])
-            self.requeue([ref.index], to=good[ref.index % len(good)])
-        else:
-            log.warning("map %s: task %d was answered by a worker holding another key (%s); the "
-                        "audit will send it again", self.map_id, ref.index, err)
+        if not self.workers:               # before the first tick: learn who holds which key
+            self.observe(self.storage.worker_statuses(queue_depths=False))
+        if self.misfits and self.good_workers():      # not the task's fault: no attempt counted
+            log.info("map %s: task %d came back from a worker holding another key; sending it to a "
+                     "worker that holds ours", self.map_id, ref.index)
+            self.requeue([ref.index])
+        elif not self._warned_unverified:
+            self._warned_unverified = True
+            log.warning("map %s: task %d (and maybe more) was answered by a worker holding another "
+                        "key (%s); the audit will send them again", self.map_id, ref.index, err)
 
     # -- ending -------------------------------------------------------------------------
     def cancel(self) -> int:

@@ -41,9 +41,12 @@ class Frames:
         self.args = args
         self.max_task_bytes = max_task_bytes
         self._replaced: dict[int, bytes] = {}
+        self._checked: dict[int, bytes] = {}     # packed by check(), sent once from here
 
     def __getitem__(self, index: int) -> bytes:
         raw = self._replaced.get(index)
+        if raw is None:
+            raw = self._checked.pop(index, None)
         return raw if raw is not None else self._pack(index)
 
     def __setitem__(self, index: int, raw: bytes) -> None:
@@ -52,7 +55,7 @@ class Frames:
     def check(self, indices: Iterable[int]) -> None:
         """Raise now, before anything is sent, if one of these arguments cannot travel."""
         for i in indices:
-            self._pack(i)
+            self._checked[i] = self._pack(i)
 
     def _pack(self, index: int) -> bytes:
         arg = self.args[index]

@@ -5,10 +5,8 @@
 """
 from __future__ import annotations
 
-import json
 import time
 from datetime import datetime
-from typing import Iterable
 
 from rhtc.broker.protocol import WorkerStatus, key_fingerprint
 from rhtc.broker.storage import Storage
@@ -17,22 +15,6 @@ from rhtc.broker.versions import stack_versions
 
 def _mb(x) -> str:
     return f"{(x or 0) / 1e6:,.0f}"
-
-
-def worker_statuses(raw: Iterable[dict | WorkerStatus]) -> list[WorkerStatus]:
-    """The live workers' heartbeats as :class:`WorkerStatus` (whatever form storage gave)."""
-    out = []
-    for w in raw:
-        if isinstance(w, WorkerStatus):
-            out.append(w)
-            continue
-        try:
-            out.append(WorkerStatus.decode(json.dumps(w)))
-        except (TypeError, ValueError, IndexError):
-            out.append(WorkerStatus(name=str(w.get("name", "?")), host=str(w.get("host", "?")),
-                                    pid=int(w.get("pid") or 0), incarnation="",
-                                    key_fingerprint=str(w.get("key_fingerprint") or "")))
-    return out
 
 
 def _same(package: str, ours: str, theirs: str) -> bool:
@@ -71,8 +53,8 @@ def misfits(statuses: list[WorkerStatus], key: bytes, versions: dict[str, str] |
 def render_status(storage: Storage, max_workers: int = 60) -> str:
     """The whole ``rhtc status`` screen: workers, misfits, maps in flight, recent problems."""
     now = time.time()
-    workers = storage.live_workers()
-    statuses = worker_statuses(workers)
+    statuses = storage.worker_statuses()
+    workers = [s.to_dict() for s in statuses]
     lines = [f"broker {storage.config!r}   {datetime.now():%H:%M:%S}",
              f"{len(workers)} live workers, {storage.shared_depth()} tasks in the shared queue", ""]
     if workers:

@@ -17,6 +17,9 @@ Every move goes through :meth:`TaskTable.move`, which allows exactly the pairs i
 models). A move that the table does not allow is refused and changes nothing: that is
 how a late duplicate result of a finished task is ignored.
 
+The broker's side of the same states (which Redis key holds a task in each, and who
+moves it) is the table in :mod:`broker.keys`; ``REFUSED`` exists only on the client.
+
 Keeping count per state makes "is the map done?" O(1) per result, whatever the size
 of the map: the table never walks its tasks except when asked for a list of them.
 

@@ -20,7 +20,6 @@ from rhtc.broker.protocol import ResultMeta, WorkerStatus
 from rhtc.broker.registry import renew_map_entry
 from rhtc.broker.storage import Storage
 from rhtc.client.errors import BrokerFull, KeyMismatch, RemoteError
-from rhtc.client.status import worker_statuses
 
 log = logging.getLogger("rhtc.client")
 
@@ -54,8 +53,7 @@ class MapVerbs(Protocol):
     @property
     def unfinished(self) -> int: ...
     def waiting(self) -> list[int]: ...
-    def requeue(self, indices: Iterable[int], *, route: bool = True, backup: bool = False,
-                to: str | None = None) -> list[int]: ...
+    def requeue(self, indices: Iterable[int], *, route: bool = True, backup: bool = False) -> list[int]: ...
     def fail(self, index: int, error: RemoteError, meta: ResultMeta | None = None) -> bool: ...
     def function_lost(self) -> None: ...
     def observe(self, statuses: list[WorkerStatus]) -> None: ...
@@ -109,7 +107,7 @@ class Upkeep:
         storage.reap()
         if time.monotonic() >= self._next_audit:
             self._audit()
-        live = worker_statuses(storage.live_workers(queue_depths=False))
+        live = storage.worker_statuses(queue_depths=False)
         run.observe(live)
         self._check_keys(live)
         if not live and not self._warned_no_workers:
@@ -128,8 +126,9 @@ class Upkeep:
                 continue
             history = storage.attempt_history(run.map_id, protocol.task_id(frame))
             run.fail(index, RemoteError(
-                index, "WorkerLost", "the task was running on a worker that died, every time it was "
-                "tried; it may be what kills them (memory? a crash in compiled code?)", worker=None,
+                index, "WorkerLost", "the process running the task died every time it was tried "
+                "(see the attempts); the task may be what kills it (memory? a crash in compiled code?)",
+                worker=None,
                 argument=run.describe_argument(index), history=history))
 
     def _check_keys(self, live: list[WorkerStatus]) -> None:

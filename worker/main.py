@@ -104,7 +104,10 @@ class TaskProcess:
         backoff = Backoff(f"worker {self.name} (task process {self.pid})")
         while not self.stopping:
             try:
-                batch = self._take()
+                holding, batch = self._take()
+                if not holding:     # the name is not ours (yet/any more): the supervisor claims or stops
+                    time.sleep(0.2)
+                    continue
                 if not batch and not self.stopping:   # nothing queued for us: help a backed-up worker
                     stolen = self.storage.steal(self.name, self.incarnation)
                     batch = [stolen] if stolen else []
@@ -142,18 +145,16 @@ class TaskProcess:
         log.info("worker %s: task process stopped after %d tasks", self.name, self.tasks_done)
 
     # -- taking and running ------------------------------------------------------------
-    def _take(self) -> list[tuple[bytes, str | None]]:
-        """Hand in finished results and lease the next batch, in one round trip."""
+    def _take(self) -> tuple[bool, list[tuple[bytes, str | None]]]:
+        """Hand in finished results and lease the next batch, in one round trip; also says
+        whether this incarnation still holds the name."""
         n = 0 if self.stopping else max(1, min(self.max_batch, int(BATCH_SECONDS / max(self._ewma, 1e-6))))
         holding, batch = self.storage.take(self.name, self.incarnation, n, self._unflushed)
         self._unflushed = []
-        if not holding:         # another incarnation holds the name: the supervisor stops us
-            time.sleep(0.2)
-            return []
         evicted = self.cache.drain_evicted()
         if evicted:
             self.storage.advertise(self.name, removed=evicted)
-        return batch
+        return holding, batch
 
     def _run_batch(self, batch: list[tuple[bytes, str | None]]) -> None:
         ids = [protocol.task_id(f) for f, _ in batch]
@@ -192,25 +193,31 @@ class TaskProcess:
             self._system_error(map_id, index, tid, f"refused by worker {self.name}: {err}",
                                kind=protocol.FaultKind.BAD_FRAME)
             return
-        if nonce is None:
-            nonce = self.storage.leased_nonce()
-            if not nonce:
-                return                      # the map ended while the task waited: dropped
-        if nonce != task.nonce:
-            msg = (f"worker {self.name} refused task {task.ref}: its nonce {task.nonce} is not the nonce "
-                   f"{nonce} of map {task.map_id} (a task frame replayed from an earlier map)")
-            self._problem(msg)
-            self.storage.release(self.name, [tid])
-            self._system_error(task.map_id, task.index, tid, msg, kind=protocol.FaultKind.REPLAYED)
+        if nonce is not None and nonce != task.nonce:
+            self._replayed(task, tid, nonce)
             return
         try:
             fn = self._function(task.fn_hash, task.map_id)
         except _SystemFault as fault:
+            if nonce is None:
+                self.storage.leased_nonce()
             self._system_error(task.map_id, task.index, tid, str(fault), kind=fault.kind)
             return
-        self._run_task(fn, task.ref, tid, task.packed_arg)
+        self._run_task(fn, task, tid, late_check=nonce is None)
 
-    def _run_task(self, fn, ref: protocol.TaskRef, tid: bytes, packed_arg: bytes) -> None:
+    def _replayed(self, task: protocol.Task, tid: bytes, nonce: str) -> None:
+        msg = (f"worker {self.name} refused task {task.ref}: its nonce {task.nonce} is not the nonce "
+               f"{nonce} of map {task.map_id} (a task frame replayed from an earlier map)")
+        self._problem(msg)
+        self.storage.release(self.name, [tid])
+        self._system_error(task.map_id, task.index, tid, msg, kind=protocol.FaultKind.REPLAYED)
+
+    def _run_task(self, fn, task: protocol.Task, tid: bytes, late_check: bool = False) -> None:
+        """Run one verified task and keep its signed result for the next take. With
+        ``late_check`` (an idle worker's wake-up) the map's nonce is read while the task
+        runs, so the wake-up costs no extra round trip; a result of a replayed frame or of
+        a map that ended is then dropped instead of handed in."""
+        ref, packed_arg = task.ref, task.packed_arg
         self.shared.set_task(ref)
         t0 = time.time()
         self.ctx.begin_task()
@@ -233,6 +240,13 @@ class TaskProcess:
         meta = protocol.ResultMeta(worker=self.name, host=self.host, pid=self.pid, start=t0, stop=t1,
                                    incarnation=self.incarnation, bytes_cache=self.ctx.bytes_from_cache,
                                    bytes_file=self.ctx.bytes_from_file, events=_events_of(arg))
+        if late_check:
+            nonce = self.storage.leased_nonce()
+            if nonce != task.nonce:
+                self.shared.set_task(None)
+                if nonce:                       # '' : the map ended meanwhile, nothing to say
+                    self._replayed(task, tid, nonce)
+                return
         status, payload = self._pack_result(status, value, meta, arg, self.settings.max_result_bytes)
         self._unflushed.append((ref.map_id, tid, protocol.pack_result(self.key, ref.map_id, ref.index,
                                                                       status, payload)))

@@ -15,6 +15,7 @@ not on the hot path: the task process takes tasks and hands in results itself.
 """
 from __future__ import annotations
 
+import ctypes
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -36,6 +37,7 @@ from rhtc.worker.shared import SharedState
 
 log = logging.getLogger("rhtc.worker")
 
+_PR_SET_PDEATHSIG = 1
 EXIT_NAME_HELD = 3         # the exit code when another live process holds the name
 STOP_GRACE = 10.0          # seconds a task process gets to hand back its task on SIGTERM
 
@@ -58,7 +60,19 @@ def describe_exit(code: int | None) -> str:
     return f"exit code {code}"
 
 
-def _run_task_process(config, name, incarnation, shared, cache_bytes, max_batch, st) -> None:
+def _die_with(parent: int) -> None:
+    """SIGKILL this process when ``parent`` dies (Linux): a task process must never serve
+    under a name whose supervisor is gone."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _run_task_process(config, name, incarnation, shared, cache_bytes, max_batch, st, parent) -> None:
+    _die_with(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)       # the supervisor decides when to stop
     code = TaskProcess(config, name, incarnation, shared, cache_bytes, max_batch, st).run()
     sys.stdout.flush()
@@ -85,7 +99,8 @@ class Supervisor:
         self.metrics: NodeMetrics | None = None
         self.crashes = 0
         self.stopping = False
-        self.backoff = Backoff(f"worker {self.name}")
+        # retry at least once a heartbeat: a longer pause could let the claim expire
+        self.backoff = Backoff(f"worker {self.name}", cap=self.settings.heartbeat)
 
     # -- the status it publishes --------------------------------------------------------
     def status(self) -> protocol.WorkerStatus:
@@ -191,7 +206,7 @@ class Supervisor:
         ctx = multiprocessing.get_context("fork")
         self.proc = ctx.Process(target=_run_task_process, name=f"rhtc-task-{self.name}", daemon=True,
                                 args=(self.config, self.name, self.incarnation, self.shared, self.cache_bytes,
-                                      self.max_batch, self.settings))
+                                      self.max_batch, self.settings, os.getpid()))
         self.proc.start()
         self._proc_started = time.time()
         self.metrics = NodeMetrics(pid=self.proc.pid)

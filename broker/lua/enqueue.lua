@@ -18,7 +18,7 @@ if register then
     redis.call('EXPIRE', K['function'](fh), fnttl)
   end
   local ninfo = tonumber(ARGV[9])
-  redis.call('HSET', K.map(mid), 'fn', fh, unpack(ARGV, 10, 9 + ninfo))
+  redis.call('HSET', K.map(mid), MAP_FN, fh, unpack(ARGV, 10, 9 + ninfo))
   redis.call('EXPIRE', K.map(mid), mapttl)
   redis.call('ZADD', K.maps(), now, mid)
   i = 10 + ninfo

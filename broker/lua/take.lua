@@ -7,8 +7,9 @@
 -- worker reports them.
 -- ARGV: ns, worker, incarnation, result grace (s), n, leases on (1/0), step,
 --       then triples: map id, task id, result frame.
--- Returns {held, frame, nonce, frame, nonce, ...}; held = 0 when another incarnation
--- holds the name (nothing is leased then); nonce = the map's nonce ('' for foreign bytes).
+-- Returns {held, frame, nonce, frame, nonce, ...}; held = 0 when this incarnation does
+-- not hold the name (another took it over, or it expired: nothing is leased then, the
+-- supervisor claims it again or stops); nonce = the map's nonce ('' for foreign bytes).
 local w, inc, grace, n = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 local leases, step = ARGV[6] == '1', tonumber(ARGV[7])
 local lease = K.lease(w)
@@ -21,8 +22,7 @@ for i = 8, #ARGV, 3 do
     redis.call('EXPIRE', res, math.max(left, 1) + grace)
   end
 end
-local holder = redis.call('GET', K.incarnation(w))
-if holder and holder ~= inc then return {0} end
+if redis.call('GET', K.incarnation(w)) ~= inc then return {0} end
 local out = {1}
 local budget = step
 local function take(q)
