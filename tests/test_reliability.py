@@ -505,9 +505,14 @@ def test_6_no_script_call_scales_with_the_queue(broker, storage):
         slow = [e for e in storage.r.slowlog_get(128)
                 if e["command"].split(b" ")[0].upper() in (b"EVALSHA", b"EVAL", b"FCALL")]
         names = {script.sha.encode(): name for name, script in getattr(storage, "_scripts", {}).items()}
-        assert not slow, "script calls over 50 ms with 1M tasks queued: " + "; ".join(
-            f"{names.get(e['command'].split(b' ')[1], '?')} {e['duration'] / 1000:.0f} ms "
-            f"({e['command'][:90]!r})" for e in slow)
+        text = "; ".join(f"{names.get(e['command'].split(b' ')[1], '?')} {e['duration'] / 1000:.0f} ms "
+                         f"({e['command'][:90]!r})" for e in slow)
+        # SLOWLOG times include the moments Redis was descheduled: on a shared 2-core VM one
+        # call of a few ms can read 50-100 ms. A script that scans the queue in one call
+        # takes 1-2 s per call at this depth, every call. So: no call over 200 ms, and at
+        # most one between 50 and 200 ms.
+        assert len(slow) <= 1 and all(e["duration"] < 200_000 for e in slow), \
+            f"script calls over 50 ms with 1M tasks queued: {text}"
     finally:
         backlog.cancel()
         storage.r.delete(storage.keys.shared_queue)
@@ -563,13 +568,22 @@ def test_8_mixed_key_pool_warns_and_routes_around_the_misfit(broker, storage, po
     good = pool.start_named("insider")
     bad = pool.start_named("misfit", env={"RHTC_KEY": "cd" * 32})
     with pytest.warns(RuntimeWarning, match=bad):
-        out = remote_map(square, range(40), broker=broker, progress=False, timeout=60)
-    assert out == [i * i for i in range(40)]
+        out = remote_map(nap, [0.1] * 30, broker=broker, progress=False, timeout=60)   # ~3 s
+    assert out == [0.1] * 30
     status = subprocess.run([*RHTC, "status"], env=dict(os.environ, **broker.config.env()), cwd=str(ROOT),
                             capture_output=True, text=True, timeout=60)
     line = [ln for ln in status.stdout.splitlines() if bad in ln]
     assert line and "key" in " ".join(line).lower(), status.stdout
     assert good in status.stdout
+
+
+@pytest.mark.timeout(60)
+def test_8_mixed_key_pool_warns_even_when_the_map_ends_within_a_second(broker, pool):
+    pool.start_named("insider")
+    bad = pool.start_named("misfit", env={"RHTC_KEY": "cd" * 32})
+    with pytest.warns(RuntimeWarning, match=bad):
+        out = remote_map(square, range(40), broker=broker, progress=False, timeout=30)
+    assert out == [i * i for i in range(40)]
 
 
 # -- 9. the local default and the thread that started it ------------------------------------------
