@@ -22,17 +22,12 @@ from typing import Sequence
 import redis
 
 from rhtc.broker import protocol, scripts
-from rhtc.broker.config import BrokerConfig, Settings, redact, settings
-from rhtc.broker.errors import (PARSER, BrokerOutOfMemory, BrokerRefused, BrokerUnavailable,  # noqa: F401
-                                ConnectionProblem, is_out_of_memory)
+from rhtc.broker.config import BrokerConfig, Settings, redact
+from rhtc.broker.config import settings as default_settings
+from rhtc.broker.errors import PARSER, ConnectionProblem
 from rhtc.broker.fastlane import FastLane
 from rhtc.broker.keys import MAP_DATA, MAP_NONCE, Keys
 from rhtc.broker.leases import Leases
-
-SETTINGS = settings()
-LEASE_SECONDS = SETTINGS.lease                 # kept for callers that read it from here
-HEARTBEAT_SECONDS = SETTINGS.heartbeat
-MAX_ATTEMPTS = SETTINGS.max_attempts
 
 
 def connect(config: BrokerConfig, **kwargs) -> redis.Redis:
@@ -55,7 +50,7 @@ class Storage(Leases):
 
     def __init__(self, config: BrokerConfig, settings: Settings | None = None, **redis_kwargs):
         self.config = config
-        self.settings = settings or SETTINGS
+        self.settings = settings or default_settings()
         self.keys = Keys(config.namespace)
         self.r = connect(config, **redis_kwargs)
         self._scripts = scripts.load(self.r)

@@ -122,7 +122,7 @@ def workers(broker, tmp_path):
 
 def map_keys(storage: Storage) -> list[str]:
     """Keys of maps (not of workers) under the namespace."""
-    ns = storage.keys.ns
-    return sorted(k.decode() for k in storage.r.scan_iter(match=f"{ns}:*")
-                  if any(k.decode().startswith(f"{ns}:{p}:") for p in ("map", "res", "tries", "attempts", "dead"))
-                  and not k.decode().startswith(f"{ns}:fn:"))
+    from rhtc.broker.keys import MAP_DATA
+    prefixes = tuple(getattr(storage.keys, name)("") for name in ("map", *MAP_DATA))
+    return sorted(k.decode() for k in storage.r.scan_iter(match=f"{storage.keys.ns}:*")
+                  if k.decode().startswith(prefixes))

@@ -105,16 +105,17 @@ def test_restart_under_the_same_name_requeues_the_predecessors_tasks_at_once(bro
 
 # -- C3: nothing stays leased that nobody runs --------------------------------------------------
 def test_lease_entry_nobody_runs_is_requeued(broker, workers, storage):
+    h = submit(square, [7], broker=broker)               # nobody serves yet
+    frame = _wait(lambda: storage.r.rpop(storage.keys.shared_queue), 5, "the task frame")
     (name,) = workers.start(env=FAST)
     inc = storage.r.get(storage.keys.incarnation(name))
-    h = submit(square, [7], broker=broker)
-    frame = _wait(lambda: storage.r.rpop(storage.keys.shared_queue), 5, "the task frame")
     # the take ran in Redis but its reply was lost: leased to a live worker that never saw it
     taken = str(int(time.time() * 1000)).zfill(13).encode()
     storage.r.hset(storage.keys.lease(name), protocol.task_id(frame), inc + taken + frame)
     t = time.monotonic()
     assert h.wait(timeout=15) == [49]
     assert time.monotonic() - t < 2 * 2 + 5              # the bound: two leases (plus the run, on a busy machine)
+    assert "not running here" in workers.log(name)       # the worker's reconcile found it, not the client's audit
     assert storage.r.hlen(storage.keys.lease(name)) == 0
 
 

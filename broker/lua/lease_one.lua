@@ -10,5 +10,5 @@ if redis.call('GET', K.incarnation(w)) ~= inc then
 end
 local nonce = map_nonce(frame_map(frame))
 if not nonce then return '' end
-if leases then redis.call('HSET', K.lease(w), frame_tid(frame), lease_value(inc, frame)) end
+if leases then redis.call('HSET', K.lease(w), frame_tid(frame), lease_prefix(inc) .. frame) end
 return nonce

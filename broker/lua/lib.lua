@@ -15,9 +15,10 @@ local function frame_nonce(f) return string.sub(f, NONCE_FROM, NONCE_TO) end
 local function tid_map(tid) return string.sub(tid, 1, MAP_ID_LEN) end
 local function tid_index(tid) return string.sub(tid, MAP_ID_LEN + 1, TID_LEN) end
 
--- lease values: incarnation | taken-at ms (zero-padded) | frame
-local function lease_value(inc, frame)
-  return inc .. string.format('%0' .. TIME_LEN .. 'd', now_ms()) .. frame
+-- lease values: incarnation | taken-at ms (zero-padded) | frame; one script call takes
+-- its tasks at one instant, so it builds the prefix once
+local function lease_prefix(inc)
+  return inc .. string.format('%0' .. TIME_LEN .. 'd', now_ms())
 end
 local function lease_inc(v) return string.sub(v, 1, INC_LEN) end
 local function lease_ms(v) return tonumber(string.sub(v, INC_LEN + 1, INC_LEN + TIME_LEN)) or 0 end

@@ -37,7 +37,7 @@ for _ = 1, step do
   if is_task(item) then
     local nonce = map_nonce(frame_map(item))
     if nonce then
-      redis.call('HSET', K.lease(me), frame_tid(item), lease_value(inc, item))
+      redis.call('HSET', K.lease(me), frame_tid(item), lease_prefix(inc) .. item)
       return {item, nonce}
     end
   end

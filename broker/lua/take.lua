@@ -25,6 +25,7 @@ end
 if redis.call('GET', K.incarnation(w)) ~= inc then return {0} end
 local out = {1}
 local budget = step
+local prefix = leases and lease_prefix(inc)
 local function take(q)
   while #out < 2 * n + 1 and budget > 0 do
     budget = budget - 1
@@ -36,7 +37,7 @@ local function take(q)
     else
       local nonce = map_nonce(frame_map(item))
       if nonce then
-        if leases then redis.call('HSET', lease, frame_tid(item), lease_value(inc, item)) end
+        if leases then redis.call('HSET', lease, frame_tid(item), prefix .. item) end
         out[#out + 1] = item
         out[#out + 1] = nonce
       end
