@@ -258,7 +258,7 @@ class Injector(threading.Thread):
         kinds = list(FAULT_KINDS)
         self.rng.shuffle(kinds)
         try:
-            while not self.stop.wait(self.rng.uniform(0.3, 1.0)):
+            while not self.stop.wait(self.rng.uniform(0.15, 0.6)):
                 kind = kinds.pop() if kinds else self.rng.choice(FAULT_KINDS)
                 if self._inject(kind):
                     self.counts[kind] += 1
