@@ -1,4 +1,4 @@
-"""``bench overhead | dimuon | compression | make-data``"""
+"""``bench overhead | dimuon | compression | make-data | recovery | chaos``"""
 from __future__ import annotations
 
 import importlib
@@ -11,6 +11,7 @@ _COMMANDS = {
     "compression": ("rhtc.bench.compression", "compression_command"),
     "make-data": ("rhtc.bench.datagen", "make_data_command"),
     "recovery": ("rhtc.bench.recovery", "recovery_command"),
+    "chaos": ("rhtc.bench.chaos", "chaos_command"),
 }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import resource
 import statistics
 import time
 
@@ -35,15 +36,17 @@ def _measure(one, many, roundtrips: int, tasks: int, repeats: int) -> dict:
         t = time.perf_counter()
         assert one(i) in (i, [i])
         rts.append(time.perf_counter() - t)
-    rates = []
+    rates, cpu = [], []
     for _ in range(repeats):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         res = many(range(tasks))
         rates.append(tasks / (time.perf_counter() - t))
+        cpu.append((time.process_time() - c) / tasks)
         assert list(res) == list(range(tasks))
     return {"roundtrip_ms_median": statistics.median(rts) * 1e3,
             "roundtrip_ms_p90": sorted(rts)[int(0.9 * len(rts))] * 1e3,
-            "tasks_per_s_median": statistics.median(rates)}
+            "tasks_per_s_median": statistics.median(rates),
+            "client_cpu_us_per_task": statistics.median(cpu) * 1e6}
 
 
 def _ours(workers: int, roundtrips: int, tasks: int, repeats: int, sleep: tuple | None,
@@ -58,6 +61,7 @@ def _ours(workers: int, roundtrips: int, tasks: int, repeats: int, sleep: tuple 
             out.update(_measure(lambda i: remote_map(noop, [i], broker=cluster, progress=False),
                                 lambda xs: remote_map(noop, xs, broker=cluster, progress=False),
                                 roundtrips, tasks, repeats))
+            out["client_peak_rss_mb"] = _peak_rss_mb()
         else:
             rng = random.Random(1)
             args = [rng.uniform(*sleep) for _ in range(tasks)]
@@ -66,7 +70,7 @@ def _ours(workers: int, roundtrips: int, tasks: int, repeats: int, sleep: tuple 
             returned = time.time()
             out["wall_s"] = time.perf_counter() - t
             rec = last_map().record()
-            out["last_result_to_return_ms"] = (returned - max(m["received"] for m in last_map().run.metas)) * 1e3
+            out["last_result_to_return_ms"] = (returned - last_map().run.ledger.last_received()) * 1e3
             from rhtc.client.timeline import efficiency, plot_timeline
             eff = efficiency(rec)
             out["efficiency"] = eff["efficiency"]
@@ -81,6 +85,11 @@ def _ours(workers: int, roundtrips: int, tasks: int, repeats: int, sleep: tuple 
             if timeline:
                 plot_timeline(rec, path=timeline)
     return out
+
+
+def _peak_rss_mb() -> float:
+    """This process's peak resident memory so far (MB): the client's, as dask runs after."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _bare_redis(roundtrips: int) -> dict:
@@ -176,6 +185,11 @@ def overhead_command(workers, roundtrips, tasks, repeats, sleep, with_dask, time
         click.echo(f"{'no-op tasks/s (median)':24}{ours['tasks_per_s_median']:>16,.0f}"
                    f"{theirs.get('tasks_per_s_median', float('nan')):>12,.0f}"
                    f"{_ratio(ours['tasks_per_s_median'], theirs.get('tasks_per_s_median')):>9.1f}x")
+        click.echo(f"{'client CPU per task (us)':24}{ours['client_cpu_us_per_task']:>16.1f}"
+                   f"{theirs.get('client_cpu_us_per_task', float('nan')):>12.1f}"
+                   "   (the client process's CPU time / tasks: what the map costs the notebook)")
+        click.echo(f"{'client peak RSS (MB)':24}{ours['client_peak_rss_mb']:>16,.0f}"
+                   f"   ({tasks:,} tasks a map, results held in a list)")
         result["roundtrip_speedup_vs_dask"] = _ratio(theirs.get("roundtrip_ms_median"), ours["roundtrip_ms_median"])
         result["throughput_ratio_vs_dask"] = _ratio(ours["tasks_per_s_median"], theirs.get("tasks_per_s_median"))
     else:

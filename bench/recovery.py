@@ -14,11 +14,13 @@ import time
 import click
 
 from rhtc.bench.overhead import nap
+from rhtc.broker.config import settings
+from rhtc.broker.protocol import TaskRef, WorkerStatus
 
 
-def _runner_of(storage, label: str, exclude=()) -> dict | None:
-    for w in storage.live_workers(queue_depths=False):
-        if w.get("task") == label and w["name"] not in exclude:
+def _runner_of(storage, task: TaskRef, exclude=()) -> WorkerStatus | None:
+    for w in storage.worker_statuses(queue_depths=False):
+        if w.task == task and w.name not in exclude:
             return w
     return None
 
@@ -33,7 +35,7 @@ def measure_recovery(kills: int = 3, timeout: float = 60.0) -> list[float]:
             storage = storage_for(cluster)
             pids = {p.worker_name: p.pid for p in cluster.procs}
             h = submit(nap, [120.0], broker=cluster, stragglers=None)
-            label = f"{h.map_id}:0"
+            label = TaskRef(h.map_id, 0)
             deadline = time.monotonic() + timeout
             runner = None
             while runner is None and time.monotonic() < deadline:
@@ -42,14 +44,14 @@ def measure_recovery(kills: int = 3, timeout: float = 60.0) -> list[float]:
             if runner is None:
                 raise RuntimeError("no worker picked the task up")
             killed_at = time.time()
-            os.kill(pids[runner["name"]], signal.SIGKILL)
+            os.kill(pids[runner.name], signal.SIGKILL)
             rescuer = None
             while rescuer is None and time.monotonic() < deadline:
-                rescuer = _runner_of(storage, label, exclude=(runner["name"],))
+                rescuer = _runner_of(storage, label, exclude=(runner.name,))
                 time.sleep(0.02)
             if rescuer is None:
-                raise RuntimeError(f"task of killed worker {runner['name']} not rerun in {timeout} s")
-            out.append(rescuer["t"] - (rescuer.get("task_seconds") or 0) - killed_at)
+                raise RuntimeError(f"task of killed worker {runner.name} not rerun in {timeout} s")
+            out.append(rescuer.t - (rescuer.task_seconds or 0) - killed_at)
             h.cancel()
     return out
 
@@ -60,9 +62,9 @@ def measure_recovery(kills: int = 3, timeout: float = 60.0) -> list[float]:
 def recovery_command(kills, json_path):
     """Recovery time after SIGKILL of the worker running a task (lease $RHTC_LEASE)."""
     times = measure_recovery(kills)
-    lease = os.environ.get("RHTC_LEASE", "5")
-    click.echo(f"recovery after SIGKILL (lease {lease} s): median {statistics.median(times):.2f} s, "
+    lease = settings().lease
+    click.echo(f"recovery after SIGKILL (lease {lease:g} s): median {statistics.median(times):.2f} s, "
                f"each: {', '.join(f'{t:.2f}' for t in times)} s")
     if json_path:
         with open(json_path, "w") as fh:
-            json.dump({"lease_s": float(lease), "recovery_s": times}, fh, indent=2)
+            json.dump({"lease_s": lease, "recovery_s": times}, fh, indent=2)

@@ -24,9 +24,11 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import getpass
 import json
 import os
+import re
 import secrets
 import stat
 from pathlib import Path
@@ -37,6 +39,103 @@ ENV_KEY = "RHTC_KEY"
 ENV_KEY_FILE = "RHTC_KEY_FILE"
 ENV_NAMESPACE = "RHTC_NAMESPACE"
 ENV_CONFIG = "RHTC_CONFIG"
+
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@:+-]{0,127}")
+
+
+def validate_worker_name(name: str) -> str:
+    """Return ``name`` if it can name a worker; raise ValueError saying what is wrong.
+
+    A name is 1-128 characters from ``A-Z a-z 0-9 . _ @ : + -``, starting with a letter or
+    digit (HTCondor's ``ClusterId.ProcId`` and ``host-pid`` qualify).
+
+    >>> validate_worker_name("node12-4711")
+    'node12-4711'
+    >>> validate_worker_name("-x")
+    Traceback (most recent call last):
+    ...
+    ValueError: worker name '-x' is not valid: it must start with a letter or digit ...
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError("worker name is empty: pass --name with 1-128 characters from "
+                         "A-Z a-z 0-9 . _ @ : + -, or leave it out to use host-pid")
+    if len(name) > 128:
+        raise ValueError(f"worker name {name[:40]!r}... is {len(name)} characters long; use at most 128")
+    if not _NAME.fullmatch(name):
+        bad = sorted({c for c in name if not re.fullmatch(r"[A-Za-z0-9._@:+-]", c)})
+        why = (f"it contains {''.join(bad)!r}" if bad else
+               "it must start with a letter or digit")
+        raise ValueError(f"worker name {name!r} is not valid: {why} (allowed: 1-128 characters from "
+                         "A-Z a-z 0-9 . _ @ : + -, starting with a letter or digit)")
+    return name
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(f"${name}={raw!r} is not a number (default {default:g})") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Every tunable of the broker, the workers and the client, read once from the
+    environment (``RHTC_*``) by :func:`settings` and passed on from there.
+
+    >>> Settings().lease
+    5.0
+    """
+
+    lease: float = 5.0                # RHTC_LEASE: a worker silent this long is dead (s)
+    map_ttl: int = 120                # RHTC_MAP_TTL: a map whose client stopped renewing it
+    result_ttl: int = 600             # RHTC_RESULT_TTL: unread results of an abandoned map
+    result_grace: int = 30            # a result list outlives its map by this much
+    function_ttl: int = 600           # a function blob expires this long after its last map
+    log_ttl: int = 86400              # the problem log
+    max_attempts: int = 3             # RHTC_MAX_ATTEMPTS: runs of a task that killed its worker
+    leases: bool = True               # RHTC_LEASES=0 only to measure what leases cost
+    steal_min_queue: int = 4          # steal from a live worker's queue this long...
+    steal_stuck_seconds: float = 10.0  # ... or whose current task has run this long
+    max_result_bytes: int = 64 * 1024 * 1024   # RHTC_MAX_RESULT_BYTES
+    broker_patience: float = 300.0    # RHTC_BROKER_PATIENCE: client waits this long for a lost broker
+    scan_step: int = 2000             # items one Lua call looks at, at most (C9)
+    malloc_tuning: bool = True        # RHTC_MALLOC_TUNING=0 turns it off
+
+    @property
+    def heartbeat(self) -> float:
+        """How often a worker says it is alive: a quarter of the lease, 0.2-1 s."""
+        return max(0.2, min(1.0, self.lease / 4))
+
+    @property
+    def reconcile(self) -> float:
+        """How often a worker checks its lease against what it runs (C3): one lease."""
+        return self.lease
+
+    @property
+    def holds_ttl(self) -> int:
+        return max(600, int(self.lease * 4))
+
+    @classmethod
+    def from_env(cls) -> "Settings":
+        e = os.environ
+        return cls(lease=_env_float("RHTC_LEASE", 5.0),
+                   map_ttl=int(_env_float("RHTC_MAP_TTL", 120)),
+                   result_ttl=int(_env_float("RHTC_RESULT_TTL", 600)),
+                   max_attempts=int(_env_float("RHTC_MAX_ATTEMPTS", 3)),
+                   leases=e.get("RHTC_LEASES", "1") != "0",
+                   max_result_bytes=int(_env_float("RHTC_MAX_RESULT_BYTES", 64 * 1024 * 1024)),
+                   broker_patience=_env_float("RHTC_BROKER_PATIENCE", 300.0),
+                   malloc_tuning=e.get("RHTC_MALLOC_TUNING", "1") != "0")
+
+
+@functools.lru_cache(maxsize=1)
+def settings() -> Settings:
+    """The process's settings, read from the environment on first use."""
+    return Settings.from_env()
 
 
 class BrokerNotConfigured(RuntimeError):

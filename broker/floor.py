@@ -31,7 +31,7 @@ def _echo(url: str, queue: str, replies: str) -> None:
 def bare_round_trips(config: BrokerConfig, n: int, warmup: int = 20) -> list[float]:
     """Seconds per round trip, ``n`` of them, through a bare list queue."""
     keys = Keys(config.namespace)
-    queue, replies = f"{keys.ns}:floor:q", f"{keys.ns}:floor:res"
+    queue, replies = keys.floor_queue, keys.floor_results
     proc = multiprocessing.get_context("fork").Process(target=_echo, args=(config.url, queue, replies))
     proc.start()
     r = redis.Redis.from_url(config.url)

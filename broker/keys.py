@@ -1,34 +1,120 @@
-"""The key schema: every Redis key the project writes, its type and its owner.
+"""The key schema: every Redis key the project writes, its type and its owner; and the
+states a task goes through. The Lua scripts get these names from here (see
+:mod:`broker.scripts`), so each name is spelled once.
 
-All keys live under the namespace (``rhtc:<user>`` by default). A task moves through
-these states, each one a place you can look at with ``redis-cli``:
+All keys live under the namespace (``rhtc:<user>`` by default).
 
 ==============================  ======  ===============================================
 key                             type    what / who deletes it
 ==============================  ======  ===============================================
-``{ns}:q:shared``               list    queued tasks any worker may take (LPUSH in, RPOP out)
-``{ns}:q:w:{worker}``           list    queued tasks routed to one worker; reaped with it
-``{ns}:bell:shared`` / ``:w:``  list    wake-up tokens, one per queued task (capped)
-``{ns}:lease:{worker}``         hash    task id -> task frame: started, in flight on worker;
-                                        renewed by ``hb``; requeued by the reaper when ``hb`` dies
-``{ns}:hb:{worker}``            string  heartbeat + live status JSON, expires after the lease time
+``{ns}:q:shared``               list    queued tasks any worker may take (LPUSH in, RPOP out);
+                                        owned by the namespace (tasks of ended maps are
+                                        dropped by whoever pops them)
+``{ns}:q:w:{worker}``           list    queued tasks routed to one live worker (the enqueue
+                                        script routes to the shared queue instead when the
+                                        worker is not live); emptied when it is reaped or
+                                        retires, and only then is it removed from ``workers``
+``{ns}:lease:{worker}``         hash    task id -> incarnation | taken-at ms | task frame: in
+                                        flight on that worker; reconciled by the worker, requeued
+                                        by the reaper, by a new incarnation, or on a task-process crash
+``{ns}:inc:{worker}``           string  the incarnation that holds the name; expires after the lease
+                                        time unless the worker's supervisor renews it
+``{ns}:hb:{worker}``            string  live status (:class:`~broker.protocol.WorkerStatus` JSON);
+                                        same expiry as ``inc``
 ``{ns}:workers``                set     registered workers; the reaper removes dead ones
 ``{ns}:holds:{worker}``         set     routing keys of chunks the worker has cached; expires
-``{ns}:map:{map}``              hash    a map in flight (function hash, versions, size); expires
-                                        unless its client keeps it alive; deleted when done
-``{ns}:maps``                   zset    map ids by start time, for ``rhtc status``
+``{ns}:reap-due``               string  throttle: one reaper pass per second per namespace; expires
+``{ns}:map:{map}``              hash    a map in flight (function hash, nonce, versions, size);
+                                        expires unless its client keeps it alive; deleted when done
+``{ns}:maps``                   zset    map ids by start time, for ``rhtc status`` (entries of
+                                        maps whose hash is gone are removed by whoever lists them)
 ``{ns}:res:{map}``              list    finished and failed results; expires; deleted when read
-``{ns}:tries:{map}``            hash    task index -> attempt history (which worker, how it died)
-``{ns}:dead:{map}``             list    task frames that exhausted their retries (poison tasks)
+``{ns}:tries:{map}``            hash    task index -> attempt history text (which worker, how it died)
+``{ns}:attempts:{map}``         hash    task index -> number of runs that killed their worker
+``{ns}:dead:{map}``             list    task frames that exhausted their attempts (poison tasks)
 ``{ns}:fn:{hash}``              string  a packed function, by content hash; expires
-``{ns}:log``                    list    recent problems workers saw (bad frames...), capped
-``{ns}:reaper``                 string  lock so that one process reaps at a time; expires
+``{ns}:log``                    list    recent problems workers saw (bad frames...), capped; expires
 ``{ns}:floor:q`` / ``:res``     list    ``bench overhead``'s bare-queue floor; deleted after it
 ==============================  ======  ===============================================
+
+A task's states and moves (one table; the client's map keeps the same names)
+-----------------------------------------------------------------------------
+
+=========  ====================================  =========================================
+state      where it is                           moves (who)
+=========  ====================================  =========================================
+queued     ``q:shared`` or ``q:w:{worker}``      -> leased: take / steal / wait_for_task (worker)
+                                                 -> cancelled: purge (client cancels)
+leased     ``lease:{worker}``                    -> done/failed: take hands in its result (worker)
+                                                 -> queued: reconcile (entry older than a lease
+                                                 that the worker does not run), reap (worker
+                                                 dead), claim (new incarnation), task-process
+                                                 crash; counted as an attempt unless never run
+                                                 -> failed: attempts >= ``max_attempts`` (``dead:``)
+done       ``res:{map}`` (OK result)             end (client reads it)
+failed     ``res:{map}`` (error/fault) or        end (client reads it)
+           ``dead:{map}``
+cancelled  nowhere                               end
+=========  ====================================  =========================================
+
+The client's table (:mod:`client.tasks`) uses the same names and adds ``refused``: a
+worker refused a frame (bad signature, replayed nonce); provisional until a genuine
+copy of the task answers.
+
+Bounds: a lease entry nobody runs is requeued within two leases while its worker lives
+(the supervisor reconciles once a lease, sparing entries younger than a lease), and
+within a lease plus one second when the worker dies (reaper) or at once when a new
+incarnation claims the name.
 """
 from __future__ import annotations
 
 import dataclasses
+
+#: key templates; ``{ns}`` is the namespace, other fields are the method's argument
+TEMPLATES: dict[str, str] = {
+    "shared_queue": "{ns}:q:shared",
+    "queue": "{ns}:q:w:{worker}",
+    "lease": "{ns}:lease:{worker}",
+    "incarnation": "{ns}:inc:{worker}",
+    "heartbeat": "{ns}:hb:{worker}",
+    "workers": "{ns}:workers",
+    "holds": "{ns}:holds:{worker}",
+    "reap_due": "{ns}:reap-due",
+    "map": "{ns}:map:{map_id}",
+    "maps": "{ns}:maps",
+    "results": "{ns}:res:{map_id}",
+    "tries": "{ns}:tries:{map_id}",
+    "attempts": "{ns}:attempts:{map_id}",
+    "dead": "{ns}:dead:{map_id}",
+    "function": "{ns}:fn:{fn_hash}",
+    "log": "{ns}:log",
+    "floor_queue": "{ns}:floor:q",
+    "floor_results": "{ns}:floor:res",
+}
+
+#: the map's field holding its nonce (task frames must carry the same), and its function hash
+MAP_NONCE = "nonce"
+MAP_FN = "fn"
+#: lease values: incarnation (this many chars) | taken-at ms (this many digits) | task frame
+INCARNATION_LEN = 16
+LEASE_TIME_LEN = 13
+#: the map keys whose expiry the client renews while the map runs
+MAP_DATA = ("results", "tries", "attempts", "dead")
+
+
+def _key(name: str):
+    template = TEMPLATES[name]
+
+    def build(self, arg: str | None = None) -> str:
+        return template.format(ns=self.ns, worker=arg, map_id=arg, fn_hash=arg)
+    build.__name__ = name
+    build.__doc__ = f"``{template}``"
+    return build
+
+
+def _const(name: str):
+    template = TEMPLATES[name]
+    return property(lambda self: template.format(ns=self.ns), doc=f"``{template}``")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,64 +123,16 @@ class Keys:
 
     >>> Keys("rhtc:alice").queue("w1")
     'rhtc:alice:q:w:w1'
+    >>> Keys("rhtc:alice").shared_queue
+    'rhtc:alice:q:shared'
     """
 
     ns: str
 
-    @property
-    def shared_queue(self) -> str:
-        return f"{self.ns}:q:shared"
-
-    def queue(self, worker: str) -> str:
-        return f"{self.ns}:q:w:{worker}"
-
-    @property
-    def shared_bell(self) -> str:
-        return f"{self.ns}:bell:shared"
-
-    def bell(self, worker: str) -> str:
-        return f"{self.ns}:bell:w:{worker}"
-
-    def lease(self, worker: str) -> str:
-        return f"{self.ns}:lease:{worker}"
-
-    def heartbeat(self, worker: str) -> str:
-        return f"{self.ns}:hb:{worker}"
-
-    @property
-    def workers(self) -> str:
-        return f"{self.ns}:workers"
-
-    def holds(self, worker: str) -> str:
-        return f"{self.ns}:holds:{worker}"
-
-    def map(self, map_id: str) -> str:
-        return f"{self.ns}:map:{map_id}"
-
-    @property
-    def maps(self) -> str:
-        return f"{self.ns}:maps"
-
-    def results(self, map_id: str) -> str:
-        return f"{self.ns}:res:{map_id}"
-
-    def tries(self, map_id: str) -> str:
-        return f"{self.ns}:tries:{map_id}"
-
-    def dead(self, map_id: str) -> str:
-        return f"{self.ns}:dead:{map_id}"
-
-    def function(self, fn_hash: str) -> str:
-        return f"{self.ns}:fn:{fn_hash}"
-
-    @property
-    def log(self) -> str:
-        return f"{self.ns}:log"
-
-    @property
-    def reaper_lock(self) -> str:
-        return f"{self.ns}:reaper"
-
     def map_keys(self, map_id: str) -> list[str]:
         """Every key a map owns (deleted together when the map ends)."""
-        return [self.map(map_id), self.results(map_id), self.tries(map_id), self.dead(map_id)]
+        return [self.map(map_id)] + [getattr(self, k)(map_id) for k in MAP_DATA]
+
+
+for _name, _template in TEMPLATES.items():
+    setattr(Keys, _name, _key(_name) if "{" in _template.replace("{ns}", "") else _const(_name))

@@ -8,10 +8,14 @@ A receiver checks the magic, the version and the signature *before* it looks at 
 body, so bytes that were not signed with the session's key are never unpickled.
 Bodies:
 
-* task:   map id (16 ascii) | index (uint32 BE) | function hash (32 ascii) | lz4(cloudpickle(argument))
-  (the function itself is stored once per map under its content hash)
+* task:   map id (16 ascii) | index (uint32 BE) | map nonce (16 ascii) | function hash (32 ascii)
+          | lz4(cloudpickle(argument))
+  (the function itself is stored once per map under its content hash; the nonce is drawn
+  when the map is created, so a frame replayed into a map created again is refused)
 * result: map id (16 ascii) | index (uint32 BE) | status (1 byte) | payload
-* function: lz4(cloudpickle(function))
+  payload of OK / USER_ERROR: meta length (uint32 BE) | meta JSON (:class:`ResultMeta`)
+          | lz4(cloudpickle(value or error dict)); of SYSTEM_ERROR: :class:`Fault` JSON
+* function: lz4(cloudpickle(function)); its name is the hash of the whole signed frame
 
 The map id sits at a fixed offset in every version, so a worker can always say which
 map sent it a frame it cannot read.
@@ -20,30 +24,41 @@ Example::
 
     >>> from rhtc.broker import protocol
     >>> key = b"k" * 32
-    >>> frame = protocol.pack_task(key, "0123456789abcdef", 7, "f" * 32, {"x": 1})
-    >>> map_id, index, fn_hash, arg = protocol.unpack_task(key, frame)
-    >>> map_id, index, protocol.loads(arg)
-    ('0123456789abcdef', 7, {'x': 1})
+    >>> nonce = protocol.new_nonce()
+    >>> frame = protocol.pack_task(key, "0123456789abcdef", 7, nonce, "f" * 32, {"x": 1})
+    >>> task = protocol.unpack_task(key, frame)
+    >>> task.map_id, task.index, task.nonce == nonce, protocol.loads(task.packed_arg)
+    ('0123456789abcdef', 7, True, {'x': 1})
 """
 from __future__ import annotations
 
+import dataclasses
+import enum
 import hashlib
 import hmac
+import json
 import pickle
+import secrets
 import struct
 import sys
+from typing import NamedTuple
 
 import cloudpickle
 import lz4.block
 
-VERSION = 1
+VERSION = 2
 MAGIC = b"RH"
 HEADER_LEN = 3
 SIG_LEN = 32
 MAP_ID_LEN = 16
-FRAME_PREFIX = HEADER_LEN + SIG_LEN            # where the body starts
-TASK_ID_LEN = MAP_ID_LEN + 4                    # map id + index: names a task
+INDEX_LEN = 4
+NONCE_LEN = 16
 FN_HASH_LEN = 32
+FRAME_PREFIX = HEADER_LEN + SIG_LEN            # where the body starts
+TASK_ID_LEN = MAP_ID_LEN + INDEX_LEN           # map id + index: names a task
+NONCE_AT = FRAME_PREFIX + TASK_ID_LEN          # where a task frame's nonce starts
+FN_HASH_AT = NONCE_AT + NONCE_LEN
+TASK_HEADER_LEN = FN_HASH_AT + FN_HASH_LEN     # a task frame is at least this long
 MAX_TASK_BYTES = 2 * 1024 * 1024                # compressed argument limit
 
 # result status byte
@@ -51,6 +66,16 @@ OK, USER_ERROR, SYSTEM_ERROR = 0, 1, 2
 
 _INDEX = struct.Struct(">I")
 _HEADER = MAGIC + bytes([VERSION])
+
+
+def lua_layout() -> dict[str, int | str]:
+    """The frame layout as the Lua scripts need it (1-based, inclusive positions);
+    :mod:`broker.scripts` writes it into the prelude of every script."""
+    return {"MAGIC": MAGIC.decode(), "TASK_MIN_LEN": TASK_HEADER_LEN,
+            "MAP_FROM": FRAME_PREFIX + 1, "MAP_TO": FRAME_PREFIX + MAP_ID_LEN,
+            "IDX_FROM": FRAME_PREFIX + MAP_ID_LEN + 1, "IDX_TO": FRAME_PREFIX + TASK_ID_LEN,
+            "NONCE_FROM": NONCE_AT + 1, "NONCE_TO": NONCE_AT + NONCE_LEN,
+            "TID_LEN": TASK_ID_LEN, "MAP_ID_LEN": MAP_ID_LEN}
 
 
 class BadFrame(ValueError):
@@ -66,6 +91,10 @@ class VersionMismatch(BadFrame):
             "install the same redis-htcondor version on the client and the workers"
         )
         self.theirs = theirs
+
+
+class FunctionMismatch(BadFrame):
+    """A function blob whose hash is not the one the signed task names."""
 
 
 def versions() -> dict[str, str]:
@@ -87,9 +116,30 @@ def loads(data: bytes):
     return pickle.loads(lz4.block.decompress(data))
 
 
+def loads_plain(data: bytes):
+    """Unpickle bytes that travelled *inside* a verified body (no lz4 layer)."""
+    return pickle.loads(data)
+
+
+def new_nonce() -> str:
+    """A fresh per-map nonce (16 hex chars), drawn when a map is created."""
+    return secrets.token_hex(NONCE_LEN // 2)
+
+
+def key_fingerprint(key: bytes) -> str:
+    """A short public name of a signing key (never the key): workers publish it so that a
+    client can tell that they hold another key.
+
+    >>> key_fingerprint(b"k" * 32) == key_fingerprint(b"k" * 32) != key_fingerprint(b"j" * 32)
+    True
+    """
+    return hashlib.sha256(b"rhtc key fingerprint\0" + key).hexdigest()[:16]
+
+
+# -- signing -------------------------------------------------------------------------
 def sign(key: bytes, body: bytes) -> bytes:
     """Frame ``body``: header, HMAC-SHA256 signature with ``key``, body."""
-    return _HEADER + hmac.new(key, body, hashlib.sha256).digest() + body
+    return _HEADER + hmac.digest(key, body, "sha256") + body
 
 
 def verify(key: bytes, frame: bytes) -> bytes:
@@ -99,11 +149,47 @@ def verify(key: bytes, frame: bytes) -> bytes:
     if frame[2] != VERSION:
         raise VersionMismatch(frame[2])
     body = frame[FRAME_PREFIX:]
-    expected = hmac.new(key, body, hashlib.sha256).digest()
+    expected = hmac.digest(key, body, "sha256")          # one C call: per task and result
     if not hmac.compare_digest(expected, frame[HEADER_LEN:FRAME_PREFIX]):
         raise BadFrame("signature does not match: the sender used another key "
                        "(client and workers must share RHTC_KEY) or the bytes were altered")
     return body
+
+
+def is_task_frame(frame: bytes) -> bool:
+    """Long enough and with our magic: worth verifying (says nothing about the signature)."""
+    return len(frame) >= TASK_HEADER_LEN and frame[:2] == MAGIC
+
+
+# -- naming tasks -----------------------------------------------------------------------
+class TaskRef(NamedTuple):
+    """Names one task: (map id, index). ``str()`` gives the ``map:index`` label people read.
+
+    >>> str(TaskRef("0123456789abcdef", 3))
+    '0123456789abcdef:3'
+    >>> TaskRef.from_task_id(TaskRef("0123456789abcdef", 3).task_id)
+    TaskRef(map_id='0123456789abcdef', index=3)
+    """
+
+    map_id: str
+    index: int
+
+    def __str__(self) -> str:
+        return f"{self.map_id}:{self.index}"
+
+    @property
+    def task_id(self) -> bytes:
+        """The bytes that name the task inside leases (map id + index)."""
+        return self.map_id.encode("ascii") + _INDEX.pack(self.index)
+
+    @classmethod
+    def from_task_id(cls, tid: bytes) -> "TaskRef":
+        return cls(tid[:MAP_ID_LEN].decode("ascii"), _INDEX.unpack(tid[MAP_ID_LEN:TASK_ID_LEN])[0])
+
+
+def task_name(map_id: str, index: int) -> str:
+    """The label of a task in logs and messages: ``map:index``."""
+    return str(TaskRef(map_id, index))
 
 
 def frame_map_id(frame: bytes) -> str | None:
@@ -117,8 +203,15 @@ def frame_map_id(frame: bytes) -> str | None:
 
 
 def frame_index(frame: bytes) -> int | None:
+    """The index of a task or result frame, read without trusting the frame."""
     raw = frame[FRAME_PREFIX + MAP_ID_LEN:FRAME_PREFIX + TASK_ID_LEN]
-    return _INDEX.unpack(raw)[0] if len(raw) == 4 else None
+    return _INDEX.unpack(raw)[0] if len(raw) == INDEX_LEN else None
+
+
+def frame_ref(frame: bytes) -> TaskRef | None:
+    """(map id, index) of a frame, read without trusting it; None for foreign bytes."""
+    map_id, index = frame_map_id(frame), frame_index(frame)
+    return TaskRef(map_id, index) if map_id is not None and index is not None else None
 
 
 def task_id(frame: bytes) -> bytes:
@@ -126,20 +219,125 @@ def task_id(frame: bytes) -> bytes:
     return frame[FRAME_PREFIX:FRAME_PREFIX + TASK_ID_LEN]
 
 
-def pack_task_body(map_id: str, index: int, fn_hash: str, packed_arg: bytes) -> bytes:
-    return map_id.encode("ascii") + _INDEX.pack(index) + fn_hash.encode("ascii") + packed_arg
+# -- tasks ------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Task:
+    """A verified task frame: which map, which index, the map's nonce, the function's hash."""
+
+    map_id: str
+    index: int
+    nonce: str
+    fn_hash: str
+    packed_arg: bytes
+
+    @property
+    def ref(self) -> TaskRef:
+        return TaskRef(self.map_id, self.index)
 
 
-def pack_task(key: bytes, map_id: str, index: int, fn_hash: str, arg) -> bytes:
-    return sign(key, pack_task_body(map_id, index, fn_hash, dumps(arg)))
+def pack_task_body(map_id: str, index: int, nonce: str, fn_hash: str, packed_arg: bytes) -> bytes:
+    """The signed bytes of a task: the map, the index, the map's nonce, the function hash."""
+    if len(nonce) != NONCE_LEN or len(fn_hash) != FN_HASH_LEN or len(map_id) != MAP_ID_LEN:
+        raise ValueError(f"task {task_name(map_id, index)}: map id, nonce and function hash must be "
+                         f"{MAP_ID_LEN}, {NONCE_LEN} and {FN_HASH_LEN} characters")
+    return (map_id.encode("ascii") + _INDEX.pack(index) + nonce.encode("ascii")
+            + fn_hash.encode("ascii") + packed_arg)
 
 
-def unpack_task(key: bytes, frame: bytes) -> tuple[str, int, str, bytes]:
-    """Verify a task frame; return (map id, index, function hash, packed argument)."""
+def pack_task(key: bytes, map_id: str, index: int, nonce: str, fn_hash: str, arg) -> bytes:
+    """A signed task frame for ``arg`` (see the module example)."""
+    return sign(key, pack_task_body(map_id, index, nonce, fn_hash, dumps(arg)))
+
+
+def unpack_task(key: bytes, frame: bytes) -> Task:
+    """Verify a task frame; return it as a :class:`Task`."""
     body = verify(key, frame)
-    end = TASK_ID_LEN + FN_HASH_LEN
-    return (body[:MAP_ID_LEN].decode("ascii"), _INDEX.unpack_from(body, MAP_ID_LEN)[0],
-            body[TASK_ID_LEN:end].decode("ascii"), body[end:])
+    if len(body) < TASK_HEADER_LEN - FRAME_PREFIX:
+        raise BadFrame(f"a task frame of {len(frame)} bytes is shorter than its header")
+    at = TASK_ID_LEN
+    return Task(body[:MAP_ID_LEN].decode("ascii"), _INDEX.unpack_from(body, MAP_ID_LEN)[0],
+                body[at:at + NONCE_LEN].decode("ascii"),
+                body[at + NONCE_LEN:at + NONCE_LEN + FN_HASH_LEN].decode("ascii"),
+                body[at + NONCE_LEN + FN_HASH_LEN:])
+
+
+# -- functions --------------------------------------------------------------------------
+def function_hash(packed_fn: bytes) -> str:
+    """Content hash naming a packed (signed) function in Redis."""
+    return hashlib.sha256(packed_fn).hexdigest()[:FN_HASH_LEN]
+
+
+def check_function(packed_fn: bytes, fn_hash: str) -> None:
+    """Raise :class:`FunctionMismatch` unless ``packed_fn`` hashes to ``fn_hash`` (the hash a
+    signed task names); call it before unpickling the blob.
+
+    >>> check_function(b"blob", function_hash(b"blob"))
+    """
+    got = function_hash(packed_fn)
+    if not hmac.compare_digest(got, fn_hash):
+        raise FunctionMismatch(f"the function blob stored for function {fn_hash} hashes to {got}: it does "
+                               "not match the function the signed task names (someone with write access "
+                               "to Redis replaced it); refused before unpickling")
+
+
+# -- results ----------------------------------------------------------------------------
+@dataclasses.dataclass
+class ResultMeta:
+    """What a worker says about one run of a task (travels beside the pickled value, so it
+    can be read even when the value cannot be unpickled)."""
+
+    worker: str
+    host: str
+    pid: int
+    start: float
+    stop: float
+    incarnation: str = ""
+    bytes_cache: int = 0
+    bytes_file: int = 0
+    events: int | None = None
+    extra: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def bytes_read(self) -> int:
+        return self.bytes_cache + self.bytes_file
+
+    def to_dict(self) -> dict:
+        d = {"worker": self.worker, "host": self.host, "pid": self.pid, "start": self.start,
+             "stop": self.stop, "incarnation": self.incarnation, "bytes_cache": self.bytes_cache,
+             "bytes_file": self.bytes_file, "events": self.events, **self.extra}
+        d["bytes_read"] = self.bytes_read
+        return d
+
+    def encode(self) -> bytes:
+        return json.dumps(self.to_dict()).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes | dict) -> "ResultMeta":
+        d = dict(json.loads(raw)) if isinstance(raw, (bytes, str)) else dict(raw)
+        d.pop("bytes_read", None)
+        if _META_REQUIRED <= d.keys() <= _META_FIELDS:
+            return cls(**d)                  # the common case, once per result: keep it fast
+        known = {k: d.pop(k) for k in list(d) if k in _META_FIELDS}
+        return cls(**{"worker": "?", "host": "?", "pid": 0, "start": 0.0, "stop": 0.0, **known}, extra=d)
+
+
+_META_FIELDS = frozenset(f.name for f in dataclasses.fields(ResultMeta)) - {"extra"}
+_META_REQUIRED = frozenset({"worker", "host", "pid", "start", "stop"})
+
+
+_META_LEN = struct.Struct(">I")
+
+
+def encode_result(packed_value: bytes, meta: ResultMeta) -> bytes:
+    """The payload of an OK or USER_ERROR result: meta first, then the packed value."""
+    raw = meta.encode()
+    return _META_LEN.pack(len(raw)) + raw + packed_value
+
+
+def decode_result(payload: bytes) -> tuple[ResultMeta, bytes]:
+    """(meta, packed value) of a verified result payload; unpickle the value with :func:`loads`."""
+    n = _META_LEN.unpack_from(payload)[0]
+    return ResultMeta.decode(payload[4:4 + n]), payload[4 + n:]
 
 
 def pack_result(key: bytes, map_id: str, index: int, status: int, payload: bytes) -> bytes:
@@ -153,11 +351,117 @@ def unpack_result(key: bytes, frame: bytes) -> tuple[str, int, int, bytes]:
             body[TASK_ID_LEN], body[TASK_ID_LEN + 1:])
 
 
-def function_hash(packed_fn: bytes) -> str:
-    """Content hash naming a packed function in Redis."""
-    return hashlib.sha256(packed_fn).hexdigest()[:32]
+# -- faults -----------------------------------------------------------------------------
+class FaultKind(str, enum.Enum):
+    """Why a worker could not run a task (the SYSTEM_ERROR results)."""
+
+    BAD_FRAME = "bad-frame"                  # signature, magic or protocol version wrong
+    REPLAYED = "replayed"                    # a task frame whose nonce is not its map's
+    MISSING_FUNCTION = "missing-function"    # the function blob expired or the broker restarted
+    FUNCTION_MISMATCH = "function-mismatch"  # the blob is not the function the task names
+    VERSION_MISMATCH = "version-mismatch"    # client and worker Python differ
+    FUNCTION_LOAD = "function-load"          # the function does not unpickle on the worker
+    CRASHED = "crashed"                      # the task process died every time it ran the task
 
 
-def loads_plain(data: bytes):
-    """Unpickle bytes that travelled *inside* a verified body (no lz4 layer)."""
-    return pickle.loads(data)
+@dataclasses.dataclass
+class Fault:
+    """A system error about one task, sent as its result.
+
+    >>> f = Fault(FaultKind.REPLAYED, "nonce differs", worker="w1")
+    >>> Fault.decode(f.encode()) == f
+    True
+    """
+
+    kind: FaultKind
+    message: str
+    worker: str = ""
+    incarnation: str = ""
+
+    def encode(self) -> bytes:
+        return json.dumps({"kind": self.kind.value, "message": self.message, "worker": self.worker,
+                           "incarnation": self.incarnation}).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> "Fault":
+        d = json.loads(raw)
+        try:
+            kind = FaultKind(d.get("kind"))
+        except ValueError:
+            kind = FaultKind.BAD_FRAME
+        return cls(kind, d.get("message", ""), d.get("worker", ""), d.get("incarnation", ""))
+
+
+# -- worker status ----------------------------------------------------------------------
+@dataclasses.dataclass
+class WorkerStatus:
+    """What a worker publishes with every heartbeat (``rhtc status``, routing, stealing).
+
+    >>> s = WorkerStatus(name="w1", host="h", pid=1, incarnation="ab", key_fingerprint="f",
+    ...                  task=TaskRef("0123456789abcdef", 2))
+    >>> WorkerStatus.decode(s.encode()).task
+    TaskRef(map_id='0123456789abcdef', index=2)
+    """
+
+    name: str
+    host: str
+    pid: int                                  # the supervisor's pid (stays while the name lives)
+    incarnation: str
+    key_fingerprint: str
+    task_pid: int | None = None               # the process that runs the tasks (changes on a crash)
+    t: float = 0.0
+    started: float = 0.0
+    task: TaskRef | None = None
+    task_seconds: float | None = None
+    tasks_done: int = 0
+    errors: int = 0
+    crashes: int = 0
+    cache_bytes: int = 0
+    cache_entries: int = 0
+    cache_limit: int = 0
+    bytes_read: int = 0
+    bytes_from_cache: int = 0
+    versions: dict = dataclasses.field(default_factory=dict)
+    metrics: dict = dataclasses.field(default_factory=dict)
+    queued: int | None = None                 # length of its own queue, filled in by the reader
+
+    @property
+    def state(self) -> str:
+        return "busy" if self.task is not None else "idle"
+
+    @staticmethod
+    def task_seconds_field() -> str:
+        """The JSON field ``steal.lua`` reads to tell a stuck worker."""
+        return "task_seconds"
+
+    def to_dict(self) -> dict:
+        """A flat dict (the public ``live_workers()`` form): task as its ``map:index`` label."""
+        d = dataclasses.asdict(self)
+        d.update(d.pop("metrics"))
+        d.update(self.versions)
+        d["task"] = str(self.task) if self.task is not None else None
+        d["state"] = self.state
+        return d
+
+    def encode(self) -> str:
+        d = dataclasses.asdict(self)
+        d["task"] = list(self.task) if self.task is not None else None
+        d.pop("queued")
+        return json.dumps(d)
+
+    @classmethod
+    def decode(cls, raw: bytes | str) -> "WorkerStatus":
+        d = json.loads(raw)
+        names = {f.name for f in dataclasses.fields(cls)}
+        d = {k: v for k, v in d.items() if k in names}
+        task = d.get("task")
+        if isinstance(task, str):                  # the ``map:index`` label of :meth:`to_dict`
+            map_id, _, index = task.partition(":")
+            task = [map_id, index]
+        d["task"] = TaskRef(str(task[0]), int(task[1])) if task else None
+        d.setdefault("name", "?")
+        d.setdefault("host", "?")
+        d.setdefault("pid", 0)
+        d.setdefault("incarnation", "")
+        d.setdefault("key_fingerprint", "")
+        return cls(**d)

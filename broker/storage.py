@@ -16,47 +16,24 @@ Example (against a running broker)::
 from __future__ import annotations
 
 import json
-import os
-import threading
 import time
-from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import redis
 
-from rhtc.broker.config import BrokerConfig, redact
-from rhtc.broker.keys import Keys
-
-_LUA = Path(__file__).with_name("lua")
-
-LEASE_SECONDS = float(os.environ.get("RHTC_LEASE", "5"))   # a worker silent this long is dead
-HEARTBEAT_SECONDS = max(0.2, min(1.0, LEASE_SECONDS / 4))
-MAP_TTL = int(os.environ.get("RHTC_MAP_TTL", "120"))      # a map whose client stopped renewing it
-RESULT_TTL = int(os.environ.get("RHTC_RESULT_TTL", "600"))  # unread results of an abandoned map
-RESULT_GRACE = 30      # a result list outlives its map by this much
-FUNCTION_TTL = 600     # a function blob expires this long after its last map ended
-LEASES = os.environ.get("RHTC_LEASES", "1") != "0"   # off only to measure what leases cost
-LOG_TTL = 86400
-STEAL_MIN_QUEUE = 4    # steal from a live worker's queue only when it is this long...
-STEAL_STUCK_SECONDS = 10.0   # ... or when its current task has run this long
-MAX_ATTEMPTS = int(os.environ.get("RHTC_MAX_ATTEMPTS", "3"))
-
-ConnectionProblem = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
-
-
-BrokerRefused = redis.ResponseError     # Redis said no (out of memory, wrong type...)
-
-
-def is_out_of_memory(err: Exception) -> bool:
-    """True for Redis's refusal of a write beyond its maxmemory."""
-    oom = getattr(redis.exceptions, "OutOfMemoryError", ())
-    return (bool(oom) and isinstance(err, oom)) or (
-        isinstance(err, redis.ResponseError) and ("OOM" in str(err) or "maxmemory" in str(err)))
+from rhtc.broker import protocol, scripts
+from rhtc.broker.config import BrokerConfig, Settings, redact
+from rhtc.broker.config import settings as default_settings
+from rhtc.broker.errors import PARSER, ConnectionProblem
+from rhtc.broker.fastlane import FastLane
+from rhtc.broker.keys import MAP_DATA, MAP_NONCE, Keys
+from rhtc.broker.leases import Leases
 
 
 def connect(config: BrokerConfig, **kwargs) -> redis.Redis:
     """A redis-py client for ``config.url`` (redis://, rediss://, unix://)."""
-    opts = dict(socket_timeout=30, socket_connect_timeout=10, health_check_interval=15)
+    opts = dict(socket_timeout=30, socket_connect_timeout=10, health_check_interval=15,
+                parser_class=PARSER)
     if not config.url.startswith("unix:"):
         opts["socket_keepalive"] = True
     opts.update(kwargs)
@@ -67,16 +44,17 @@ def connect(config: BrokerConfig, **kwargs) -> redis.Redis:
                          "redis://[:password@]host:port[/db], rediss://... or unix:///path.sock") from err
 
 
-class Storage:
-    """The broker as the project sees it: queues, leases, maps, results, workers."""
+class Storage(Leases):
+    """The broker as the project sees it: queues, leases, maps, results, workers.
+    The worker's side (claims, takes, leases) is in :class:`broker.leases.Leases`."""
 
-    def __init__(self, config: BrokerConfig, **redis_kwargs):
+    def __init__(self, config: BrokerConfig, settings: Settings | None = None, **redis_kwargs):
         self.config = config
+        self.settings = settings or default_settings()
         self.keys = Keys(config.namespace)
         self.r = connect(config, **redis_kwargs)
-        self._scripts = {name: self.r.register_script((_LUA / f"{name}.lua").read_text())
-                         for name in ("take", "steal", "reap", "purge", "enqueue", "audit")}
-        self._fast = _FastLane(self.r)
+        self._scripts = scripts.load(self.r)
+        self._fast = FastLane(self.r)
         self._finished_maps: list[str] = []    # deleted with the next enqueue (or flush)
 
     # -- connection -----------------------------------------------------------------
@@ -113,32 +91,45 @@ class Storage:
 
     # -- maps (client side) ---------------------------------------------------------
     def enqueue_map(self, map_id: str, fn_hash: str, packed_fn: bytes | None, info: dict,
-                    routed: dict[str | None, list[bytes]], wait_first: float = 0.0) -> list[bytes]:
-        """Register a map, store its function (if given) and queue its tasks, atomically.
+                    routed: dict[str | None, list[bytes]], wait_first: float = 0.0, *,
+                    nonce: str) -> list[bytes]:
+        """Register a map, store its function (if given) and queue its tasks.
 
-        ``routed`` maps a worker name (or None for the shared queue) to task frames.
-        With ``wait_first`` > 0 the same round trip also waits that long for the first
+        ``routed`` maps a worker name (or None for the shared queue) to task frames;
+        ``nonce`` is the map's nonce (:func:`protocol.new_nonce`) its task frames carry.
+        A big map goes in calls of at most ``settings.scan_step`` frames (the first one
+        registers the map), sent back to back without waiting for each reply. With
+        ``wait_first`` > 0 the same round trip also waits that long for the first
         results, which are returned.
         """
-        args: list = [self.keys.ns, map_id, fn_hash, packed_fn or b"", MAP_TTL, FUNCTION_TTL,
-                      time.time()]
-        flat_info = [x for kv in info.items() for x in (kv[0], str(kv[1]))]
-        args += [len(flat_info), *flat_info]
-        if self._finished_maps:
-            args += ["DEL", len(self._finished_maps), *self._finished_maps]
-            self._finished_maps = []
+        st = self.settings
+        flat_info = [x for kv in dict(info, **{MAP_NONCE: nonce}).items() for x in (kv[0], str(kv[1]))]
+        finished, self._finished_maps = self._finished_maps, []
+        first: list = [self.keys.ns, map_id, 1, fn_hash, packed_fn or b"", st.map_ttl, st.function_ttl,
+                       time.time(), len(flat_info), *flat_info, len(finished), *finished]
+        calls, args, room = [], first, st.scan_step
         for worker, frames in routed.items():
-            if frames:
-                args += [worker or "", len(frames), *frames]
+            for at in range(0, len(frames), st.scan_step):
+                part = frames[at:at + st.scan_step]
+                if len(part) > room:
+                    calls.append(args)
+                    args, room = [self.keys.ns, map_id, 0], st.scan_step
+                args += [int(worker is not None), worker or "", len(part), *part]
+                room -= len(part)
+        calls.append(args)
+        script = self._scripts["enqueue"]
         with self._fast.lock:
             try:
-                self._fast.script(self._scripts["enqueue"], [], args, wait=wait_first <= 0)
+                for args in calls:
+                    self._fast.script(script, [], args, wait=False)
                 if wait_first <= 0:
+                    self._fast.drain()
                     return []
                 got = self._fast.call("BLPOP", self.keys.results(map_id), wait_first)
             except redis.exceptions.NoScriptError:
-                self._fast._loaded.clear()
-                self._fast.script(self._scripts["enqueue"], [], args)
+                self._fast.reset()
+                for args in calls:
+                    self._fast.script(script, [], args)
                 return []
         return [got[1]] if got else []
 
@@ -147,12 +138,12 @@ class Storage:
 
     def keep_map_alive(self, map_id: str, fn_hash: str) -> bool:
         """Renew a map's expiry; False if the map is gone (cancelled, or the broker restarted)."""
-        k = self.keys
+        k, st = self.keys, self.settings
         pipe = self.r.pipeline(transaction=False)
-        pipe.expire(k.map(map_id), MAP_TTL)
-        pipe.expire(k.function(fn_hash), FUNCTION_TTL)
-        for key in (k.results(map_id), k.tries(map_id), k.dead(map_id)):
-            pipe.expire(key, RESULT_TTL)
+        pipe.expire(k.map(map_id), st.map_ttl)
+        pipe.expire(k.function(fn_hash), st.function_ttl)
+        for name in MAP_DATA:
+            pipe.expire(getattr(k, name)(map_id), st.result_ttl)
         return bool(pipe.execute()[0])
 
     def fetch_results(self, map_id: str, timeout: float, count: int = 1000) -> list[bytes]:
@@ -171,7 +162,8 @@ class Storage:
         return self.r.lpop(self.keys.dead(map_id), 1000) or []
 
     def attempt_history(self, map_id: str, task_id: bytes) -> str:
-        raw = self.r.hget(self.keys.tries(map_id), task_id[16:20])
+        """How the runs of a task ended (one line per run that killed its worker)."""
+        raw = self.r.hget(self.keys.tries(map_id), task_id[protocol.MAP_ID_LEN:protocol.TASK_ID_LEN])
         return raw.decode() if raw else ""
 
     def end_map(self, map_id: str, lazy: bool = False) -> None:
@@ -191,15 +183,39 @@ class Storage:
         for m in done:
             self.end_map(m)
 
+    def _queues(self) -> list[str]:
+        return [self.keys.shared_queue] + [self.keys.queue(w.decode()) for w in self.r.smembers(self.keys.workers)]
+
     def audit_map(self, map_id: str) -> set[int]:
-        """Indices of a map's tasks that are somewhere: queued, leased, dead or answered."""
-        raw = self._scripts["audit"](args=[self.keys.ns, map_id])
-        return {int.from_bytes(x, "big") for x in raw}
+        """Indices of a map's tasks that are somewhere: queued, leased by a live incarnation,
+        dead or answered. Walks the queues in bounded steps (``settings.scan_step`` items
+        per script call), so a long queue never blocks Redis."""
+        script, step, ns = self._scripts["audit"], self.settings.scan_step, self.keys.ns
+        seen: set[int] = set()
+        lists = self._queues() + [self.keys.dead(map_id), self.keys.results(map_id)]
+        for key in lists:
+            start = 0
+            while start >= 0:
+                got = script(args=[ns, map_id, "list", key, start, step])
+                start = int(got[0])
+                seen.update(int.from_bytes(x, "big") for x in got[1:])
+        for w in self.r.smembers(self.keys.workers):
+            got = script(args=[ns, map_id, "lease", w, 0, step])
+            seen.update(int.from_bytes(x, "big") for x in got[1:])
+        return seen
 
     def cancel_map(self, map_id: str) -> int:
-        """End a map and remove its queued tasks from every queue; returns how many."""
+        """End a map and remove its queued tasks from every queue (in bounded steps);
+        returns how many were removed."""
         self.end_map(map_id)
-        return int(self._scripts["purge"](args=[self.keys.ns, map_id]))
+        script, step, removed = self._scripts["purge"], self.settings.scan_step, 0
+        for q in self._queues():
+            todo = int(self.r.llen(q))
+            while todo > 0:
+                gone, seen = script(args=[self.keys.ns, map_id, q, min(step, todo)])
+                removed += int(gone)
+                todo = todo - int(seen) if int(seen) else 0
+        return removed
 
     def maps_in_flight(self) -> list[dict]:
         ids = [m.decode() for m in self.r.zrange(self.keys.maps, 0, -1)]
@@ -214,104 +230,28 @@ class Storage:
                 gone.append(m)
                 continue
             d = {a.decode(): b.decode() for a, b in info.items()}
+            d.pop(MAP_NONCE, None)
             d.update(map_id=m, unread_results=nres)
             out.append(d)
         if gone:
             self.r.zrem(self.keys.maps, *gone)
         return out
 
-    # -- workers ----------------------------------------------------------------------
-    def heartbeat(self, worker: str, status: dict) -> None:
-        """Say this worker is alive (renews its lease) and publish its live status."""
-        k = self.keys
-        pipe = self.r.pipeline(transaction=False)
-        pipe.set(k.heartbeat(worker), json.dumps(status), px=int(LEASE_SECONDS * 1000))
-        pipe.sadd(k.workers, worker)
-        pipe.expire(k.holds(worker), max(600, int(LEASE_SECONDS * 4)))
-        pipe.execute()
-
-    def take(self, worker: str, max_tasks: int,
-             results: Sequence[tuple[str, bytes, bytes]] = ()) -> list[bytes]:
-        """Hand in (map id, task id, result frame) triples, then lease up to ``max_tasks``
-        tasks: own queue first, then the shared queue. One round trip."""
-        k = self.keys
-        args: list = [k.ns, RESULT_GRACE, max_tasks, int(LEASES)]
-        for map_id, tid, frame in results:
-            args += [map_id, tid, frame]
-        return self._fast.script(self._scripts["take"], [k.queue(worker), k.shared_queue,
-                                                          k.lease(worker)], args)
-
-    def wait_for_task(self, worker: str, timeout: float) -> bytes | None:
-        """Block until a task arrives in this worker's queue or the shared one; lease it.
-
-        The lease is written without waiting for Redis to confirm it (it is on the wire
-        before the task starts), so an idle worker's wake-up costs no extra round trip."""
-        k = self.keys
-        got = self._fast.call("BRPOP", k.queue(worker), k.shared_queue, timeout)
-        if not got:
-            return None
-        frame = got[1]
-        if LEASES and len(frame) >= 55 and frame[:2] == b"RH":
-            self._fast.send("HSET", k.lease(worker), frame[35:55], frame)
-        return frame
-
-    def steal(self, worker: str) -> bytes | None:
-        """Lease one task from the tail of a backed-up, stuck or dead worker's queue."""
-        return self._fast.script(self._scripts["steal"], [], [self.keys.ns, worker, STEAL_MIN_QUEUE,
-                                                              STEAL_STUCK_SECONDS]) or None
-
-    def release(self, worker: str, task_ids: Iterable[bytes]) -> None:
-        """Drop leases without a result (a frame the worker could not read)."""
-        ids = list(task_ids)
-        if ids:
-            self._fast.call("HDEL", self.keys.lease(worker), *ids)
-
-    def retire(self, worker: str) -> None:
-        """A worker leaves: its leased and queued tasks go back to the shared queue."""
-        self._fast.drain()
-        self._scripts["reap"](args=[self.keys.ns, _now(), MAX_ATTEMPTS, 0, RESULT_TTL, worker])
-        self.r.delete(self.keys.heartbeat(worker))
-
-    def reap(self, max_attempts: int = MAX_ATTEMPTS, every: float = 1.0) -> list[str]:
-        """Recover the tasks of workers whose heartbeat expired (at most once per ``every`` s
-        across all processes). Returns the names of the workers found dead."""
-        got = self._scripts["reap"](args=[self.keys.ns, _now(), max_attempts, int(every * 1000),
-                                          RESULT_TTL, ""])
-        return [w.decode() for w in got]
-
-    def get_function(self, fn_hash: str) -> bytes | None:
-        return self.r.get(self.keys.function(fn_hash))
-
-    def map_info(self, map_id: str) -> dict[str, str]:
-        return {a.decode(): b.decode() for a, b in self.r.hgetall(self.keys.map(map_id)).items()}
-
-    def advertise(self, worker: str, added: Iterable[str] = (), removed: Iterable[str] = ()) -> None:
-        """Publish which chunks (routing keys) this worker holds in its cache."""
-        added, removed = list(added), list(removed)
-        pipe = self.r.pipeline(transaction=False)
-        if removed:
-            pipe.srem(self.keys.holds(worker), *removed)
-        if added:
-            pipe.sadd(self.keys.holds(worker), *added)
-            pipe.expire(self.keys.holds(worker), max(600, int(LEASE_SECONDS * 4)))
-        if added or removed:
-            pipe.execute()
-
     def report(self, message: str) -> None:
         """Leave a problem where `rhtc status` and the client can see it."""
         pipe = self.r.pipeline(transaction=False)
         pipe.lpush(self.keys.log, json.dumps({"t": time.time(), "message": message}))
         pipe.ltrim(self.keys.log, 0, 199)
-        pipe.expire(self.keys.log, LOG_TTL)
+        pipe.expire(self.keys.log, self.settings.log_ttl)
         pipe.execute()
 
     def recent_problems(self, n: int = 20) -> list[dict]:
         return [json.loads(x) for x in self.r.lrange(self.keys.log, 0, n - 1)]
 
     # -- who is alive, what they hold -------------------------------------------------
-    def live_workers(self, queue_depths: bool = True) -> list[dict]:
-        """Status of every worker whose heartbeat is current (name, host, state, task...),
-        with the length of its own queue as ``queued`` unless ``queue_depths=False``."""
+    def worker_statuses(self, queue_depths: bool = True) -> list[protocol.WorkerStatus]:
+        """Status of every worker whose heartbeat is current, with the length of its own
+        queue as ``queued`` unless ``queue_depths=False``."""
         names = sorted(m.decode() for m in self.r.smembers(self.keys.workers))
         if not names:
             return []
@@ -325,11 +265,14 @@ class Storage:
         out = []
         for name, blob, depth in zip(names, raw, depths):
             if blob:
-                d = json.loads(blob)
-                d.setdefault("name", name)
-                d["queued"] = depth
-                out.append(d)
+                status = protocol.WorkerStatus.decode(blob)
+                status.name, status.queued = name, depth
+                out.append(status)
         return out
+
+    def live_workers(self, queue_depths: bool = True) -> list[dict]:
+        """:meth:`worker_statuses` as flat dicts (name, host, state, task label...)."""
+        return [s.to_dict() for s in self.worker_statuses(queue_depths)]
 
     def shared_depth(self) -> int:
         return int(self.r.llen(self.keys.shared_queue))
@@ -337,7 +280,7 @@ class Storage:
     def locate(self, routing_keys: Sequence[str]) -> tuple[dict[str, str], list[str]]:
         """For each routing key cached on a live worker, that worker's name; and the
         names of the live workers."""
-        live = [w["name"] for w in self.live_workers(queue_depths=False)]
+        live = [w.name for w in self.worker_statuses(queue_depths=False)]
         if not routing_keys or not live:
             return {}, live
         pipe = self.r.pipeline(transaction=False)
@@ -353,78 +296,3 @@ class Storage:
     def count_keys(self) -> int:
         """How many keys exist under this namespace (for tests and `rhtc status`)."""
         return sum(1 for _ in self.r.scan_iter(match=f"{self.keys.ns}:*", count=1000))
-
-
-def _now() -> str:
-    return time.strftime("%H:%M:%S", time.localtime()) + ("%.3f" % (time.time() % 1))[1:]
-
-
-class _FastLane:
-    """One dedicated connection for a worker's hot path, where a command can be sent
-    without waiting for its reply (the reply is read before the next command's)."""
-
-    def __init__(self, r: redis.Redis):
-        self.r = r
-        self.conn = None
-        self.pending = 0
-        self._loaded = set()
-        self.lock = threading.RLock()     # for clients with several maps in threads
-
-    def _connection(self):
-        if self.conn is None:
-            self.conn = self.r.connection_pool.get_connection()
-        return self.conn
-
-    def drain(self) -> None:
-        try:
-            while self.pending:
-                self.pending -= 1
-                self.conn.read_response()
-        except ConnectionProblem:
-            self.reset()
-            raise
-
-    def send(self, *args) -> None:
-        try:
-            self._connection().send_command(*args)
-        except ConnectionProblem:
-            self.reset()
-            raise
-        self.pending += 1
-
-    def call(self, *args):
-        self.drain()
-        conn = self._connection()
-        try:
-            conn.send_command(*args)
-            return conn.read_response()
-        except ConnectionProblem:
-            self.reset()
-            raise
-
-    def script(self, script, keys: list, args: list, wait: bool = True):
-        """Run a Lua script by its hash (loading it if the broker forgot it). With
-        ``wait=False`` the reply is read before the next command instead (the script is
-        then loaded first, so that a NOSCRIPT cannot go unnoticed)."""
-        if not wait:
-            if script.sha not in self._loaded:
-                self.call("SCRIPT", "LOAD", script.script)
-                self._loaded.add(script.sha)
-            self.send("EVALSHA", script.sha, len(keys), *keys, *args)
-            return None
-        try:
-            return self.call("EVALSHA", script.sha, len(keys), *keys, *args)
-        except redis.exceptions.NoScriptError:        # a restarted broker forgot it
-            self.call("SCRIPT", "LOAD", script.script)
-            return self.call("EVALSHA", script.sha, len(keys), *keys, *args)
-
-    def reset(self) -> None:
-        if self.conn is not None:
-            try:
-                self.conn.disconnect()
-                self.r.connection_pool.release(self.conn)
-            except Exception:
-                pass
-        self.conn = None
-        self.pending = 0
-        self._loaded = set()

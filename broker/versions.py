@@ -1,43 +1,26 @@
-"""The versions of the analysis stack in this Python environment.
+"""Which versions of the analysis stack this process runs, read without importing it.
 
-A result pickled on a node with another numpy (``numpy._core`` vs ``numpy.core``) or
-awkward than the client's may not unpickle on the client, so the client, the worker
-pack and the worker's heartbeat all speak of the same short list of distributions.
-The versions come from the installed distributions' metadata (``importlib.metadata``),
-never from importing the packages, so asking is cheap (about a millisecond) and safe
-in any process.
+A worker publishes these in its heartbeat so that ``rhtc status`` and the client can tell
+why a pickle made on one side does not load on the other.
 
-Example::
-
-    >>> from rhtc.broker.versions import stack_versions
     >>> v = stack_versions()
-    >>> "numpy" in v and v["numpy"][0].isdigit()
-    True
+    >>> v["python"].count(".")
+    2
 """
 from __future__ import annotations
 
+import sys
 from importlib import metadata
 
-#: The distributions whose versions must agree between the client and its workers,
-#: reported whenever they are installed (coffea is optional).
-STACK = ("numpy", "awkward", "uproot", "hist", "coffea", "cloudpickle", "lz4")
+STACK = ("redis-htcondor", "cloudpickle", "numpy", "awkward", "uproot", "coffea", "hist", "lz4")
 
 
 def stack_versions() -> dict[str, str]:
-    """Map each installed distribution of :data:`STACK` to its version string.
-
-    Distributions that are not installed are left out.
-
-    Example::
-
-        >>> from rhtc.broker.versions import stack_versions
-        >>> sorted(stack_versions())[:2]  # doctest: +SKIP
-        ['awkward', 'cloudpickle']
-    """
-    found: dict[str, str] = {}
+    """Python's version and each installed package of :data:`STACK` (absent ones left out)."""
+    out = {"python": "%d.%d.%d" % sys.version_info[:3]}
     for name in STACK:
         try:
-            found[name] = metadata.version(name)
+            out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             continue
-    return found
+    return out

@@ -139,7 +139,7 @@ class MapHandle:
             left = 1.0 if deadline is None else min(1.0, deadline - time.monotonic())
             if left <= 0:
                 raise TimeoutError(f"map {self.map_id} ({self.run.label}) still has "
-                                   f"{len(self.run.pending)} of {self.run.n} tasks after {timeout} s")
+                                   f"{self.run.unfinished} of {self.run.n} tasks unfinished after {timeout} s")
             self._add(self.run.poll(left))
         self._add(self.run.poll(0))     # the provisional rejections, if any
 
@@ -273,7 +273,8 @@ def remote_map(fn: Callable, args: Iterable, *, broker=None, reduce: bool | Call
         errors: ``"raise"``: after the other results are in, raise the first
             :class:`RemoteError` (the others in ``.more``); ``"return"``: put them in the list.
         retries: how many times to rerun a task whose function raised (default 0). Tasks
-            whose *worker* died are always retried (up to 3 attempts in all).
+            whose *worker* died are always retried, up to ``$RHTC_MAX_ATTEMPTS`` runs in all
+            (default 3; :mod:`client.retry` decides every rerun).
         retry_on: only retry these exception types (or type names), e.g.
             ``(ChunkFileError, OSError)`` for transient remote reads.
         routing: send each chunk to a worker that has it cached (sticky routing).

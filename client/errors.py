@@ -1,7 +1,10 @@
 """Errors a map can raise on the client, carrying what the worker saw."""
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rhtc.broker.protocol import ResultMeta, WorkerStatus
 
 
 def describe(obj: Any) -> str:
@@ -71,3 +74,48 @@ class BrokerLost(ConnectionError):
 
 class BrokerFull(RuntimeError):
     """Redis reached its maxmemory and refused the map's writes."""
+
+
+class KeyMismatch(RuntimeError):
+    """The live workers hold another signing key than this client: they cannot verify
+    its tasks, and it cannot verify their results. Give both the same ``RHTC_KEY`` (or
+    the same config file), then run the map again."""
+
+
+def _top_version(module: str, versions: dict | None = None) -> str | None:
+    """Version of the distribution that provides ``module`` (its top-level package)."""
+    top = module.split(".")[0]
+    if versions is not None:
+        return versions.get(top)
+    try:
+        from importlib import metadata
+        return metadata.version(top)
+    except Exception:
+        return None
+
+
+def undecodable_error(index: int, meta: "ResultMeta", err: BaseException,
+                      worker: "WorkerStatus | None" = None, argument: str | None = None) -> RemoteError:
+    """The error of a task whose result reached the client but does not unpickle here
+    (the worker pickled a module or a version this client lacks), naming the module and
+    both sides' versions.
+
+    >>> from rhtc.broker.protocol import ResultMeta
+    >>> e = undecodable_error(4, ResultMeta("w1", "n1", 7, 0.0, 1.0),
+    ...                       ModuleNotFoundError("No module named 'numpy._core'", name="numpy._core"))
+    >>> e.remote_type, "numpy._core" in e.message, e.worker
+    ('UndecodableResult', True, 'w1')
+    """
+    module = getattr(err, "name", None) or getattr(err, "__module__", "")
+    what = f"{type(err).__name__}: {err}"
+    text = f"the result came back but does not unpickle on this client ({what})"
+    if isinstance(err, ImportError) and module:
+        ours = _top_version(module)
+        theirs = _top_version(module, getattr(worker, "versions", None) or None)
+        top = module.split(".")[0]
+        text += (f"; missing module {module!r}: {top} {ours or 'not installed'} here, "
+                 f"{theirs or 'version unknown'} on worker {meta.worker}")
+    text += ". Install the same versions of the analysis stack on the client and the workers " \
+            "(`rhtc status` shows the workers' versions), or return plain Python types."
+    return RemoteError(index, "UndecodableResult", text, worker=meta.worker, host=meta.host,
+                       argument=argument)

@@ -8,7 +8,9 @@
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -22,6 +24,41 @@ from rhtc.broker.storage import Storage
 
 _default: "LocalCluster | None" = None
 _default_lock = threading.Lock()
+
+
+class _Launcher:
+    """A thread that lives as long as the process and starts child processes for the
+    threads that may not: a child started with ``die_with_parent`` dies with the *thread*
+    that started it (Linux's parent-death signal follows the thread), so a cluster
+    started from a thread pool or a notebook callback must not be started there."""
+
+    def __init__(self):
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def run(self, fn, *args):
+        """``fn(*args)`` in the launcher thread (here if this is the main thread)."""
+        if threading.current_thread() is threading.main_thread():
+            return fn(*args)
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._serve, name="rhtc-launcher", daemon=True)
+                self._thread.start()
+        done: concurrent.futures.Future = concurrent.futures.Future()
+        self._jobs.put((done, fn, args))
+        return done.result()
+
+    def _serve(self) -> None:
+        while True:
+            done, fn, args = self._jobs.get()
+            try:
+                done.set_result(fn(*args))
+            except BaseException as err:   # handed to the caller
+                done.set_exception(err)
+
+
+_launcher = _Launcher()
 
 
 class LocalCluster:
@@ -51,7 +88,7 @@ class LocalCluster:
 
     def start(self) -> "LocalCluster":
         if self.config is None:
-            self.embedded = EmbeddedBroker().start()
+            self.embedded = _launcher.run(EmbeddedBroker().start)
             self.config = self.embedded.config
         self.log_dir = self.log_dir or tempfile.mkdtemp(prefix="rhtc-workers-")
         atexit.register(self.close)
@@ -71,8 +108,8 @@ class LocalCluster:
                 cmd += ["--cache-size", str(self.cache_size)]
             logf = open(os.path.join(self.log_dir, f"{name}.log"), "ab")
             self._logs.append(logf)
-            p = subprocess.Popen(cmd, env=env, stdout=logf, stderr=subprocess.STDOUT,
-                                 preexec_fn=die_with_parent)
+            p = _launcher.run(lambda: subprocess.Popen(cmd, env=env, stdout=logf, stderr=subprocess.STDOUT,
+                                                       preexec_fn=die_with_parent))
             p.worker_name = name
             new.append(p)
         self.procs += new
@@ -147,7 +184,8 @@ class LocalCluster:
 
 
 def default_cluster() -> LocalCluster:
-    """The session's local cluster, started on first use (one worker per CPU)."""
+    """The session's local cluster, started on first use (one worker per CPU). It lives
+    as long as the Python process, whichever thread first asked for it."""
     global _default
     with _default_lock:
         if _default is None or _default.config is None:

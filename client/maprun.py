@@ -1,41 +1,64 @@
-"""One map in flight on the client: pack, route, submit, collect, recover, clean up.
+"""One map in flight on the client: pack, route, submit, collect, clean up.
 
 This is the engine under :func:`client.remote_map`; analysts use the functions in
 :mod:`client.api`. A :class:`MapRun` owns its map's keys in Redis and deletes them
-when it ends, however it ends.
+when it ends, however it ends. Each task's state lives in a
+:class:`~client.tasks.TaskTable` and moves only through its transitions table; the
+once-a-second care (:mod:`client.upkeep`) acts through the public verbs of the
+"upkeep verbs" section below (``requeue``, ``fail``, ``function_lost``, ``observe``).
 """
 from __future__ import annotations
 
-import dataclasses
-import json
 import logging
 import os
 import secrets
 import socket
 import time
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from rhtc.broker import protocol
-from rhtc.broker.storage import BrokerRefused, ConnectionProblem, Storage, is_out_of_memory
-from rhtc.client.errors import BrokerFull, BrokerLost, RemoteError, describe
-from rhtc.client.upkeep import BROKER_PATIENCE, TICK_SECONDS, Upkeep
+from rhtc.broker.errors import BrokerOutOfMemory, ConnectionProblem
+from rhtc.broker.protocol import Fault, FaultKind, ResultMeta, WorkerStatus
+from rhtc.broker.registry import renew_map_entry
+from rhtc.broker.storage import Storage
+from rhtc.client.errors import BrokerFull, BrokerLost, RemoteError, describe, undecodable_error
+from rhtc.client.ledger import Ledger
+from rhtc.client.packing import Frames, pack_function
+from rhtc.client.retry import RetryPolicy
+from rhtc.client.tasks import TaskState, TaskTable
+from rhtc.client.upkeep import Upkeep
 
 log = logging.getLogger("rhtc.client")
 
+_DONE = int(TaskState.DONE)           # the per-result path compares plain ints
+SUBMIT_BATCH = 65536     # tasks packed and queued per round trip (bounds the client's memory)
 
 
-@dataclasses.dataclass
 class TaskResult:
-    """One task's outcome: its index in the map, value or error, and the worker's metadata."""
+    """One task's outcome: its index in the map, value or error, and the worker's metadata
+    (``meta``: a dict with ``worker``, ``host``, ``pid``, ``start``, ``stop``, bytes read...)."""
 
-    index: int
-    value: Any
-    meta: dict
-    error: RemoteError | None = None
+    __slots__ = ("index", "value", "error", "_meta")
+
+    def __init__(self, index: int, value: Any, meta: ResultMeta | dict | None = None,
+                 error: RemoteError | None = None):
+        self.index = index
+        self.value = value
+        self.error = error
+        self._meta = meta
+
+    @property
+    def meta(self) -> dict:
+        if isinstance(self._meta, ResultMeta):
+            self._meta = self._meta.to_dict()
+        return self._meta if self._meta is not None else {}
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    def __repr__(self) -> str:
+        return f"TaskResult(index={self.index}, value={describe(self.value)}, error={self.error!r})"
 
 
 def _contiguous_blocks(indices: list[int], workers: list[str]) -> dict[int, str]:
@@ -56,246 +79,301 @@ class MapRun:
                  max_task_bytes: int = protocol.MAX_TASK_BYTES, label: str | None = None,
                  stragglers: float | None = 3.0, metrics: bool = True):
         self.storage = storage
+        self.settings = storage.settings
         self.key = storage.config.key
+        self.fingerprint = protocol.key_fingerprint(self.key)
         self.map_id = secrets.token_hex(8)
+        self.nonce = protocol.new_nonce()
         self.fn = fn
         self.label = label or getattr(fn, "__name__", type(fn).__name__)
         self.n = len(args)
-        self.retries = retries
-        self.retry_on = retry_on
+        self.args = args
+        self.policy = RetryPolicy(retries, retry_on, self.settings.max_attempts)
         self.straggler_factor = stragglers
         self.sample_metrics = metrics
         self.metric_samples: list[dict] = []
-        self.backups: set[int] = set()
-        self._durations: list[float] = []
-        self._last_progress = time.monotonic()
-        self.packed_fn = self._pack_function(fn)
+        self.packed_fn = pack_function(self.key, fn, self.label)
         self.fn_hash = protocol.function_hash(self.packed_fn)
-        self.frames = [self._pack_argument(i, a, max_task_bytes) for i, a in enumerate(args)]
-        self.routing_keys = [getattr(a, "routing_key", None) for a in args] if routing else [None] * self.n
-        self._args = args
-        self.pending = set(range(self.n))
-        self.rejected: dict[int, RemoteError] = {}  # provisional: a genuine result may still come
-        self.user_attempts: dict[int, int] = {}
-        self.system_attempts: dict[int, int] = {}
+        self.routing = routing and any(getattr(a, "routing_key", None) for a in args)
+        self.tasks = TaskTable(self.n)
+        self.ledger = Ledger(self.n)
+        self.workers: dict[str, WorkerStatus] = {}     # latest status of each live worker
+        self.misfits: set[str] = set()                  # live workers holding another key
         self.start = self.end = None
-        self.metas: list[dict] = []
+        self.last_progress = time.monotonic()
         self.routed_to_workers = 0
         self.resubmissions = 0
         self.cancelled = self.closed = False
-        self._next_tick = 0.0
-        self.upkeep = Upkeep(self)
         self._fn_uploaded = False
-        self._early: list[bytes] = []
+        self._outbox: list[TaskResult] = []
+        self._warned_unverified = False
+        self.upkeep = Upkeep(self)
+        self.frames = Frames(self.key, self.map_id, self.nonce, self.fn_hash, args, max_task_bytes)
+        self.frames.check(range(min(self.n, SUBMIT_BATCH)))   # fail fast on an unpicklable argument
 
-
-    # -- packing ----------------------------------------------------------------------
-    def _pack_function(self, fn) -> bytes:
-        if not callable(fn):
-            raise TypeError(f"remote_map needs a function as its first argument, got {describe(fn)}")
-        try:
-            return protocol.sign(self.key, protocol.dumps(fn))
-        except Exception as err:
-            raise TypeError(f"cannot pickle the function {self.label!r} to send it to the workers "
-                            f"({type(err).__name__}: {err}). Functions that hold open files, locks, "
-                            "sockets or generators cannot travel: open them inside the function.") from err
-
-    def _pack_argument(self, index: int, arg, limit: int) -> bytes:
-        try:
-            packed = protocol.dumps(arg)
-        except Exception as err:
-            raise TypeError(f"cannot pickle argument {index} ({type(arg).__name__}: {describe(arg)}): "
-                            f"{type(err).__name__}: {err}") from err
-        if len(packed) > limit:
-            raise ValueError(
-                f"argument {index} ({type(arg).__name__}) is {len(packed) / 1e6:.1f} MB after "
-                f"compression, over the {limit / 1e6:.0f} MB limit per task: pass file paths and "
-                "entry ranges (make_chunks) and let the worker read the data, not the data itself")
-        return protocol.sign(self.key, protocol.pack_task_body(self.map_id, index, self.fn_hash, packed))
+    def describe_argument(self, index: int) -> str:
+        return describe(self.args[index])
 
     # -- submitting ---------------------------------------------------------------------
     def submit(self, wait_first: float = 0.0) -> None:
         """Queue every task; with ``wait_first``, also wait that long for the first result
         in the same round trip (what makes a one-task map fast)."""
         self.start = time.time()
-        self._early = self._enqueue(range(self.n), wait_first)
-        self._next_tick = time.monotonic() + TICK_SECONDS
+        self.upkeep.look()
+        try:
+            for lo in range(0, self.n, SUBMIT_BATCH):
+                early = self._enqueue(range(lo, min(self.n, lo + SUBMIT_BATCH)), wait_first if lo == 0 else 0.0)
+                for frame in early:
+                    self._accept(frame)
+        except BaseException:
+            if self.n > SUBMIT_BATCH:
+                self.cancel()             # an argument of a later batch could not travel
+            raise
+        if not wait_first:                # a map that may run long: its registry entry expires
+            renew_map_entry(self.storage, self.map_id)    # if this client dies (ticks renew it)
+        self.upkeep.schedule()
 
-    def _enqueue(self, indices, wait_first: float = 0.0, route: bool = True) -> list[bytes]:
+    def _enqueue(self, indices: Iterable[int], wait_first: float = 0.0, route: bool = True) -> list[bytes]:
         indices = list(indices)
+        owner: dict[int, str] = {}
+        if route and self.routing:
+            keyed = [i for i in indices if getattr(self.args[i], "routing_key", None)]
+            where, live = self.storage.locate([self.args[i].routing_key for i in keyed]) if keyed else ({}, [])
+            live = sorted(set(live) - self.misfits)
+            owner = {i: where[self.args[i].routing_key] for i in keyed
+                     if where.get(self.args[i].routing_key) in live}
+            self.routed_to_workers = len(owner)
+            if live:
+                owner.update(_contiguous_blocks([i for i in keyed if i not in owner], live))
+        if self.misfits:    # a mixed pool: nothing into the shared queue
+            good = self.good_workers()
+            for k, i in enumerate(indices):
+                if good and i not in owner:
+                    owner[i] = good[k % len(good)]
         routed: dict[str | None, list[bytes]] = {}
-        keys = [self.routing_keys[i] for i in indices if self.routing_keys[i]] if route else []
-        where, live = self.storage.locate(keys) if keys else ({}, [])
-        owner = {i: where[self.routing_keys[i]] for i in indices
-                 if self.routing_keys[i] and self.routing_keys[i] in where}
-        self.routed_to_workers = len(owner)
-        if keys and live:
-            owner.update(_contiguous_blocks([i for i in indices if self.routing_keys[i] and i not in owner],
-                                            sorted(live)))
         for i in indices:
             routed.setdefault(owner.get(i), []).append(self.frames[i])
         upload = not self._fn_uploaded or len(self.packed_fn) < 65536 or \
             not self.storage.function_present(self.fn_hash)
         try:
             early = self.storage.enqueue_map(self.map_id, self.fn_hash, self.packed_fn if upload else None,
-                                             self._info(), routed, wait_first=wait_first)
-        except BrokerRefused as err:
-            if not is_out_of_memory(err):
-                raise
-            used, limit = self._memory()
+                                             self._info(), routed, wait_first=wait_first, nonce=self.nonce)
+        except BrokerOutOfMemory as err:
+            used, limit = self.memory()
             raise BrokerFull(f"the broker {self.storage.config!r} is out of memory ({used / 1e6:.0f} MB "
                              f"used of maxmemory {limit / 1e6:.0f} MB): map {self.map_id} could not "
-                             "queue its tasks, nothing was sent. Free memory in Redis (other maps' "
-                             "unread results?), raise its maxmemory, or send fewer/smaller tasks.") from err
+                             "queue its tasks. Free memory in Redis (other maps' unread results?), "
+                             "raise its maxmemory, or send fewer/smaller tasks.") from err
         self._fn_uploaded = True
         return early
 
     def _info(self) -> dict:
         v = protocol.versions()
         return {"n": self.n, "label": self.label, "client": f"{socket.gethostname()}:{os.getpid()}",
-                "started": self.start, "python": v["python"], "cloudpickle": v["cloudpickle"]}
+                "started": self.start, "python": v["python"], "cloudpickle": v["cloudpickle"],
+                "key_fingerprint": self.fingerprint}
 
-    def _requeue(self, indices, route: bool = True) -> None:
-        self.resubmissions += len(indices)
-        self._enqueue(indices, route=route)
-
-    def _memory(self) -> tuple[int, int]:
+    def memory(self) -> tuple[int, int]:
+        """(used, maxmemory) bytes of the broker; (0, 0) when it cannot say."""
         try:
             return self.storage.memory()
         except Exception:
             return 0, 0
 
+    # -- upkeep verbs: how client.upkeep (and only it) changes the map ---------------------
+    def waiting(self) -> list[int]:
+        """Indices of the tasks still owed an answer (walks the table: not per result)."""
+        return self.tasks.indices(TaskState.QUEUED, TaskState.LEASED)
+
+    def requeue(self, indices: Iterable[int], *, route: bool = True, backup: bool = False) -> list[int]:
+        """Send these tasks again (those still waiting); ``backup``: a copy beside a slow
+        one (first result wins). Returns the ones sent."""
+        moved = self.tasks.move_all(indices, TaskState.QUEUED)
+        if moved:
+            if backup:
+                for i in moved:
+                    self.tasks.note(i).backup = True
+            self.resubmissions += len(moved)
+            for lo in range(0, len(moved), SUBMIT_BATCH):
+                self._enqueue(moved[lo:lo + SUBMIT_BATCH], route=route)
+        return moved
+
+    def fail(self, index: int, error: RemoteError, meta: ResultMeta | None = None) -> bool:
+        """Give up on a task: it fails with ``error``. False if it had already finished."""
+        if not self.tasks.move(index, TaskState.FAILED):
+            return False
+        note = self.tasks.notes.get(index)
+        self.ledger.add(index, meta, error=f"{error.remote_type}: {error.message}",
+                        retries=note.user_attempts if note else 0, received=time.time())
+        self.last_progress = time.monotonic()
+        self._outbox.append(TaskResult(index, None, meta, error))
+        return True
+
+    def function_lost(self) -> None:
+        """The broker lost the map and its function (it restarted): upload the function
+        again and resend every task still waiting."""
+        self._fn_uploaded = False
+        self.requeue(self.waiting())
+
+    def observe(self, statuses: list[WorkerStatus]) -> None:
+        """What the live workers say: which of our tasks run where, which key they hold."""
+        self.workers = {s.name: s for s in statuses}
+        self.misfits = {s.name for s in statuses if s.key_fingerprint and s.key_fingerprint != self.fingerprint}
+        for s in statuses:
+            if s.task is not None and s.task.map_id == self.map_id:
+                self.tasks.move(s.task.index, TaskState.LEASED)
+
+    def good_workers(self) -> list[str]:
+        """Live workers known to hold this client's key."""
+        return sorted(n for n, s in self.workers.items()
+                      if n not in self.misfits and s.key_fingerprint == self.fingerprint)
+
+    def durations(self):
+        """Run times of the latest finished tasks (numpy array), for the straggler check."""
+        return self.ledger.durations()
+
+    def backed_up(self, index: int) -> bool:
+        note = self.tasks.notes.get(index)
+        return bool(note and note.backup)
+
     # -- collecting ---------------------------------------------------------------------
     @property
     def done(self) -> bool:
         """Nothing more to wait for: every task answered (or provisionally refused), or
-        the map was cancelled."""
-        return self.cancelled or not (self.pending - set(self.rejected))
+        the map was cancelled. O(1)."""
+        return self.cancelled or self.tasks.finished
+
+    @property
+    def unfinished(self) -> int:
+        return self.tasks.unfinished
 
     def poll(self, timeout: float) -> list[TaskResult]:
         """New results (each index at most once), waiting up to ``timeout`` for the first."""
-        out: list[TaskResult] = []
-        if self.done and not self._early and not self.rejected:
-            return out
-        if self._early:
-            for frame in self._early:
-                r = self._accept(frame)
-                if r is not None:
-                    out.append(r)
-            self._early = []
-            if self.done:
-                self.end = time.time()
-                return out
+        if self.cancelled:
+            return self._take()
         deadline = time.monotonic() + max(0.0, timeout)
         lost_since = None
-        while True:
+        out = self._take()
+        while not self.tasks.finished:
             try:
-                if time.monotonic() >= self._next_tick:
-                    out += self.upkeep.tick()
-                wait = min(max(0.0, deadline - time.monotonic()), max(0.0, self._next_tick - time.monotonic()))
-                frames = self.storage.fetch_results(self.map_id, timeout=wait if not out else 0)
+                if self.upkeep.due():
+                    self.upkeep.tick()
+                    out += self._take()
+                now = time.monotonic()
+                wait = 0.0 if out else max(0.0, min(deadline, self.upkeep.next_tick) - now)
+                frames = self.storage.fetch_results(self.map_id, timeout=wait)
                 lost_since = None
             except ConnectionProblem as err:
                 lost_since = lost_since or time.monotonic()
-                if time.monotonic() - lost_since > BROKER_PATIENCE:
+                if time.monotonic() - lost_since > self.settings.broker_patience:
                     raise BrokerLost(f"the broker {self.storage.config!r} has been unreachable for "
-                                     f"{BROKER_PATIENCE:.0f} s during map {self.map_id}: {err}") from err
+                                     f"{self.settings.broker_patience:.0f} s during map {self.map_id}: "
+                                     f"{err}") from err
                 time.sleep(0.5)
                 continue
             for frame in frames:
-                r = self._accept(frame)
-                if r is not None:
-                    out.append(r)
-            if out or self.done or time.monotonic() >= deadline:
+                self._accept(frame)
+            out += self._take()
+            if out or time.monotonic() >= deadline:
                 break
-        if self.done and self.rejected:
-            for i, err in sorted(self.rejected.items()):
-                self.pending.discard(i)
-                out.append(TaskResult(i, None, {}, err))
-            self.rejected.clear()
-        if self.done and self.end is None:
-            self.end = time.time()
+        if self.tasks.finished:
+            self._settle_refusals()
+            out += self._take()
+            if self.end is None:
+                self.end = time.time()
         return out
 
-    def _accept(self, frame: bytes) -> TaskResult | None:
+    def _take(self) -> list[TaskResult]:
+        out, self._outbox = self._outbox, []
+        return out
+
+    def _settle_refusals(self) -> None:
+        """Every other task answered: the refused ones fail with their refusal."""
+        for i in self.tasks.indices(TaskState.REFUSED):
+            note = self.tasks.note(i)
+            self.tasks.move(i, TaskState.FAILED)
+            self.ledger.add(i, None, error=f"{note.refusal.remote_type}: {note.refusal.message}")
+            self._outbox.append(TaskResult(i, None, None, note.refusal))
+
+    def _accept(self, frame: bytes) -> None:
         try:
             map_id, index, status, payload = protocol.unpack_result(self.key, frame)
         except protocol.BadFrame as err:
-            log.warning("dropped a result of map %s that failed verification: %s", self.map_id, err)
-            return None
-        if map_id != self.map_id or index not in self.pending:
-            return None                        # a duplicate (a slow worker's second copy)
+            self._answered_by_misfit(frame, err)
+            return
+        if map_id != self.map_id or not 0 <= index < self.n or self.tasks.is_final(index):
+            return                        # a duplicate (a slow worker's or a backup's second copy)
         if status == protocol.SYSTEM_ERROR:
-            return self._system_error(index, json.loads(payload))
-        value, meta = protocol.loads(payload)
-        if status == protocol.USER_ERROR:
-            attempts = self.user_attempts.get(index, 0)
-            if attempts < self.retries and self._retryable(value):
-                self.user_attempts[index] = attempts + 1
-                self._requeue([index])
-                return None
-            err = self._remote_error(index, value, meta)
-            self.pending.discard(index)
-            self.rejected.pop(index, None)
-            self.metas.append(dict(meta, index=index, error=f"{err.remote_type}: {err.message}"[:200],
-                                   retries=attempts, received=time.time()))
-            self._last_progress = time.monotonic()
-            return TaskResult(index, None, meta, err)
-        self.pending.discard(index)
-        self.rejected.pop(index, None)
-        self.metas.append(dict(meta, index=index, error=None, retries=self.user_attempts.get(index, 0),
-                               received=time.time(), backup=index in self.backups))
-        if "start" in meta and "stop" in meta:
-            self._durations.append(meta["stop"] - meta["start"])
-        self._last_progress = time.monotonic()
-        return TaskResult(index, value, meta)
-
-    def _retryable(self, info: dict) -> bool:
-        if not self.retry_on:
-            return True
-        names = {t if isinstance(t, str) else t.__name__ for t in self.retry_on}
-        if info.get("type") in names:
-            return True
+            self._fault(index, Fault.decode(payload))
+            return
+        meta, packed = protocol.decode_result(payload)
         try:
-            exc = protocol.loads_plain(info["exception"]) if info.get("exception") else None
-        except Exception:
-            exc = None
-        types = tuple(t for t in self.retry_on if isinstance(t, type))
-        return bool(exc is not None and types and isinstance(exc, types))
+            value = protocol.loads(packed)
+        except Exception as err:          # C5: pickled with something this client lacks
+            self.fail(index, undecodable_error(index, meta, err, self.workers.get(meta.worker),
+                                               self.describe_argument(index)), meta)
+            return
+        note = self.tasks.notes.get(index)
+        if status == protocol.USER_ERROR:
+            if self.policy.retry_user_error(self.tasks.note(index), value):
+                self.requeue([index])
+                return
+            self.fail(index, self._remote_error(index, value, meta), meta)
+            return
+        self.tasks.move(index, _DONE)
+        self.ledger.add(index, meta, retries=note.user_attempts if note else 0, received=time.time(),
+                        backup=bool(note and note.backup))
+        self.last_progress = time.monotonic()
+        self._outbox.append(TaskResult(index, value, meta))
 
-    def _remote_error(self, index: int, info: dict, meta: dict) -> RemoteError:
-        exc = None
-        if info.get("exception"):
-            try:
-                exc = protocol.loads_plain(info["exception"])
-            except Exception:
-                exc = None
+    def _remote_error(self, index: int, info: dict, meta: ResultMeta) -> RemoteError:
         return RemoteError(index, info.get("type", "Error"), info.get("message", ""),
-                           info.get("traceback", ""), worker=meta.get("worker"), host=meta.get("host"),
-                           argument=info.get("argument"), exception=exc)
+                           info.get("traceback", ""), worker=meta.worker, host=meta.host,
+                           argument=info.get("argument"), exception=self.policy.exception_of(info))
 
-    def _system_error(self, index: int, info: dict) -> TaskResult | None:
-        kind, message, worker = info.get("kind"), info.get("message", ""), info.get("worker")
-        if kind == "missing-function":
-            n = self.system_attempts.get(index, 0)
-            if n < 3:
-                self.system_attempts[index] = n + 1
-                self._fn_uploaded = False
-                self._requeue([index])
-                return None
-        err = RemoteError(index, "WorkerRefused" if kind == "bad-frame" else "WorkerError", message,
-                          worker=worker, argument=describe(self._args[index]))
-        if kind == "bad-frame":
-            self.rejected[index] = err         # a forged copy must not beat the real task
-            return None
-        self.pending.discard(index)
-        self.metas.append({"index": index, "worker": worker, "error": f"{kind}: {message}"[:200]})
-        return TaskResult(index, None, {"worker": worker}, err)
+    def _fault(self, index: int, fault: Fault) -> None:
+        """A worker could not run the task (see :class:`~broker.protocol.FaultKind`)."""
+        note = self.tasks.note(index)
+        if fault.kind is FaultKind.MISSING_FUNCTION and self.policy.retry_fault(note):
+            self._fn_uploaded = False
+            self.requeue([index])
+            return
+        name = "WorkerRefused" if fault.kind in (FaultKind.BAD_FRAME, FaultKind.REPLAYED) else "WorkerError"
+        err = RemoteError(index, name, fault.message, worker=fault.worker or None,
+                          argument=self.describe_argument(index))
+        if fault.kind is FaultKind.BAD_FRAME:
+            note.refusal = err             # signed with our key, the frame forged: a genuine
+            self.tasks.move(index, TaskState.REFUSED)    # result may still come; wait for it
+        elif fault.kind is FaultKind.REPLAYED:
+            return                         # a replayed copy: the genuine task is still on its way
+        else:
+            self.fail(index, err)
+
+    def _answered_by_misfit(self, frame: bytes, err: Exception) -> None:
+        """A frame for our map that we cannot verify: a worker holding another key took the
+        task and sent back its refusal. The task is gone from the queues: send it again,
+        into the queue of a worker that holds our key (if one is live)."""
+        ref = protocol.frame_ref(frame)
+        if ref is None or ref.map_id != self.map_id or not self.tasks.is_waiting(ref.index):
+            log.warning("map %s: dropped a result that failed verification: %s", self.map_id, err)
+            return
+        if not self.workers:               # before the first tick: learn who holds which key
+            self.observe(self.storage.worker_statuses(queue_depths=False))
+        if self.misfits and self.good_workers():      # not the task's fault: no attempt counted
+            log.info("map %s: task %d came back from a worker holding another key; sending it to a "
+                     "worker that holds ours", self.map_id, ref.index)
+            self.requeue([ref.index])
+        elif not self._warned_unverified:
+            self._warned_unverified = True
+            log.warning("map %s: task %d (and maybe more) was answered by a worker holding another "
+                        "key (%s); the audit will send them again", self.map_id, ref.index, err)
 
     # -- ending -------------------------------------------------------------------------
     def cancel(self) -> int:
         """Remove the map's queued tasks and keys; returns how many queued tasks were dropped."""
         self.cancelled = True
+        self.tasks.move_all(self.tasks.indices(TaskState.QUEUED, TaskState.LEASED, TaskState.REFUSED),
+                            TaskState.CANCELLED)
         try:
             removed = self.storage.cancel_map(self.map_id)
         except ConnectionProblem:
@@ -308,9 +386,14 @@ class MapRun:
         if not self.closed:
             self.closed = True
             try:
-                if self.pending:
+                if self.tasks.unfinished:
                     self.storage.cancel_map(self.map_id)
                 else:
                     self.storage.end_map(self.map_id, lazy=True)
             except ConnectionProblem:
                 pass
+
+    @property
+    def metas(self) -> list[dict]:
+        """Each finished task's metadata (worker, times, bytes, error), in arrival order."""
+        return list(self.ledger.metas())

@@ -43,6 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from rhtc.client.efficiency import efficiency
+
 FORMAT_VERSION = 1
 MAX_ERROR_CHARS = 200
 
@@ -278,7 +280,7 @@ class RunRecord:
         return sorted(first, key=lambda name: (first[name], name))
 
     def summary(self) -> dict[str, Any]:
-        """The headline numbers of the run: counts plus :func:`client.timeline.efficiency`.
+        """The headline numbers of the run: counts plus :func:`client.efficiency.efficiency`.
 
         Example::
 
@@ -288,8 +290,6 @@ class RunRecord:
             >>> s["n_done"], s["efficiency_to_end"], s["events_per_s"]
             (1, 0.5, 10.0)
         """
-        from rhtc.client.timeline import efficiency  # timeline imports this module
-
         numbers = efficiency(self)
         return {
             "map_id": self.map_id,

@@ -8,16 +8,53 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
+from rhtc.broker.protocol import WorkerStatus, key_fingerprint
 from rhtc.broker.storage import Storage
+from rhtc.broker.versions import stack_versions
 
 
 def _mb(x) -> str:
     return f"{(x or 0) / 1e6:,.0f}"
 
 
+def _same(package: str, ours: str, theirs: str) -> bool:
+    """Python pickles agree across patch releases; packages must match exactly."""
+    if package == "python":
+        return ours.split(".")[:2] == theirs.split(".")[:2]
+    return ours == theirs
+
+
+def misfits(statuses: list[WorkerStatus], key: bytes, versions: dict[str, str] | None = None) -> list[str]:
+    """One line per live worker that cannot serve this client well: it holds another
+    signing key (its tasks are refused), or its analysis stack differs (results may not
+    unpickle here).
+
+    >>> from rhtc.broker.protocol import WorkerStatus, key_fingerprint
+    >>> w = WorkerStatus(name="w1", host="h", pid=1, incarnation="i", key_fingerprint="x" * 16,
+    ...                  versions={"numpy": "2.1.0"})
+    >>> print("\\n".join(misfits([w], b"k" * 32, {"numpy": "1.26.4"})))
+    w1: holds another signing key (fingerprint xxxxxxxxxxxxxxxx, this client's ...)
+    w1: numpy 2.1.0 (this client: 1.26.4)
+    """
+    ours = key_fingerprint(key)
+    versions = stack_versions() if versions is None else versions
+    lines = []
+    for w in sorted(statuses, key=lambda w: w.name):
+        if w.key_fingerprint and w.key_fingerprint != ours:
+            lines.append(f"{w.name}: holds another signing key (fingerprint {w.key_fingerprint}, "
+                         f"this client's {ours})")
+        for package, theirs in sorted((w.versions or {}).items()):
+            mine = versions.get(package)
+            if mine and theirs and not _same(package, mine, str(theirs)):
+                lines.append(f"{w.name}: {package} {theirs} (this client: {mine})")
+    return lines
+
+
 def render_status(storage: Storage, max_workers: int = 60) -> str:
+    """The whole ``rhtc status`` screen: workers, misfits, maps in flight, recent problems."""
     now = time.time()
-    workers = storage.live_workers()
+    statuses = storage.worker_statuses()
+    workers = [s.to_dict() for s in statuses]
     lines = [f"broker {storage.config!r}   {datetime.now():%H:%M:%S}",
              f"{len(workers)} live workers, {storage.shared_depth()} tasks in the shared queue", ""]
     if workers:
@@ -36,6 +73,10 @@ def render_status(storage: Storage, max_workers: int = 60) -> str:
             lines.append(f"... and {len(workers) - max_workers} more")
     else:
         lines.append("no workers: start some with `rhtc workers -n 4` or `condor_submit condor/workers.sub`")
+    odd = misfits(statuses, storage.config.key)
+    if odd:
+        lines += ["", "misfits (restart them with this client's key and versions):"]
+        lines += [f"  {line}" for line in odd[:max_workers]]
     maps = storage.maps_in_flight()
     lines += ["", f"{len(maps)} maps in flight"]
     for m in maps:

@@ -1,64 +1,188 @@
 """What a map does once a second while it waits for results: keep itself alive, find
 the tasks of dead workers and of a restarted broker, back up stragglers, sample the
-workers' metrics, and notice a full broker. Split from :mod:`client.maprun`, which owns
-the map; this module only looks after it."""
+workers' metrics, name workers that hold another key, and notice a full broker.
+
+Upkeep only looks after a map: it reads what the map shows and asks it to act through
+the verbs of :class:`MapVerbs` (requeue these, fail this, the function was lost, this
+is what the workers say); it never edits the map's state itself, and it does not import
+:mod:`client.maprun` (which imports this module).
+"""
 from __future__ import annotations
 
 import logging
-import os
 import time
-from typing import TYPE_CHECKING
+import warnings
+import weakref
+from typing import Iterable, Protocol
 
 from rhtc.broker import protocol
-from rhtc.broker.storage import BrokerRefused, is_out_of_memory
-from rhtc.client.errors import BrokerFull, RemoteError, describe
-
-if TYPE_CHECKING:  # pragma: no cover
-    from rhtc.client.maprun import MapRun, TaskResult
+from rhtc.broker.errors import BrokerOutOfMemory
+from rhtc.broker.protocol import ResultMeta, WorkerStatus
+from rhtc.broker.registry import renew_map_entry
+from rhtc.broker.storage import Storage
+from rhtc.client.errors import BrokerFull, KeyMismatch, RemoteError
 
 log = logging.getLogger("rhtc.client")
 
 TICK_SECONDS = 1.0            # how often the map renews itself and looks for lost tasks
-AUDIT_SECONDS = 5.0           # how often it checks that every pending task is somewhere
+AUDIT_SECONDS = 5.0           # how often it checks that every waiting task is somewhere
 AUDIT_MAX_QUEUE = 1000        # ... unless the shared queue is longer and results flow
 STRAGGLER_MIN_SECONDS = 1.0   # never back up a task that has run less than this
 MAX_METRIC_SAMPLES = 200_000
-BROKER_PATIENCE = float(os.environ.get("RHTC_BROKER_PATIENCE", "300"))   # unreachable or full
+KEY_MISMATCH_SECONDS = 3.0    # every live worker holds another key this long: give up
+LOOK_SECONDS = 1.0            # maps submitted within this long share one look at the workers
+_looks: "weakref.WeakKeyDictionary[Storage, tuple[float, list[WorkerStatus]]]" = weakref.WeakKeyDictionary()
+METRIC_KEYS = ("t", "name", "cpu", "rss", "cache_bytes", "cache_entries", "bytes_read", "net_recv",
+               "net_sent", "disk_read", "node_cpu")
+
+
+class MapVerbs(Protocol):
+    """What upkeep reads from a map and the verbs it may ask of it (:class:`client.maprun.MapRun`)."""
+
+    storage: Storage
+    map_id: str
+    fn_hash: str
+    n: int
+    fingerprint: str
+    cancelled: bool
+    last_progress: float
+    straggler_factor: float | None
+    sample_metrics: bool
+    metric_samples: list
+    misfits: set
+
+    @property
+    def done(self) -> bool: ...
+    @property
+    def unfinished(self) -> int: ...
+    def waiting(self) -> list[int]: ...
+    def requeue(self, indices: Iterable[int], *, route: bool = True, backup: bool = False) -> list[int]: ...
+    def fail(self, index: int, error: RemoteError, meta: ResultMeta | None = None) -> bool: ...
+    def function_lost(self) -> None: ...
+    def observe(self, statuses: list[WorkerStatus]) -> None: ...
+    def durations(self): ...
+    def backed_up(self, index: int) -> bool: ...
+    def describe_argument(self, index: int) -> str: ...
+    def memory(self) -> tuple[int, int]: ...
 
 
 class Upkeep:
-    """The once-a-second care of one :class:`~client.maprun.MapRun`."""
+    """The once-a-second care of one map."""
 
-    def __init__(self, run: "MapRun"):
+    def __init__(self, run: MapVerbs):
         self.run = run
+        self.next_tick = 0.0
         self._next_audit = 0.0
         self._missing_before: set[int] = set()
         self._warned_no_workers = False
+        self._warned_misfits: set[str] = set()
+        self._all_misfits_since: float | None = None
         self._full_since: float | None = None
 
-    def tick(self) -> list[TaskResult]:
+    def look(self) -> None:
+        """Before a map is queued: which workers are live and which key they hold (so it
+        routes around misfits from the start and warns even if it ends within a second).
+        One read of the workers serves every map submitted within :data:`LOOK_SECONDS`."""
+        storage = self.run.storage
+        seen = _looks.get(storage)
+        if seen is None or time.monotonic() - seen[0] > LOOK_SECONDS:
+            seen = _looks[storage] = (time.monotonic(), storage.worker_statuses(queue_depths=False))
+        self.run.observe(seen[1])
+        self._check_keys(seen[1])
+
+    def schedule(self) -> None:
+        """The first tick comes one period after the map was submitted."""
+        self.next_tick = time.monotonic() + TICK_SECONDS
+
+    def due(self) -> bool:
+        return time.monotonic() >= self.next_tick
+
+    def tick(self) -> None:
         """Once a second: keep the map alive, recover from dead workers and restarts,
-        back up stragglers, sample the workers' metrics."""
-        run = self.run
-        run._next_tick = time.monotonic() + TICK_SECONDS
+        check the workers' keys, back up stragglers, sample the workers' metrics."""
+        self.next_tick = time.monotonic() + TICK_SECONDS
         try:
-            out = self._tick_inner()
-        except BrokerRefused as err:
-            if not is_out_of_memory(err):
-                raise
-            out = []
+            self._tick()
+        except BrokerOutOfMemory:
             self._full_since = self._full_since or time.monotonic()
         self._check_full()
-        return out
+
+    def _tick(self) -> None:
+        run = self.run
+        storage = run.storage
+        if not storage.keep_map_alive(run.map_id, run.fn_hash):
+            if run.cancelled or run.done:
+                return
+            log.warning("map %s vanished from the broker (did it restart?); resubmitting %d tasks",
+                        run.map_id, run.unfinished)
+            run.function_lost()
+            return
+        renew_map_entry(storage, run.map_id)
+        storage.reap()
+        if time.monotonic() >= self._next_audit:
+            self._audit()
+        live = storage.worker_statuses(queue_depths=False)
+        _looks[storage] = (time.monotonic(), live)      # fresh for the next map's look
+        run.observe(live)
+        self._check_keys(live)
+        if not live and not self._warned_no_workers:
+            self._warned_no_workers = True
+            log.warning("map %s waits for workers: none is connected to %r (`rhtc workers -n 4`, "
+                        "or `condor_submit condor/workers.sub`)", run.map_id, storage.config)
+        if run.sample_metrics and len(run.metric_samples) < MAX_METRIC_SAMPLES:
+            for w in live:
+                d = w.to_dict()
+                run.metric_samples.append({k: d.get(k) for k in METRIC_KEYS} | {"worker": w.name})
+        if run.straggler_factor:
+            self._back_up_stragglers(live)
+        for frame in storage.fetch_dead_tasks(run.map_id):
+            index = protocol.frame_index(frame)
+            if index is None or not 0 <= index < run.n:
+                continue
+            history = storage.attempt_history(run.map_id, protocol.task_id(frame))
+            run.fail(index, RemoteError(
+                index, "WorkerLost", "the process running the task died every time it was tried "
+                "(see the attempts); the task may be what kills it (memory? a crash in compiled code?)",
+                worker=None,
+                argument=run.describe_argument(index), history=history))
+
+    def _check_keys(self, live: list[WorkerStatus]) -> None:
+        """Workers holding another key cannot run this map: fail fast when all of them do,
+        warn (and let the map route around them) when some do."""
+        run = self.run
+        misfits = sorted(w.name for w in live if w.name in run.misfits)
+        if not misfits:
+            self._all_misfits_since = None
+            return
+        theirs = sorted({w.key_fingerprint for w in live if w.name in run.misfits and w.key_fingerprint})
+        if len(misfits) == len(live):
+            self._all_misfits_since = self._all_misfits_since or time.monotonic()
+            if time.monotonic() - self._all_misfits_since >= KEY_MISMATCH_SECONDS:
+                raise KeyMismatch(
+                    f"map {run.map_id}: every live worker holds another signing key than this client "
+                    f"(the workers' key fingerprint {', '.join(theirs) or '?'}, this client's "
+                    f"{run.fingerprint}): {', '.join(misfits[:20])}{' ...' if len(misfits) > 20 else ''}. "
+                    "They cannot verify its tasks. Start the workers with this client's key "
+                    "(the same RHTC_KEY or config file), then run the map again.")
+            return
+        self._all_misfits_since = None
+        new = set(misfits) - self._warned_misfits
+        if new:
+            self._warned_misfits |= new
+            warnings.warn(f"map {run.map_id}: worker(s) {', '.join(sorted(new))} hold another signing key "
+                          f"(fingerprint {', '.join(theirs) or '?'}, this client's {run.fingerprint}); "
+                          "the map routes around them. Restart them with this client's key.",
+                          RuntimeWarning, stacklevel=2)
 
     def _check_full(self) -> None:
         """Warn when no result came for a while because Redis is full; give up after the
         broker patience (nothing is lost until then: workers hold their results)."""
         run = self.run
-        if time.monotonic() - run._last_progress < 3 * TICK_SECONDS:
+        patience = run.storage.settings.broker_patience
+        if time.monotonic() - run.last_progress < 3 * TICK_SECONDS:
             self._full_since = None
             return
-        used, limit = run._memory()
+        used, limit = run.memory()
         if not limit or used < limit * 0.98:
             self._full_since = None
             return
@@ -66,100 +190,50 @@ class Upkeep:
             self._full_since = time.monotonic()
             log.warning("map %s is stalled: the broker is out of memory (%.0f of %.0f MB); workers "
                         "hold their results until memory is freed", run.map_id, used / 1e6, limit / 1e6)
-        elif time.monotonic() - self._full_since > BROKER_PATIENCE:
+        elif time.monotonic() - self._full_since > patience:
             raise BrokerFull(f"the broker {run.storage.config!r} has been out of memory ({used / 1e6:.0f} of "
-                             f"{limit / 1e6:.0f} MB) for {BROKER_PATIENCE:.0f} s during map {run.map_id}, "
-                             f"with {len(run.pending)} tasks pending: free memory in Redis or raise its "
+                             f"{limit / 1e6:.0f} MB) for {patience:.0f} s during map {run.map_id}, "
+                             f"with {run.unfinished} tasks unfinished: free memory in Redis or raise its "
                              "maxmemory, then run the map again")
 
-    def _tick_inner(self) -> list[TaskResult]:
-        from rhtc.client.maprun import TaskResult  # the module that owns it imports this one
-        run = self.run
-        out: list[TaskResult] = []
-        if not run.storage.keep_map_alive(run.map_id, run.fn_hash):
-            if run.cancelled or run.done:
-                return out
-            log.warning("map %s vanished from the broker (did it restart?); resubmitting %d tasks",
-                        run.map_id, len(run.pending))
-            run._fn_uploaded = False
-            run._requeue(sorted(run.pending))
-            return out
-        run.storage.reap()
-        if time.monotonic() >= self._next_audit:
-            self._audit()
-        live = run.storage.live_workers(queue_depths=False)
-        if not live and not self._warned_no_workers:
-            self._warned_no_workers = True
-            log.warning("map %s waits for workers: none is connected to %r (`rhtc workers -n 4`, "
-                        "or `condor_submit condor/workers.sub`)", run.map_id, run.storage.config)
-        if run.sample_metrics and len(run.metric_samples) < MAX_METRIC_SAMPLES:
-            self._sample(live)
-        if run.straggler_factor:
-            self._back_up_stragglers(live)
-        for frame in run.storage.fetch_dead_tasks(run.map_id):
-            index = protocol.frame_index(frame)
-            if index in run.pending:
-                history = run.storage.attempt_history(run.map_id, protocol.task_id(frame))
-                err = RemoteError(index, "WorkerLost", "the task was running on a worker that died, "
-                                  "every time it was tried; it may be what kills them (memory? a crash "
-                                  "in compiled code?)", worker=None,
-                                  argument=describe(run._args[index]), history=history)
-                run.pending.discard(index)
-                run.metas.append({"index": index, "error": "WorkerLost: " + history[:180]})
-                out.append(TaskResult(index, None, {}, err))
-        return out
-
-    def _sample(self, live: list[dict]) -> None:
-        run = self.run
-        for w in live:
-            run.metric_samples.append({k: w.get(k) for k in (
-                "t", "name", "cpu", "rss", "cache_bytes", "cache_entries", "bytes_read", "net_recv",
-                "net_sent", "disk_read", "node_cpu")} | {"worker": w.get("name")})
-
-    def _back_up_stragglers(self, live: list[dict]) -> None:
+    def _back_up_stragglers(self, live: list[WorkerStatus]) -> None:
         """In the tail of the map, when a worker is idle, run a backup copy of a task that
         has run much longer than the median; the first result wins."""
         run = self.run
-        waiting = run.pending - set(run.rejected)
-        if not waiting or len(waiting) > max(2, 0.05 * run.n) or len(run._durations) < 3:
+        waiting = run.unfinished
+        if not waiting or waiting > max(2, 0.05 * run.n):
             return
-        idle = sum(w.get("state") == "idle" for w in live)
-        if not idle:
+        idle = sum(w.task is None and w.name not in run.misfits for w in live)
+        durations = run.durations()
+        if not idle or len(durations) < 3:
             return
-        median = sorted(run._durations)[len(run._durations) // 2]
+        median = float(sorted(durations)[len(durations) // 2])
         limit = max(STRAGGLER_MIN_SECONDS, run.straggler_factor * median)
-        prefix = run.map_id + ":"
-        slow = []
-        for w in live:
-            task = w.get("task") or ""
-            if task.startswith(prefix) and (w.get("task_seconds") or 0) > limit:
-                index = int(task[len(prefix):])
-                if index in waiting and index not in run.backups:
-                    slow.append(index)
+        slow = [w.task.index for w in live if w.task is not None and w.task.map_id == run.map_id
+                and (w.task_seconds or 0) > limit and not run.backed_up(w.task.index)]
         slow = slow[:idle]
         if slow:
+            sent = run.requeue(slow, route=False, backup=True)
             log.info("map %s: backing up %d straggler(s) running over %.1f s: %s", run.map_id,
-                     len(slow), limit, slow)
-            run.backups.update(slow)
-            run._requeue(slow, route=False)
+                     len(sent), limit, sent)
 
     def _audit(self) -> None:
-        """Requeue pending tasks that are nowhere in the broker, twice in a row (a worker
+        """Requeue waiting tasks that are nowhere in the broker, twice in a row (a worker
         killed between taking a task and its lease reaching Redis; a lost connection).
 
         The audit reads every queue, so it runs only when it is cheap (a short shared
         queue) or needed (no result for a while): a lost task shows at the end of a map."""
         run = self.run
         self._next_audit = time.monotonic() + AUDIT_SECONDS
-        waiting = run.pending - set(run.rejected)
-        if not waiting:
-            return
-        stalled = time.monotonic() - run._last_progress > AUDIT_SECONDS
+        stalled = time.monotonic() - run.last_progress > AUDIT_SECONDS
         if not stalled and run.storage.shared_depth() > AUDIT_MAX_QUEUE:
+            return
+        waiting = set(run.waiting())
+        if not waiting:
             return
         missing = waiting - run.storage.audit_map(run.map_id)
         lost = sorted(missing & self._missing_before)
         self._missing_before = missing - set(lost)
         if lost:
             log.warning("map %s: %d task(s) vanished from the broker; resubmitting them", run.map_id, len(lost))
-            run._requeue(lost)
+            run.requeue(lost)

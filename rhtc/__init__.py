@@ -38,6 +38,7 @@ _API = {
     "TaskResult": "rhtc.client.maprun",
     "RemoteError": "rhtc.client.errors", "MapCancelled": "rhtc.client.errors",
     "BrokerLost": "rhtc.client.errors", "BrokerFull": "rhtc.client.errors",
+    "KeyMismatch": "rhtc.client.errors",
     "make_chunks": "rhtc.client.chunks", "Chunk": "rhtc.client.chunks",
     "BrokerConfig": "rhtc.broker.config",
 }

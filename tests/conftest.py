@@ -52,12 +52,18 @@ class Workers:
     def __init__(self, config, tmp: Path):
         self.config, self.tmp, self.procs, self._n = config, tmp, {}, 0
 
-    def start(self, n: int = 1, wait: bool = True, extra: tuple = (), env: dict | None = None) -> list[str]:
+    def start(self, n: int = 1, wait: bool = True, extra: tuple = (), env: dict | None = None,
+              names: list[str] | None = None) -> list[str]:
+        """Start ``n`` workers (or one per name in ``names``); a name started again keeps
+        the old process under ``<name>#<k>`` in :attr:`procs` (and its log)."""
+        wanted = list(names) if names else []
         names = []
-        for _ in range(n):
+        for i in range(len(wanted) or n):
             self._n += 1
-            name = f"tw{self._n}-{os.getpid()}"
-            log = open(self.tmp / f"{name}.log", "wb")
+            name = wanted[i] if wanted else f"tw{self._n}-{os.getpid()}"
+            if name in self.procs:
+                self.procs[f"{name}#{self._n}"] = self.procs.pop(name)
+            log = open(self.tmp / f"{name}.log", "ab")
             e = dict(os.environ, **self.config.env(), **(env or {}))
             p = subprocess.Popen([sys.executable, "-m", "rhtc.worker", "--name", name, *extra],
                                  env=e, stdout=log, stderr=subprocess.STDOUT, cwd=str(ROOT))
@@ -116,7 +122,7 @@ def workers(broker, tmp_path):
 
 def map_keys(storage: Storage) -> list[str]:
     """Keys of maps (not of workers) under the namespace."""
-    ns = storage.keys.ns
-    return sorted(k.decode() for k in storage.r.scan_iter(match=f"{ns}:*")
-                  if any(k.decode().startswith(f"{ns}:{p}:") for p in ("map", "res", "tries", "dead", "fn"))
-                  and not k.decode().startswith(f"{ns}:fn:"))
+    from rhtc.broker.keys import MAP_DATA
+    prefixes = tuple(getattr(storage.keys, name)("") for name in ("map", *MAP_DATA))
+    return sorted(k.decode() for k in storage.r.scan_iter(match=f"{storage.keys.ns}:*")
+                  if k.decode().startswith(prefixes))

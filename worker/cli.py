@@ -8,7 +8,7 @@ import sys
 import click
 import psutil
 
-from rhtc.broker.config import BrokerConfig, BrokerNotConfigured, KeyNotConfigured
+from rhtc.broker.config import BrokerConfig, BrokerNotConfigured, KeyNotConfigured, validate_worker_name
 
 
 def default_cache_size() -> int:
@@ -38,11 +38,16 @@ def main(url, config_file, name, cache_size, namespace, verbose):
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     from rhtc.worker.cache import parse_size
-    from rhtc.worker.main import Worker
+    from rhtc.worker.supervisor import Supervisor
+    if name is not None:
+        try:
+            validate_worker_name(name)
+        except ValueError as err:
+            raise click.BadParameter(str(err), param_hint="--name")   # exit code 2
     try:
         config = BrokerConfig.resolve(url=url, namespace=namespace, config_file=config_file)
         size = parse_size(cache_size) if cache_size else default_cache_size()
-        w = Worker(config, name=name, cache_bytes=size)
+        w = Supervisor(config, name=name, cache_bytes=size)
     except (BrokerNotConfigured, KeyNotConfigured, ValueError, PermissionError) as err:
         raise click.ClickException(str(err))
     sys.exit(w.run())

@@ -5,7 +5,8 @@ glibc gives such blocks back to the kernel when they are freed and faults fresh 
 pages in on the next task: on a virtual machine that costs as much as the arithmetic
 (measured here: a warm dimuon chunk 25 ms with these settings, 33-50 ms without). A
 worker runs one task after another for hours, so it keeps up to ``trim`` bytes of freed
-heap for the next task. ``RHTC_MALLOC_TUNING=0`` turns this off.
+heap for the next task. ``RHTC_MALLOC_TUNING=0`` turns this off (read with the other
+settings in :class:`broker.config.Settings`; the task process skips the call then).
 
     >>> tune_malloc()      # doctest: +SKIP
     True
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import os
 
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
 
@@ -22,8 +22,6 @@ _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
 def tune_malloc(mmap_threshold: int = 64 << 20, trim: int = 512 << 20, top_pad: int = 64 << 20) -> bool:
     """Ask glibc to serve blocks up to ``mmap_threshold`` from the heap and to keep up
     to ``trim`` bytes of freed heap; False where that is not possible (not glibc)."""
-    if os.environ.get("RHTC_MALLOC_TUNING", "1") == "0":
-        return False
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         mallopt = libc.mallopt

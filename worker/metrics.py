@@ -15,8 +15,8 @@ class NodeMetrics:
     on a node, so they are re-read only every ``node_every`` samples: with 150 workers
     on a node, sampling costs stay a rounding error."""
 
-    def __init__(self, node_every: int = 5):
-        self.proc = psutil.Process()
+    def __init__(self, node_every: int = 5, pid: int | None = None):
+        self.proc = psutil.Process(pid)
         self.proc.cpu_percent(None)
         psutil.cpu_percent(None)
         self.node_every = node_every
@@ -24,7 +24,10 @@ class NodeMetrics:
         self._node: dict = {}
 
     def sample(self) -> dict:
-        d = {"cpu": self.proc.cpu_percent(None), "rss": self.proc.memory_info().rss}
+        try:
+            d = {"cpu": self.proc.cpu_percent(None), "rss": self.proc.memory_info().rss}
+        except psutil.Error:          # the process it watches has just ended
+            return {"cpu": 0.0, "rss": 0}
         try:
             io = self.proc.io_counters()
             d.update(disk_read=io.read_bytes, disk_write=io.write_bytes)

@@ -1,23 +1,24 @@
--- Where are a map's tasks? Returns the 4-byte indices of every task of map ARGV[2]
--- that is queued (shared or a worker's queue), leased, dead-lettered or has a result
--- waiting. The client requeues pending tasks that are nowhere, twice in a row.
--- ARGV: namespace, map id
-local ns, mid = ARGV[1], ARGV[2]
-local seen = {}
-local function scan(list)
-  for _, item in ipairs(redis.call('LRANGE', list, 0, -1)) do
-    if string.sub(item, 36, 51) == mid then seen[#seen + 1] = string.sub(item, 52, 55) end
+-- Where are a map's tasks? Looks at one list window or one lease hash per call (bounded
+-- work: `step` items at most); the client walks every place in calls like this one.
+-- kind 'list': LRANGE key start..start+step-1, the 4-byte indices of the map's frames
+-- (task or result frames: both start with map id and index);
+-- kind 'lease': the worker's lease entries of the map held by its live incarnation
+-- (an entry of another incarnation is stale: not "somewhere").
+-- ARGV: ns, map id, kind, key or worker name, start, step.
+-- Returns {next start or -1 when done, indices...}.
+local mid, kind, where, start, step = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+local out = {-1}
+if kind == 'lease' then
+  local live = redis.call('GET', K.incarnation(where))
+  local flat = redis.call('HGETALL', K.lease(where))
+  for i = 1, #flat, 2 do
+    if tid_map(flat[i]) == mid and lease_inc(flat[i + 1]) == live then out[#out + 1] = tid_index(flat[i]) end
   end
+  return out
 end
-scan(ns .. ':q:shared')
-scan(ns .. ':dead:' .. mid)
-for _, item in ipairs(redis.call('LRANGE', ns .. ':res:' .. mid, 0, -1)) do
-  seen[#seen + 1] = string.sub(item, 52, 55)
+local items = redis.call('LRANGE', where, start, start + step - 1)
+for _, item in ipairs(items) do
+  if frame_map(item) == mid then out[#out + 1] = string.sub(item, IDX_FROM, IDX_TO) end
 end
-for _, w in ipairs(redis.call('SMEMBERS', ns .. ':workers')) do
-  scan(ns .. ':q:w:' .. w)
-  for _, tid in ipairs(redis.call('HKEYS', ns .. ':lease:' .. w)) do
-    if string.sub(tid, 1, 16) == mid then seen[#seen + 1] = string.sub(tid, 17, 20) end
-  end
-end
-return seen
+if #items == step then out[1] = start + step end
+return out

@@ -1,20 +1,12 @@
--- Remove every queued task of one map (cancel): from the shared queue and from every
--- worker's own queue. ARGV: namespace, map id. Returns how many were removed.
-local ns, mid = ARGV[1], ARGV[2]
-local removed = 0
-local function purge(q)
-  local items = redis.call('LRANGE', q, 0, -1)
-  local keep = {}
-  for _, item in ipairs(items) do
-    if string.sub(item, 36, 51) == mid then removed = removed + 1 else keep[#keep + 1] = item end
-  end
-  if #keep < #items then
-    redis.call('DEL', q)
-    for i = 1, #keep, 1000 do
-      redis.call('RPUSH', q, unpack(keep, i, math.min(i + 999, #keep)))
-    end
-  end
+-- Remove a cancelled map's queued tasks from one queue, `step` items per call: each item
+-- looked at is popped from the old end and pushed back at the new end unless it belongs
+-- to the map. ARGV: ns, map id, queue key, step. Returns {removed, looked at}.
+local mid, q, step = ARGV[2], ARGV[3], tonumber(ARGV[4])
+local removed, seen = 0, 0
+for _ = 1, step do
+  local item = redis.call('RPOP', q)
+  if not item then break end
+  seen = seen + 1
+  if frame_map(item) == mid then removed = removed + 1 else redis.call('LPUSH', q, item) end
 end
-purge(ns .. ':q:shared')
-for _, w in ipairs(redis.call('SMEMBERS', ns .. ':workers')) do purge(ns .. ':q:w:' .. w) end
-return removed
+return {removed, seen}

@@ -1,42 +1,45 @@
 -- An idle worker takes one task from the tail of another worker's queue, and leases it
--- to itself, when that pays: the victim is backed up (at least ARGV[3] tasks queued, so
+-- to itself, when that pays: the victim is backed up (at least `minq` tasks queued, so
 -- the owner would reach the tail much later than the thief can re-read it) or stuck
--- (its current task has run more than ARGV[4] seconds), or it is dead (no heartbeat).
+-- (its current task has run more than `stuck` seconds), or it is dead (no incarnation).
 -- A short queue of an owner that is making progress is left alone: those chunks are in
--- its cache. ARGV: namespace, thief name, min queue, stuck seconds.
--- Returns the frame, or false.
-local ns, me = ARGV[1], ARGV[2]
-local minq, stuck = tonumber(ARGV[3]), tonumber(ARGV[4])
+-- its cache. Work: one LLEN per registered worker, at most `step` pops.
+-- ARGV: ns, thief, thief's incarnation, min queue, stuck seconds, step.
+-- Returns {frame, nonce} or {}.
+local me, inc = ARGV[2], ARGV[3]
+local minq, stuck, step = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local best, bestlen = nil, 0
-for _, w in ipairs(redis.call('SMEMBERS', ns .. ':workers')) do
+for _, w in ipairs(redis.call('SMEMBERS', K.workers())) do
   if w ~= me then
-    local l = redis.call('LLEN', ns .. ':q:w:' .. w)
+    local l = redis.call('LLEN', K.queue(w))
     if l > 0 then
       local ok = l >= minq
       if not ok then
-        local hb = redis.call('GET', ns .. ':hb:' .. w)
+        local hb = redis.call('GET', K.heartbeat(w))
         if not hb then
           ok = true
         else
           local status = cjson.decode(hb)
-          ok = type(status['task_seconds']) == 'number' and status['task_seconds'] > stuck
+          ok = type(status[STATUS_TASK_SECONDS]) == 'number' and status[STATUS_TASK_SECONDS] > stuck
         end
       end
       if ok and l > bestlen then best, bestlen = w, l end
     end
   end
 end
-if not best then return false end
-if redis.call('HLEN', ns .. ':lease:' .. best) == 0
-   and redis.call('EXISTS', ns .. ':hb:' .. best) == 1 then
-  return false  -- the owner is alive and idle: it is about to take its own work
+if not best then return {} end
+if redis.call('HLEN', K.lease(best)) == 0 and redis.call('EXISTS', K.incarnation(best)) == 1 then
+  return {}  -- the owner is alive and idle: it is about to take its own work
 end
-while true do
-  local item = redis.call('LPOP', ns .. ':q:w:' .. best)
-  if not item then return false end
-  if #item >= 55 and string.sub(item, 1, 2) == 'RH'
-     and redis.call('EXISTS', ns .. ':map:' .. string.sub(item, 36, 51)) == 1 then
-    redis.call('HSET', ns .. ':lease:' .. me, string.sub(item, 36, 55), item)
-    return item
+for _ = 1, step do
+  local item = redis.call('LPOP', K.queue(best))
+  if not item then return {} end
+  if is_task(item) then
+    local nonce = map_nonce(frame_map(item))
+    if nonce then
+      redis.call('HSET', K.lease(me), frame_tid(item), lease_prefix(inc) .. item)
+      return {item, nonce}
+    end
   end
 end
+return {}

@@ -1,36 +1,49 @@
--- Hand in a worker's results, then take up to ARGV[3] more tasks for it: its own queue
--- first, then the shared one. One atomic step, one round trip per batch.
--- Each task taken is recorded in the worker's lease hash (task id -> frame) in the same
--- step, so a worker killed at any instant leaves its tasks findable. Results of maps
--- that are gone (cancelled, abandoned) are dropped, and so are their queued tasks.
--- Bytes that are not a frame are handed to the worker (unleased) so it reports them.
--- KEYS: own queue, shared queue, lease
--- ARGV: namespace, result grace (s), max tasks, leases on (1/0), then triples: map id,
---       task id, result frame. A result list lives as long as its map (which its client
---       keeps alive) plus the grace, so results of an abandoned map expire with it.
-local ns, ttl, n, leases = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1'
-for i = 5, #ARGV, 3 do
-  redis.call('HDEL', KEYS[3], ARGV[i + 1])
-  local left = redis.call('TTL', ns .. ':map:' .. ARGV[i])
+-- Hand in a worker's results, then lease up to `n` more tasks for it: its own queue first,
+-- then the shared one. One atomic step, one round trip per batch.
+-- Each task taken is recorded in the worker's lease hash (task id -> incarnation, time,
+-- frame) in the same step, so a worker killed at any instant leaves its tasks findable.
+-- Results of maps that are gone are dropped, and so are their queued tasks (at most
+-- `step` of them per call). Bytes that are not a frame are handed over unleased so the
+-- worker reports them.
+-- ARGV: ns, worker, incarnation, result grace (s), n, leases on (1/0), step,
+--       then triples: map id, task id, result frame.
+-- Returns {held, frame, nonce, frame, nonce, ...}; held = 0 when this incarnation does
+-- not hold the name (another took it over, or it expired: nothing is leased then, the
+-- supervisor claims it again or stops); nonce = the map's nonce ('' for foreign bytes).
+local w, inc, grace, n = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
+local leases, step = ARGV[6] == '1', tonumber(ARGV[7])
+local lease = K.lease(w)
+for i = 8, #ARGV, 3 do
+  redis.call('HDEL', lease, ARGV[i + 1])
+  local left = redis.call('TTL', K.map(ARGV[i]))
   if left ~= -2 then
-    local res = ns .. ':res:' .. ARGV[i]
+    local res = K.results(ARGV[i])
     redis.call('RPUSH', res, ARGV[i + 2])
-    redis.call('EXPIRE', res, math.max(left, 1) + ttl)
+    redis.call('EXPIRE', res, math.max(left, 1) + grace)
   end
 end
-local out = {}
+if redis.call('GET', K.incarnation(w)) ~= inc then return {0} end
+local out = {1}
+local budget = step
+local prefix = leases and lease_prefix(inc)
 local function take(q)
-  while #out < n do
+  while #out < 2 * n + 1 and budget > 0 do
+    budget = budget - 1
     local item = redis.call('RPOP', q)
     if not item then return end
-    if #item < 55 or string.sub(item, 1, 2) ~= 'RH' then
+    if not is_task(item) then
       out[#out + 1] = item
-    elseif redis.call('EXISTS', ns .. ':map:' .. string.sub(item, 36, 51)) == 1 then
-      if leases then redis.call('HSET', KEYS[3], string.sub(item, 36, 55), item) end
-      out[#out + 1] = item
+      out[#out + 1] = ''
+    else
+      local nonce = map_nonce(frame_map(item))
+      if nonce then
+        if leases then redis.call('HSET', lease, frame_tid(item), prefix .. item) end
+        out[#out + 1] = item
+        out[#out + 1] = nonce
+      end
     end
   end
 end
-take(KEYS[1])
-take(KEYS[2])
+take(K.queue(w))
+take(K.shared_queue())
 return out

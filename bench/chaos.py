@@ -1,0 +1,406 @@
+"""``bench chaos``: one map through a real fault-injecting proxy, against the same map
+without faults.
+
+Workers reach Redis through toxiproxy (the client does not). While the map runs, a
+seeded injector cuts the workers' connections, drops Redis's replies, adds latency,
+resets peers, and SIGKILLs workers and restarts them under the same names; one task
+holds the GIL for three leases. Every result is checked: correct, delivered exactly
+once, in order. ``tests/test_chaos.py`` runs the same scenario and asserts on it.
+
+    bench chaos --tasks 5000 --workers 4 --repeats 3
+
+Example::
+
+    >>> run_chaos(tasks=500, workers=2, seed=1).ok                  # doctest: +SKIP
+    True
+"""
+from __future__ import annotations
+
+import collections
+import ctypes
+import dataclasses
+import json
+import os
+import queue
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from urllib.parse import urlsplit, urlunsplit
+
+import click
+import psutil
+
+from rhtc.bench.toxiproxy import Proxy, Toxiproxy
+from rhtc.broker.config import ENV_URL
+from rhtc.broker.embedded import EmbeddedBroker, die_with_parent
+from rhtc.broker.storage import Storage
+
+FAULT_KINDS = ("cut", "lost replies", "latency", "reset peer", "sigkill + restart")
+TASK_SECONDS = 0.001
+
+
+def chaos_task(arg: tuple[int, int, str]) -> tuple[int, int]:
+    """The map's function: ``(i, hold, marker)`` -> ``(i, i * i)``; with ``hold``, notes
+    the run in the file ``marker`` and holds the GIL ``hold`` seconds (libc ``sleep``
+    through ``ctypes.PyDLL`` does not release it)."""
+    i, hold, marker = arg
+    if hold:
+        with open(marker, "a") as fh:
+            fh.write(f"{os.getpid()}\n")
+        ctypes.PyDLL(None).sleep(int(hold))
+    else:
+        time.sleep(TASK_SECONDS)
+    return i, i * i
+
+
+def proxied_url(url: str, proxy: Proxy) -> str:
+    """``url`` (same password and database) pointed at ``proxy`` instead of Redis.
+
+    >>> class P: host, port = "127.0.0.1", 7000
+    >>> proxied_url("redis://:pw@127.0.0.1:6390/0", P)
+    'redis://:pw@127.0.0.1:7000/0'
+    """
+    parts = urlsplit(url)
+    auth = parts.netloc.rsplit("@", 1)[0] + "@" if "@" in parts.netloc else ""
+    return urlunsplit(parts._replace(netloc=f"{auth}{proxy.host}:{proxy.port}"))
+
+
+def sigkill(proc: subprocess.Popen) -> list[psutil.Process]:
+    """SIGKILL a worker's main process and wait for it; return the processes it had
+    started (its task process), which must follow it: see :func:`outliving`.
+
+    >>> p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    >>> sigkill(p), p.returncode
+    ([], -9)
+    """
+    try:
+        children = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        children = []
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    return children
+
+
+def outliving(children: list[psutil.Process], grace: float = 5.0) -> list[int]:
+    """Wait up to ``grace`` seconds for ``children`` of killed workers to exit; kill the
+    ones that do not (by pid) and return their pids, for the caller to report."""
+    _, alive = psutil.wait_procs(children, timeout=grace)
+    for child in alive:
+        try:
+            child.kill()
+        except psutil.NoSuchProcess:
+            pass
+    return [c.pid for c in alive]
+
+
+@dataclasses.dataclass
+class ChaosResult:
+    """What one map under (or without) faults did, and what was checked."""
+
+    seed: int
+    tasks: int
+    workers: int
+    lease: float
+    with_faults: bool
+    seconds: float = 0.0
+    faults: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    delivered: int = 0
+    correct: int = 0
+    gil_task: int | None = None
+    gil_runs: int = 0
+    problems: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Every result correct and in order, each delivered exactly once."""
+        return not self.problems and self.correct == self.tasks == self.delivered
+
+
+class _Launcher:
+    """Starts processes from one thread that lives as long as this process (the parent-death
+    signal follows the *thread* that started a child; the injector thread ends early)."""
+
+    _jobs: "queue.Queue | None" = None
+    _lock = threading.Lock()
+
+    @classmethod
+    def popen(cls, *args, **kwargs) -> subprocess.Popen:
+        with cls._lock:
+            if cls._jobs is None:
+                cls._jobs = queue.Queue()
+                threading.Thread(target=cls._serve, name="chaos-launcher", daemon=True).start()
+        done: queue.Queue = queue.Queue()
+        cls._jobs.put((args, kwargs, done))
+        ok, value = done.get()
+        if not ok:
+            raise value
+        return value
+
+    @classmethod
+    def _serve(cls) -> None:
+        while True:
+            args, kwargs, done = cls._jobs.get()
+            try:
+                done.put((True, subprocess.Popen(*args, preexec_fn=die_with_parent, **kwargs)))
+            except BaseException as err:        # handed to the caller
+                done.put((False, err))
+
+
+class ChaosPool:
+    """A private broker, a toxiproxy in front of it, and named workers that reach Redis
+    only through the proxy. Stops everything it started, by pid."""
+
+    def __init__(self, n_workers: int, lease: float, log_dir: str | None = None):
+        self.n_workers, self.lease = n_workers, lease
+        self.own_dir = log_dir is None           # removed on exit unless `keep_logs`
+        self.keep_logs = False
+        self.log_dir = log_dir or tempfile.mkdtemp(prefix="rhtc-chaos-")
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.dead: list[subprocess.Popen] = []
+        self.children_of_killed: list[psutil.Process] = []
+        self.broker = self.toxi = self.proxy = self.storage = None
+
+    def __enter__(self) -> "ChaosPool":
+        try:
+            self.broker = EmbeddedBroker().start()
+            self.toxi = Toxiproxy().start()
+            self.proxy = self.toxi.proxy("redis", upstream=f"127.0.0.1:{self.broker.port}")
+            self.storage = Storage(self.broker.config)
+            for i in range(self.n_workers):
+                self.start(f"chaos-{i}")
+            self.wait_live(list(self.procs), timeout=60)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    @property
+    def config(self):
+        return self.broker.config
+
+    def worker_env(self) -> dict[str, str]:
+        env = dict(os.environ, **self.config.env(), RHTC_LEASE=str(self.lease))
+        env[ENV_URL] = proxied_url(self.config.url, self.proxy)
+        env.pop("RHTC_CONFIG", None)
+        return env
+
+    def start(self, name: str) -> None:
+        """Start (or restart, after a SIGKILL) the worker called ``name``."""
+        if name in self.procs:
+            self.dead.append(self.procs[name])
+        with open(os.path.join(self.log_dir, f"{name}.log"), "ab") as log:
+            self.procs[name] = _Launcher.popen(
+                [sys.executable, "-m", "rhtc.worker", "--name", name], env=self.worker_env(),
+                stdout=log, stderr=subprocess.STDOUT)
+
+    def kill(self, name: str) -> None:
+        self.children_of_killed += sigkill(self.procs[name])
+
+    def wait_live(self, names: list[str], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            missing = set(names) - {w["name"] for w in self.storage.live_workers(queue_depths=False)}
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                states = ", ".join(f"{n} ({'running' if self.procs[n].poll() is None else f'exited {self.procs[n].returncode}'})"
+                                   for n in sorted(missing))
+                raise TimeoutError(f"chaos workers not live within {timeout:.0f} s: {states} (logs in {self.log_dir})")
+            time.sleep(0.05)
+
+    def running(self, label: str) -> set[str]:
+        """Names of the workers whose status says they run task ``label``."""
+        try:
+            return {w["name"] for w in self.storage.live_workers(queue_depths=False)
+                    if w.get("task") == label}
+        except Exception:
+            return set()
+
+    def __exit__(self, *exc) -> None:
+        for p in [*self.procs.values(), *self.dead]:
+            if p.poll() is None:
+                p.terminate()
+        for p in [*self.procs.values(), *self.dead]:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        if self.storage is not None:
+            self.storage.close()
+        if self.toxi is not None:
+            self.toxi.close()
+        if self.broker is not None:
+            self.broker.stop()
+        if self.own_dir and not self.keep_logs:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
+
+
+class Injector(threading.Thread):
+    """Injects faults at random (seeded) until stopped; counts them by kind. The first
+    five are one of each kind, in a random order."""
+
+    def __init__(self, pool: ChaosPool, rng: random.Random, spare: str | None = None):
+        super().__init__(name="chaos-injector", daemon=True)
+        self.pool, self.rng, self.spare = pool, rng, spare
+        self.stop = threading.Event()
+        self.counts: collections.Counter = collections.Counter()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        kinds = list(FAULT_KINDS)
+        self.rng.shuffle(kinds)
+        try:
+            while not self.stop.wait(self.rng.uniform(0.15, 0.6)):
+                kind = kinds.pop() if kinds else self.rng.choice(FAULT_KINDS)
+                if self._inject(kind):
+                    self.counts[kind] += 1
+        except BaseException as err:           # handed to the caller
+            self.error = err
+
+    def _inject(self, kind: str) -> bool:
+        proxy, rng = self.pool.proxy, self.rng
+        if kind == "cut":
+            proxy.cut()
+            self.stop.wait(rng.uniform(0.2, 1.0))
+            proxy.restore()
+        elif kind == "lost replies":            # replies stop; connections close after `timeout`
+            toxic = proxy.add_toxic("timeout", stream="downstream", timeout=int(rng.uniform(100, 500)))
+            self.stop.wait(rng.uniform(0.2, 0.8))
+            proxy.remove_toxic(toxic)
+        elif kind == "latency":
+            toxic = proxy.add_toxic("latency", stream="downstream", latency=int(rng.uniform(10, 80)),
+                                    jitter=10)
+            self.stop.wait(rng.uniform(0.5, 2.0))
+            proxy.remove_toxic(toxic)
+        elif kind == "reset peer":
+            toxic = proxy.add_toxic("reset_peer", stream="upstream", timeout=0)
+            self.stop.wait(rng.uniform(0.05, 0.3))
+            proxy.remove_toxic(toxic)
+        else:
+            # the worker running the GIL task is spared: that task tests the lease, not
+            # the retry limit
+            spared = self.pool.running(self.spare) if self.spare else set()
+            victims = sorted(n for n, p in self.pool.procs.items() if p.poll() is None and n not in spared)
+            if not victims:
+                return False
+            name = rng.choice(victims)
+            self.pool.kill(name)
+            self.pool.start(name)
+        return True
+
+
+def run_chaos(tasks: int = 5000, workers: int = 4, lease: float = 2.0, seed: int | None = None,
+              faults: bool = True, timeout: float = 300.0, log_dir: str | None = None) -> ChaosResult:
+    """Run one map of ``tasks`` tasks on ``workers`` workers behind toxiproxy, with faults
+    injected at random (``seed``) or none, and check every result.
+
+    One task (chosen by the seed) holds the GIL for three leases plus a second."""
+    from rhtc.client import RemoteError, submit
+    seed = random.randrange(1 << 30) if seed is None else seed
+    rng = random.Random(seed)
+    gil_task = rng.randrange(tasks)
+    hold = int(3 * lease + 1)
+    result = ChaosResult(seed, tasks, workers, lease, faults, gil_task=gil_task)
+    with ChaosPool(workers, lease, log_dir) as pool:
+        marker = os.path.join(pool.log_dir, f"gil-task-runs-{seed}")
+        args = [(i, hold, marker) if i == gil_task else (i, 0, "") for i in range(tasks)]
+        t0 = time.monotonic()
+        # no backup copies of stragglers: the GIL task must run once, unless taken for dead
+        h = submit(chaos_task, args, broker=pool.config, errors="return", label="chaos", stragglers=None)
+        injector = Injector(pool, rng, spare=f"{h.map_id}:{gil_task}") if faults else None
+        if injector is not None:
+            injector.start()
+        try:
+            values = h.wait(timeout=timeout)
+        except TimeoutError as err:
+            values = None
+            result.problems.append(f"{err} (seed {seed}, worker logs in {pool.log_dir})")
+            h.cancel()
+        finally:
+            if injector is not None:
+                injector.stop.set()
+                injector.join(30)
+                pool.proxy.clear()
+                pool.proxy.restore()
+                result.faults = injector.counts
+                if injector.error is not None:
+                    result.problems.append(f"the fault injector failed: {injector.error!r}")
+        result.seconds = time.monotonic() - t0
+        result.delivered = h.progress()[0]
+        left = outliving(pool.children_of_killed)
+        if left:
+            result.problems.append(f"task processes {left} outlived their SIGKILLed workers by 5 s")
+        try:                  # every worker, restarted or not, serves again once faults stop
+            pool.wait_live(list(pool.procs), timeout=3 * lease + 5)
+        except TimeoutError as err:
+            result.problems.append(str(err))
+        if os.path.exists(marker):
+            with open(marker) as fh:
+                result.gil_runs = len(fh.read().split())
+        pool.keep_logs = bool(result.problems) or result.gil_runs != 1
+    if result.gil_runs != 1:
+        result.problems.append(f"the task holding the GIL {hold} s (index {gil_task}) ran "
+                               f"{result.gil_runs} times: its worker was taken for dead")
+    if values is not None:
+        for i, v in enumerate(values):
+            if v == (i, i * i):
+                result.correct += 1
+            elif len(result.problems) < 20:
+                kind = "failed" if isinstance(v, RemoteError) else "wrong"
+                result.problems.append(f"task {i} {kind}: {v!s:.300}")
+    if result.delivered != tasks:
+        result.problems.append(f"{result.delivered} results delivered for {tasks} tasks")
+    return result
+
+
+@click.command("chaos")
+@click.option("--tasks", default=5000, show_default=True, help="Tasks in the map.")
+@click.option("--workers", default=4, show_default=True, help="Worker processes.")
+@click.option("--lease", default=2.0, show_default=True, help="RHTC_LEASE of the workers (s).")
+@click.option("--repeats", default=3, show_default=True, help="Maps with faults, and as many without.")
+@click.option("--seed", default=None, type=int, help="First seed (default: random); repeat k uses seed + k.")
+@click.option("--json", "json_path", default=None, help="Write the figures here.")
+def chaos_command(tasks, workers, lease, repeats, seed, json_path):
+    """One map through a fault-injecting proxy (cuts, lost replies, latency, resets,
+    SIGKILL + restart, a task holding the GIL), against the same map without faults."""
+    seed = random.randrange(1 << 30) if seed is None else seed
+    calm, rough = [], []
+    for k in range(repeats):
+        calm.append(run_chaos(tasks, workers, lease, seed + k, faults=False))
+        rough.append(run_chaos(tasks, workers, lease, seed + k, faults=True))
+        click.echo(f"  repeat {k + 1}: without faults {calm[-1].seconds:.2f} s, with faults "
+                   f"{rough[-1].seconds:.2f} s ({sum(rough[-1].faults.values())} faults, seed {seed + k})")
+    faults = sum((r.faults for r in rough), collections.Counter())
+    checked = sum(r.correct for r in calm + rough)
+    delivered = sum(r.delivered for r in calm + rough)
+    expected = 2 * repeats * tasks
+    t_calm = statistics.median(r.seconds for r in calm)
+    t_rough = statistics.median(r.seconds for r in rough)
+    click.echo(f"chaos: {tasks} tasks, {workers} workers, lease {lease:g} s, {repeats} repeats, seeds "
+               f"{seed}..{seed + repeats - 1}; one task holds the GIL {int(3 * lease + 1)} s")
+    click.echo("faults injected: " + ", ".join(f"{k} {faults[k]}" for k in FAULT_KINDS)
+               + f" (total {sum(faults.values())})")
+    click.echo(f"results checked: {checked}/{expected} correct and in order, {delivered} delivered "
+               f"for {expected} tasks (exactly once)")
+    click.echo(f"median map time: without faults {t_calm:.2f} s, with faults {t_rough:.2f} s, "
+               f"slowdown {t_rough / t_calm:.2f}x")
+    for r in calm + rough:
+        for p in r.problems:
+            click.echo(f"PROBLEM ({'faults' if r.with_faults else 'no faults'}, seed {r.seed}): {p}")
+    if json_path:
+        with open(json_path, "w") as fh:
+            json.dump({"tasks": tasks, "workers": workers, "lease_s": lease, "seeds": [seed, seed + repeats - 1],
+                       "faults": dict(faults), "checked": checked, "delivered": delivered, "expected": expected,
+                       "seconds_without_faults": [r.seconds for r in calm],
+                       "seconds_with_faults": [r.seconds for r in rough],
+                       "slowdown": t_rough / t_calm}, fh, indent=2)
+    if checked != expected or delivered != expected or any(r.problems for r in calm + rough):
+        raise SystemExit(1)

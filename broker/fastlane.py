@@ -1,0 +1,101 @@
+"""One dedicated connection for a worker's (or a client's) hot path, where a command can
+be sent without waiting for its reply: the reply is read before the next command's, or
+collected when the caller needs it. This is what keeps a round trip to one network
+round trip.
+
+    >>> from rhtc.broker.fastlane import FastLane      # doctest: +SKIP
+    >>> lane = FastLane(redis_client)                   # doctest: +SKIP
+    >>> lane.send("PING"); lane.collect()               # doctest: +SKIP
+    b'PONG'
+"""
+from __future__ import annotations
+
+import threading
+
+import redis
+
+from rhtc.broker.errors import ConnectionProblem
+
+
+class FastLane:
+    """One dedicated connection for a worker's hot path, where a command can be sent
+    without waiting for its reply (the reply is read before the next command's)."""
+
+    def __init__(self, r: redis.Redis):
+        self.r = r
+        self.conn = None
+        self.pending = 0
+        self._loaded = set()
+        self.lock = threading.RLock()     # for clients with several maps in threads
+
+    def _connection(self):
+        if self.conn is None:
+            self.conn = self.r.connection_pool.get_connection()
+        return self.conn
+
+    def drain(self) -> None:
+        """Read (and drop) the replies of commands sent without waiting."""
+        self.collect()
+
+    def collect(self):
+        """Read the replies of every command sent without waiting; return the last one.
+        An error reply is raised after all replies are read."""
+        last, error = None, None
+        try:
+            while self.pending:
+                self.pending -= 1
+                try:
+                    last = self.conn.read_response()
+                except redis.ResponseError as err:
+                    error = error or err
+        except ConnectionProblem:
+            self.reset()
+            raise
+        if error is not None:
+            raise error
+        return last
+
+    def send(self, *args) -> None:
+        try:
+            self._connection().send_command(*args)
+        except ConnectionProblem:
+            self.reset()
+            raise
+        self.pending += 1
+
+    def call(self, *args):
+        self.drain()
+        conn = self._connection()
+        try:
+            conn.send_command(*args)
+            return conn.read_response()
+        except ConnectionProblem:
+            self.reset()
+            raise
+
+    def script(self, script, keys: list, args: list, wait: bool = True):
+        """Run a Lua script by its hash (loading it if the broker forgot it). With
+        ``wait=False`` the reply is read before the next command instead (the script is
+        then loaded first, so that a NOSCRIPT cannot go unnoticed)."""
+        if not wait:
+            if script.sha not in self._loaded:
+                self.call("SCRIPT", "LOAD", script.script)
+                self._loaded.add(script.sha)
+            self.send("EVALSHA", script.sha, len(keys), *keys, *args)
+            return None
+        try:
+            return self.call("EVALSHA", script.sha, len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError:        # a restarted broker forgot it
+            self.call("SCRIPT", "LOAD", script.script)
+            return self.call("EVALSHA", script.sha, len(keys), *keys, *args)
+
+    def reset(self) -> None:
+        if self.conn is not None:
+            try:
+                self.conn.disconnect()
+                self.r.connection_pool.release(self.conn)
+            except Exception:
+                pass
+        self.conn = None
+        self.pending = 0
+        self._loaded = set()

@@ -1,0 +1,163 @@
+"""The worker's side of the broker: claiming a name for one incarnation, heartbeats,
+taking and leasing tasks, handing in results, reconciling the lease with what runs,
+and giving tasks back (reap, retire, crash). Mixed into :class:`broker.storage.Storage`;
+the atomic steps are the Lua scripts named here (see :mod:`broker.scripts`).
+
+    >>> from rhtc.broker.embedded import EmbeddedBroker            # doctest: +SKIP
+    >>> from rhtc.broker.storage import Storage                    # doctest: +SKIP
+    >>> with EmbeddedBroker() as b:                                # doctest: +SKIP
+    ...     s = Storage(b.config)
+    ...     s.claim("w1", "0" * 16, status).ok
+    True
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Iterable, Sequence
+
+from rhtc.broker import protocol
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """The answer to a claim: ``ok``, or the incarnation that holds the name."""
+
+    ok: bool
+    holder: str = ""
+
+
+def now_text() -> str:
+    """Local time with milliseconds, for attempt histories."""
+    return time.strftime("%H:%M:%S", time.localtime()) + ("%.3f" % (time.time() % 1))[1:]
+
+
+class Leases:
+    """Worker-side methods of :class:`~broker.storage.Storage` (uses its connection,
+    keys, scripts and settings)."""
+
+    # -- the name and its incarnation ----------------------------------------------------
+    def claim(self, worker: str, incarnation: str, status: protocol.WorkerStatus,
+              mode: str = "claim", expected: str = "") -> Claim:
+        """Claim ``worker`` for ``incarnation`` (``mode`` 'claim', or 'force' to take over from
+        ``expected``, a holder seen dead), or renew it ('renew', the heartbeat). A claim
+        requeues what a predecessor held, at once."""
+        st = self.settings
+        why = f"{worker} was restarted (new incarnation {incarnation}) at {now_text()}"
+        ok, info = self._scripts["claim"](args=[
+            self.keys.ns, worker, incarnation, status.encode(), int(st.lease * 1000), mode, expected,
+            st.max_attempts, st.result_ttl, why, st.holds_ttl, st.scan_step])
+        if not ok:
+            return Claim(False, info.decode() if isinstance(info, bytes) else str(info))
+        left = int(info)
+        while left:
+            left = int(self._scripts["drain"](args=[self.keys.ns, worker, st.scan_step]))
+        return Claim(True)
+
+    def heartbeat(self, worker: str, incarnation: str, status: protocol.WorkerStatus) -> Claim:
+        """Say this incarnation is alive (renews its name and lease) and publish its status;
+        ``ok`` is False when another incarnation took the name over."""
+        return self.claim(worker, incarnation, status, mode="renew")
+
+    def holder_status(self, worker: str) -> protocol.WorkerStatus | None:
+        """The published status of whoever holds ``worker`` now (None if nobody)."""
+        raw = self.r.get(self.keys.heartbeat(worker))
+        return protocol.WorkerStatus.decode(raw) if raw else None
+
+    # -- taking tasks ----------------------------------------------------------------------
+    def take(self, worker: str, incarnation: str, max_tasks: int,
+             results: Sequence[tuple[str, bytes, bytes]] = ()) -> tuple[bool, list[tuple[bytes, str]]]:
+        """Hand in (map id, task id, result frame) triples, then lease up to ``max_tasks``
+        tasks: own queue first, then the shared queue. One round trip. Returns (still
+        holding the name, [(frame, its map's nonce)])."""
+        st = self.settings
+        args: list = [self.keys.ns, worker, incarnation, st.result_grace, max_tasks, int(st.leases),
+                      st.scan_step]
+        for map_id, tid, frame in results:
+            args += [map_id, tid, frame]
+        got = self._fast.script(self._scripts["take"], [], args)
+        return bool(got[0]), [(got[i], got[i + 1].decode()) for i in range(1, len(got), 2)]
+
+    def wait_for_task(self, worker: str, incarnation: str, timeout: float) -> bytes | None:
+        """Block until a task arrives in this worker's queue or the shared one; lease it.
+
+        The lease is sent without waiting for its reply, so an idle worker's wake-up costs
+        no extra round trip; :meth:`leased_nonce` reads the reply (the map's nonce) while
+        the caller verifies the frame."""
+        got = self._fast.call("BRPOP", self.keys.queue(worker), self.keys.shared_queue, timeout)
+        if not got:
+            return None
+        self._fast.script(self._scripts["lease_one"], [],
+                          [self.keys.ns, worker, incarnation, int(self.settings.leases), got[1]], wait=False)
+        return got[1]
+
+    def leased_nonce(self) -> str:
+        """The nonce of the map of the task :meth:`wait_for_task` returned ('' if it is gone)."""
+        got = self._fast.collect()
+        return got.decode() if isinstance(got, bytes) else ""
+
+    def steal(self, worker: str, incarnation: str) -> tuple[bytes, str] | None:
+        """Lease one task from the tail of a backed-up, stuck or dead worker's queue."""
+        st = self.settings
+        got = self._fast.script(self._scripts["steal"], [], [self.keys.ns, worker, incarnation,
+                                                             st.steal_min_queue, st.steal_stuck_seconds,
+                                                             st.scan_step])
+        return (got[0], got[1].decode()) if got else None
+
+    def release(self, worker: str, task_ids: Iterable[bytes]) -> None:
+        """Drop leases without a result (a frame the worker refused and reported)."""
+        ids = list(task_ids)
+        if ids:
+            self._fast.call("HDEL", self.keys.lease(worker), *ids)
+
+    # -- giving tasks back -------------------------------------------------------------------
+    def reconcile(self, worker: str, incarnation: str, held: Iterable[bytes] = (), *,
+                  gone: bool = False, crashed: bytes = b"", why: str = "") -> tuple[int, str]:
+        """Requeue this worker's lease entries that nobody runs: of another incarnation, or
+        older than one lease and not in ``held`` (every entry not held when the task process
+        is ``gone``); ``crashed`` goes back counted as an attempt, with ``why`` in its history.
+        Returns (how many, the crashed task's fate: 'queued', 'dead', 'gone' or '')."""
+        st = self.settings
+        n, outcome = self._scripts["reconcile"](args=[
+            self.keys.ns, worker, incarnation, int(st.lease * 1000), int(gone), crashed, why,
+            st.max_attempts, st.result_ttl, *held])
+        return int(n), outcome.decode() if isinstance(outcome, bytes) else str(outcome)
+
+    def retire(self, worker: str) -> None:
+        """A worker leaves: its leased and queued tasks go back to the shared queue."""
+        try:
+            self._fast.drain()
+        finally:
+            self._reap(worker)
+            while self.r.llen(self.keys.queue(worker)):
+                self._reap(worker)
+
+    def reap(self, every: float = 1.0) -> list[str]:
+        """Recover the tasks of workers whose incarnation expired (at most once per
+        ``every`` s across all processes). Returns the names of the workers found dead."""
+        return self._reap("", every)
+
+    def _reap(self, retiring: str, every: float = 0.0) -> list[str]:
+        st = self.settings
+        got = self._scripts["reap"](args=[self.keys.ns, now_text(), st.max_attempts, int(every * 1000),
+                                          st.result_ttl, retiring, st.scan_step])
+        return [w.decode() for w in got]
+
+    # -- what a worker publishes -------------------------------------------------------------
+    def advertise(self, worker: str, added: Iterable[str] = (), removed: Iterable[str] = ()) -> None:
+        """Publish which chunks (routing keys) this worker holds in its cache."""
+        added, removed = list(added), list(removed)
+        pipe = self.r.pipeline(transaction=False)
+        if removed:
+            pipe.srem(self.keys.holds(worker), *removed)
+        if added:
+            pipe.sadd(self.keys.holds(worker), *added)
+            pipe.expire(self.keys.holds(worker), self.settings.holds_ttl)
+        if added or removed:
+            pipe.execute()
+
+    def get_function(self, fn_hash: str) -> bytes | None:
+        return self.r.get(self.keys.function(fn_hash))
+
+    def map_info(self, map_id: str) -> dict[str, str]:
+        return {a.decode(): b.decode() for a, b in self.r.hgetall(self.keys.map(map_id)).items()}

@@ -1,0 +1,36 @@
+-- Claim, take over or renew a worker name for one incarnation, and publish its status.
+-- mode 'claim':  succeed only if nobody holds the name (or we already do);
+-- mode 'force':  succeed if the holder is still `expected` (a holder seen to be dead);
+-- mode 'renew':  the heartbeat: succeed unless another incarnation holds the name.
+-- On success the name, the status and the registration are (re)set with the lease
+-- expiry; a claim or take-over requeues what a predecessor left in the lease at once
+-- (counted as an attempt: it died with them) and moves up to `step` tasks of its queue
+-- to the shared queue.
+-- ARGV: ns, worker, incarnation, status JSON, lease ms, mode, expected holder,
+--       max attempts, ttl (s), why text, holds ttl (s), step.
+-- Returns {1, queued tasks left in its own queue} or {0, holder incarnation}.
+local w, inc, status, ms, mode = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6]
+local expected, maxtries, ttl, why = ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10]
+local holds_ttl, step = tonumber(ARGV[11]), tonumber(ARGV[12])
+local holder = redis.call('GET', K.incarnation(w))
+if holder and holder ~= inc and not (mode == 'force' and holder == expected) then
+  return {0, holder}
+end
+redis.call('SET', K.incarnation(w), inc, 'PX', ms)
+redis.call('SET', K.heartbeat(w), status, 'PX', ms)
+redis.call('SADD', K.workers(), w)
+redis.call('EXPIRE', K.holds(w), holds_ttl)
+if mode == 'renew' then return {1, 0} end
+-- a new incarnation: whatever a predecessor held goes back now
+local lease = K.lease(w)
+local flat = redis.call('HGETALL', lease)
+for i = 1, #flat, 2 do
+  if lease_inc(flat[i + 1]) ~= inc then
+    requeue(flat[i], lease_frame(flat[i + 1]), why, maxtries, ttl)
+    redis.call('HDEL', lease, flat[i])
+  end
+end
+if mode == 'force' or holder == false then
+  redis.call('DEL', K.holds(w))
+end
+return {1, drain_queue(w, step)}

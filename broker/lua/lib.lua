@@ -1,0 +1,79 @@
+-- Shared steps of the scripts (after the generated constants and key builders).
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function is_task(f)
+  return #f >= TASK_MIN_LEN and string.sub(f, 1, #MAGIC) == MAGIC
+end
+
+local function frame_map(f) return string.sub(f, MAP_FROM, MAP_TO) end
+local function frame_tid(f) return string.sub(f, MAP_FROM, IDX_TO) end
+local function frame_nonce(f) return string.sub(f, NONCE_FROM, NONCE_TO) end
+local function tid_map(tid) return string.sub(tid, 1, MAP_ID_LEN) end
+local function tid_index(tid) return string.sub(tid, MAP_ID_LEN + 1, TID_LEN) end
+
+-- lease values: incarnation | taken-at ms (zero-padded) | frame; one script call takes
+-- its tasks at one instant, so it builds the prefix once
+local function lease_prefix(inc)
+  return inc .. string.format('%0' .. TIME_LEN .. 'd', now_ms())
+end
+local function lease_inc(v) return string.sub(v, 1, INC_LEN) end
+local function lease_ms(v) return tonumber(string.sub(v, INC_LEN + 1, INC_LEN + TIME_LEN)) or 0 end
+local function lease_frame(v) return string.sub(v, INC_LEN + TIME_LEN + 1) end
+
+-- The map's nonce, or false when the map is gone.
+local function map_nonce(mid)
+  return redis.call('HGET', K.map(mid), MAP_NONCE)
+end
+
+-- Put a leased task back in the shared queue. With a reason (`why` ~= '') the run counts
+-- as an attempt: it is noted in the map's history and, once the task has used up
+-- `maxtries` attempts, the task goes to the map's dead list instead (the retry policy,
+-- in one place). Tasks of maps that are gone are dropped. Returns 'queued', 'dead' or 'gone'.
+local function requeue(tid, frame, why, maxtries, ttl)
+  local mid = tid_map(tid)
+  if redis.call('EXISTS', K.map(mid)) == 0 then return 'gone' end
+  if why ~= '' then
+    local idx = tid_index(tid)
+    local n = redis.call('HINCRBY', K.attempts(mid), idx, 1)
+    redis.call('EXPIRE', K.attempts(mid), ttl)
+    redis.call('HSET', K.tries(mid), idx, (redis.call('HGET', K.tries(mid), idx) or '') .. why .. '\n')
+    redis.call('EXPIRE', K.tries(mid), ttl)
+    if n >= maxtries then
+      redis.call('RPUSH', K.dead(mid), frame)
+      redis.call('EXPIRE', K.dead(mid), ttl)
+      return 'dead'
+    end
+  end
+  redis.call('RPUSH', K.shared_queue(), frame)
+  return 'queued'
+end
+
+-- Requeue every lease entry of worker `w` (why: '' = never run, not an attempt).
+local function requeue_lease(w, why, maxtries, ttl)
+  local lease = K.lease(w)
+  local flat = redis.call('HGETALL', lease)
+  for i = 1, #flat, 2 do
+    requeue(flat[i], lease_frame(flat[i + 1]), why, maxtries, ttl)
+  end
+  redis.call('DEL', lease)
+  return #flat / 2
+end
+
+-- Move up to `step` tasks from worker `w`'s own queue to the shared queue; returns how
+-- many are left there (bounded work per call: callers loop).
+local function drain_queue(w, step)
+  local q = K.queue(w)
+  for _ = 1, step do
+    if not redis.call('LMOVE', q, K.shared_queue(), 'RIGHT', 'RIGHT') then return 0 end
+  end
+  return redis.call('LLEN', q)
+end
+
+-- Is worker `w` registered with a live incarnation?
+local function is_live(w)
+  return redis.call('SISMEMBER', K.workers(), w) == 1 and redis.call('EXISTS', K.incarnation(w)) == 1
+end

@@ -1,0 +1,121 @@
+"""What each finished task of a map cost and where it ran, kept in flat columns.
+
+A map of a million tasks keeps a million of these, so they are numpy columns (about
+60 bytes a task) rather than a dict per task; the run record
+(:func:`client.api.record_of`) and the straggler check read them back.
+
+Example::
+
+    >>> from rhtc.broker.protocol import ResultMeta
+    >>> led = Ledger(4)
+    >>> led.add(2, ResultMeta(worker="w1", host="n1", pid=7, start=1.0, stop=3.0), received=3.5)
+    >>> led.add(0, None, error="WorkerLost: died", received=4.0)
+    >>> [(m["index"], m.get("worker"), m["error"]) for m in led.metas()]
+    [(2, 'w1', None), (0, None, 'WorkerLost: died')]
+    >>> led.durations().tolist()
+    [2.0]
+"""
+from __future__ import annotations
+
+from array import array
+
+import numpy as np
+
+from rhtc.broker.protocol import ResultMeta
+
+_NONE = -1
+_NAN = float("nan")
+
+
+class Ledger:
+    """Per-task outcomes of one map, in the order the results arrived (append-only
+    columns: a few attribute appends per result, about 70 bytes a task)."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self._index = array("q")
+        self._worker = array("i")
+        self._host = array("i")
+        self._pid = array("q")
+        self._start = array("d")
+        self._stop = array("d")
+        self._received = array("d")
+        self._cache = array("q")
+        self._file = array("q")
+        self._events = array("q")
+        self._retries = array("h")
+        self._backup = bytearray()
+        self._errors: dict[int, str] = {}
+        self._names: list[str] = []
+        self._name_ids: dict[str, int] = {}
+
+    def _name(self, name: str | None) -> int:
+        if name is None:
+            return _NONE
+        i = self._name_ids.get(name)
+        if i is None:
+            i = self._name_ids[name] = len(self._names)
+            self._names.append(name)
+        return i
+
+    def add(self, index: int, meta: ResultMeta | None, *, error: str | None = None,
+            retries: int = 0, received: float | None = None, backup: bool = False) -> None:
+        """Record task ``index``'s outcome (at most once per task: the caller's state
+        table guarantees it)."""
+        self._index.append(index)
+        if meta is not None:
+            self._worker.append(self._name(meta.worker))
+            self._host.append(self._name(meta.host))
+            self._pid.append(meta.pid or 0)
+            self._start.append(meta.start)
+            self._stop.append(meta.stop)
+            self._cache.append(meta.bytes_cache or 0)
+            self._file.append(meta.bytes_file or 0)
+            self._events.append(_NONE if meta.events is None else meta.events)
+        else:
+            for col, v in ((self._worker, _NONE), (self._host, _NONE), (self._pid, 0), (self._start, _NAN),
+                           (self._stop, _NAN), (self._cache, 0), (self._file, 0), (self._events, _NONE)):
+                col.append(v)
+        self._received.append(_NAN if received is None else received)
+        self._retries.append(retries)
+        self._backup.append(backup)
+        if error is not None:
+            self._errors[index] = error[:200]
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def durations(self, last: int = 2000) -> np.ndarray:
+        """Run times of the latest ``last`` tasks that reported a start and a stop."""
+        k = len(self._index)
+        d = np.frombuffer(self._stop, dtype=float)[max(0, k - last):] - \
+            np.frombuffer(self._start, dtype=float)[max(0, k - last):]
+        return d[~np.isnan(d)]
+
+    def last_received(self) -> float | None:
+        """When the latest result arrived (unix time)."""
+        got = np.frombuffer(self._received, dtype=float)
+        got = got[~np.isnan(got)]
+        return float(got.max()) if got.size else None
+
+    def metas(self):
+        """Each outcome as the dict a worker's metadata reads as (plus ``index``, ``error``,
+        ``retries``, ``received``, ``backup``), in the order they arrived."""
+        names = self._names
+        for k, index in enumerate(self._index):
+            d: dict = {"index": index, "error": self._errors.get(index),
+                       "retries": self._retries[k], "backup": bool(self._backup[k])}
+            start, stop, received = self._start[k], self._stop[k], self._received[k]
+            if received == received:
+                d["received"] = received
+            w = self._worker[k]
+            if w != _NONE:
+                d["worker"] = names[w]
+            if start == start and stop == stop:
+                h = self._host[k]
+                d.update(start=start, stop=stop, host=names[h] if h != _NONE else "", pid=self._pid[k],
+                         bytes_cache=self._cache[k], bytes_file=self._file[k])
+                d["bytes_read"] = d["bytes_cache"] + d["bytes_file"]
+                if self._events[k] != _NONE:
+                    d["events"] = self._events[k]
+            yield d

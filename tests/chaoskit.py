@@ -1,0 +1,173 @@
+"""Shared parts of the reliability and chaos tests: a toxiproxy between workers and Redis,
+workers started under chosen names (and restarted under them), waiting for a condition,
+and the key-owner check.
+
+Nothing is mocked: the proxy is a real toxiproxy server, the workers real
+``python -m rhtc.worker`` processes, Redis a real redis-server. Every process started
+here is stopped by pid.
+
+Example::
+
+    with Toxiproxy() as tp:
+        proxy = tp.proxy("redis", upstream=f"127.0.0.1:{broker.port}")
+        pool = NamedWorkers(broker.config, tmp_path)
+        pool.start("w1", env=through(proxy, broker.config))
+        proxy.add_toxic("timeout", timeout=300)      # replies stop; connections close in 0.3 s
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import psutil
+
+from rhtc.bench.chaos import outliving, proxied_url, sigkill
+from rhtc.bench.toxiproxy import Proxy
+from rhtc.broker.config import ENV_URL, BrokerConfig
+from rhtc.broker.storage import Storage
+from tests.conftest import ROOT, Workers
+
+KEYS_PY = ROOT / "broker" / "keys.py"
+
+
+def through(proxy: Proxy, config: BrokerConfig) -> dict[str, str]:
+    """Environment that makes a worker reach ``config``'s Redis through ``proxy``
+    (same password, key and namespace; only host and port change)."""
+    return {ENV_URL: proxied_url(config.url, proxy)}
+
+
+def wait_until(condition: Callable[[], object], timeout: float, what: str, every: float = 0.05):
+    """Poll ``condition`` until it returns something true; raise AssertionError naming
+    ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = condition()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:.0f} s")
+        time.sleep(every)
+
+
+class NamedWorkers(Workers):
+    """:class:`tests.conftest.Workers` whose processes get the names the test chooses,
+    so that a killed worker can be restarted under its name (as HTCondor does)."""
+
+    def start_named(self, name: str, env: dict | None = None, wait: bool = True,
+                    extra: tuple = ()) -> str:
+        """Start ``python -m rhtc.worker --name name``; a previous process of that name
+        (killed by the test) is kept in ``self.old`` so that it is still reaped."""
+        if name in self.procs:
+            self.old = getattr(self, "old", []) + [self.procs[name]]
+        log = open(self.tmp / f"{name}.log", "ab")
+        e = {**os.environ, **self.config.env(), **(env or {})}
+        self.procs[name] = subprocess.Popen([sys.executable, "-m", "rhtc.worker", "--name", name, *extra],
+                                            env=e, stdout=log, stderr=subprocess.STDOUT, cwd=str(ROOT))
+        log.close()
+        if wait:
+            self.wait_live([name])
+        return name
+
+    def kill(self, name: str) -> None:
+        """SIGKILL a worker (its main process) and wait for it to be gone; what it had
+        started (a task process) is watched by :meth:`outliving`."""
+        self.watched = getattr(self, "watched", []) + sigkill(self.procs[name])
+
+    def outliving(self, grace: float = 5.0) -> list[int]:
+        """Pids of processes started by SIGKILLed workers still alive ``grace`` seconds on
+        (they are killed, by pid)."""
+        left, self.watched = outliving(getattr(self, "watched", []), grace), []
+        return left
+
+    def stop_all(self) -> None:
+        """Stop every worker (SIGTERM, then SIGKILL) and anything they started, by pid."""
+        procs = [*getattr(self, "old", []), *self.procs.values()]
+        children = []
+        for p in procs:
+            try:
+                children += psutil.Process(p.pid).children(recursive=True)
+            except psutil.NoSuchProcess:
+                pass
+        for p in getattr(self, "old", []):
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        super().stop_all()
+        outliving(children + getattr(self, "watched", []), grace=5)
+
+
+def live_names(storage: Storage) -> set[str]:
+    return {w["name"] for w in storage.live_workers(queue_depths=False)}
+
+
+def running_task(storage: Storage, worker: str) -> str | None:
+    """The ``map:index`` label a live worker says it is running, or None."""
+    for w in storage.live_workers(queue_depths=False):
+        if w["name"] == worker:
+            return w.get("task")
+    return None
+
+
+# -- every key has an owner or an expiry ---------------------------------------------
+def documented_patterns(keys_py: Path = KEYS_PY) -> list[re.Pattern]:
+    """The key patterns of broker/keys.py's table, as regexes with named groups
+    ``worker`` and ``map`` where the key belongs to a worker or a map."""
+    text = keys_py.read_text()
+    out = []
+    for literal in re.findall(r"``(\{ns\}[^`]*)``", text):
+        rx = re.escape(literal.strip()).replace(re.escape("{ns}"), "")
+        rx = rx.replace(re.escape("{worker}"), "(?P<worker>.+)").replace(re.escape("{map}"), "(?P<map>[0-9A-Za-z]+)")
+        rx = re.sub(r"\\\{[a-z_]+\\\}", ".+", rx)
+        out.append(re.compile(rx + "$"))
+    # the table's shorthand ``{ns}:bell:shared`` / ``:w:`` names the per-worker bells too
+    out.append(re.compile(r":bell:w:(?P<worker>.+)$"))
+    return out
+
+
+def unowned_keys(storage: Storage) -> list[str]:
+    """Keys under the namespace without an expiry that belong to nobody alive: not a
+    documented key, or a worker's key while that worker is not registered, or a map's
+    key while that map is over."""
+    ns = storage.keys.ns
+    patterns = documented_patterns()
+    registered = {m.decode() for m in storage.r.smembers(storage.keys.workers)}
+    bad = []
+    for raw in storage.r.scan_iter(match=f"{ns}:*", count=1000):
+        key = raw.decode(errors="replace")
+        if storage.r.pttl(raw) != -1:          # expires (or just vanished): owned by time
+            continue
+        rest = key[len(ns):]
+        match = next((m for m in (p.match(rest) for p in patterns) if m), None)
+        if match is None:
+            bad.append(f"{key} (not in broker/keys.py's table, no expiry)")
+            continue
+        groups = match.groupdict()
+        if groups.get("worker") is not None and groups["worker"] not in registered:
+            bad.append(f"{key} (worker {groups['worker']} is not registered, no expiry)")
+        elif groups.get("map") is not None and not storage.r.exists(storage.keys.map(groups["map"])):
+            bad.append(f"{key} (map {groups['map']} is over, no expiry)")
+    return sorted(bad)
+
+
+def dead_map_entries(storage: Storage) -> list[str]:
+    """Map ids in the maps registry whose map is over (its key expired or was deleted)."""
+    ids = [m.decode() for m in storage.r.zrange(storage.keys.maps, 0, -1)]
+    return [m for m in ids if not storage.r.exists(storage.keys.map(m))]
+
+
+def assert_every_key_owned(storage: Storage, within: float = 15.0) -> None:
+    """Every key has an expiry or a live owner, and the maps registry names no map that
+    is over, at some moment within ``within`` seconds (reapers run once a second)."""
+    deadline = time.monotonic() + within
+    while True:
+        bad = unowned_keys(storage) + [f"{storage.keys.maps} entry {m} (map is over)"
+                                       for m in dead_map_entries(storage)]
+        if not bad or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert not bad, "keys without an owner or an expiry:\n  " + "\n  ".join(bad)

@@ -1,0 +1,104 @@
+"""What the task process tells its supervisor, through a few hundred bytes of shared
+memory (no pipe, no Redis): the task it runs, the tasks it holds, its counters. The
+supervisor reads it to publish the worker's status, to reconcile the lease, and to name
+the task a crashed task process was running.
+
+    >>> s = SharedState.create()
+    >>> s.set_task(TaskRef("0123456789abcdef", 4)); s.current()[0]
+    TaskRef(map_id='0123456789abcdef', index=4)
+"""
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import time
+from typing import Iterable
+
+from rhtc.broker.protocol import TASK_ID_LEN, TaskRef
+
+MAX_HELD = 256
+
+
+class _Block(ctypes.Structure):
+    _fields_ = [
+        ("seq", ctypes.c_uint64),                    # odd while ``held`` is being written
+        ("task_map", ctypes.c_char * 16),
+        ("task_index", ctypes.c_int64),              # -1: no task
+        ("task_started", ctypes.c_double),
+        ("tasks_done", ctypes.c_int64), ("errors", ctypes.c_int64),
+        ("cache_bytes", ctypes.c_int64), ("cache_entries", ctypes.c_int64), ("cache_limit", ctypes.c_int64),
+        ("bytes_read", ctypes.c_int64), ("bytes_from_cache", ctypes.c_int64),
+        ("ready", ctypes.c_int32),
+        ("n_held", ctypes.c_int32),
+        ("held_from", ctypes.c_int32),               # the first ``held_from`` ids are done
+        ("held", ctypes.c_ubyte * (TASK_ID_LEN * MAX_HELD)),
+    ]
+
+
+class SharedState:
+    """One block shared by a supervisor and its task process (made before the fork)."""
+
+    def __init__(self, block):
+        self.b = block
+
+    @classmethod
+    def create(cls) -> "SharedState":
+        block = multiprocessing.get_context("fork").RawValue(_Block)
+        block.task_index = -1
+        return cls(block)
+
+    # -- written by the task process --------------------------------------------------------
+    def set_task(self, ref: TaskRef | None) -> None:
+        if ref is None:
+            self.b.task_index = -1
+            return
+        self.b.task_map = ref.map_id.encode("ascii")
+        self.b.task_started = time.time()
+        self.b.task_index = ref.index
+
+    def set_held(self, task_ids: Iterable[bytes]) -> None:
+        """The task ids of a new batch (all held)."""
+        data = b"".join(list(task_ids)[:MAX_HELD])
+        self.b.seq += 1
+        ctypes.memmove(ctypes.addressof(self.b) + _Block.held.offset, data, len(data))
+        self.b.n_held = len(data) // TASK_ID_LEN
+        self.b.held_from = 0
+        self.b.seq += 1
+
+    def done_with(self, n: int) -> None:
+        """The first ``n`` tasks of the batch are no longer held (their results are kept)."""
+        self.b.held_from = n
+
+    def set_counters(self, **values: int) -> None:
+        for name, value in values.items():
+            setattr(self.b, name, int(value))
+
+    # -- read by the supervisor -------------------------------------------------------------
+    def current(self) -> tuple[TaskRef | None, float | None]:
+        """(the task running, since when)."""
+        if self.b.task_index < 0:
+            return None, None
+        return TaskRef(self.b.task_map.decode("ascii"), int(self.b.task_index)), self.b.task_started
+
+    def held(self) -> list[bytes]:
+        """Task ids the task process holds (its current batch), read consistently."""
+        for _ in range(1000):
+            seq = self.b.seq
+            if seq % 2 == 0:
+                n, first = self.b.n_held, self.b.held_from
+                raw = ctypes.string_at(ctypes.addressof(self.b) + _Block.held.offset, n * TASK_ID_LEN)
+                if self.b.seq == seq:
+                    return [raw[i * TASK_ID_LEN:(i + 1) * TASK_ID_LEN] for i in range(first, n)]
+            time.sleep(0.0001)
+        return []
+
+    def counters(self) -> dict[str, int]:
+        names = ("tasks_done", "errors", "cache_bytes", "cache_entries", "cache_limit", "bytes_read",
+                 "bytes_from_cache")
+        return {n: int(getattr(self.b, n)) for n in names}
+
+    def reset(self) -> None:
+        """Before a fresh task process starts: no task, nothing held (counters stay)."""
+        self.b.task_index = -1
+        self.set_held([])
+        self.b.ready = 0

@@ -1,0 +1,273 @@
+"""The worker's supervisor (the model is dask's nanny): a small process that owns the
+worker's name and liveness and watches the process that runs the user's code.
+
+It claims the name for a fresh *incarnation* (refusing to start while another live
+process holds it, taking over at once from a dead one), renews the claim and publishes
+the status every heartbeat, reconciles the lease with what the task process holds, and
+reaps dead workers. When the task process dies (segfault, OOM kill, ``os._exit``) it
+notices at once, requeues the task it was running (counted as an attempt: after
+``max_attempts`` the task fails with the signal named) and starts a fresh one. It is
+not on the hot path: the task process takes tasks and hands in results itself.
+
+    >>> from rhtc.worker.supervisor import Supervisor         # doctest: +SKIP
+    >>> Supervisor(config, name="w1").run()                   # doctest: +SKIP
+    0
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import multiprocessing
+import multiprocessing.connection
+import os
+import secrets
+import signal
+import socket
+import sys
+import time
+
+from rhtc.broker import protocol
+from rhtc.broker.config import BrokerConfig, Settings, redact, settings, validate_worker_name
+from rhtc.broker.errors import BrokerTrouble
+from rhtc.broker.storage import Storage
+from rhtc.broker.versions import stack_versions
+from rhtc.worker.main import Backoff, TaskProcess, default_name
+from rhtc.worker.metrics import NodeMetrics
+from rhtc.worker.shared import SharedState
+
+log = logging.getLogger("rhtc.worker")
+
+_PR_SET_PDEATHSIG = 1
+EXIT_NAME_HELD = 3         # the exit code when another live process holds the name
+STOP_GRACE = 10.0          # seconds a task process gets to hand back its task on SIGTERM
+
+
+class NameHeld(RuntimeError):
+    """Another live process holds this worker name."""
+
+
+def describe_exit(code: int | None) -> str:
+    """'SIGSEGV (signal 11)' or 'exit code 9'.
+
+    >>> describe_exit(-11), describe_exit(9)
+    ('SIGSEGV (signal 11)', 'exit code 9')
+    """
+    if code is not None and code < 0:
+        try:
+            return f"{signal.Signals(-code).name} (signal {-code})"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+def _die_with(parent: int) -> None:
+    """SIGKILL this process when ``parent`` dies (Linux): a task process must never serve
+    under a name whose supervisor is gone."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _run_task_process(config, name, incarnation, shared, cache_bytes, max_batch, st, parent) -> None:
+    _die_with(parent)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)       # the supervisor decides when to stop
+    code = TaskProcess(config, name, incarnation, shared, cache_bytes, max_batch, st).run()
+    sys.stdout.flush()
+    os._exit(code)
+
+
+class Supervisor:
+    """One worker: its name, liveness and the process that runs its tasks."""
+
+    def __init__(self, config: BrokerConfig, name: str | None = None, cache_bytes: int = 4_000_000_000,
+                 max_batch: int = 64, settings_: Settings | None = None):
+        self.name = validate_worker_name(name or default_name())
+        self.config = config
+        self.settings = settings_ or settings()
+        self.incarnation = secrets.token_hex(8)
+        self.cache_bytes, self.max_batch = cache_bytes, max_batch
+        self.storage = Storage(config, self.settings)
+        self.shared = SharedState.create()
+        self.host, self.pid = socket.gethostname(), os.getpid()
+        self.started = time.time()
+        self.fingerprint = protocol.key_fingerprint(config.key)
+        self.versions = {**stack_versions(), **protocol.versions()}
+        self.proc: multiprocessing.process.BaseProcess | None = None
+        self.metrics: NodeMetrics | None = None
+        self.crashes = 0
+        self.stopping = False
+        # retry at least once a heartbeat: a longer pause could let the claim expire
+        self.backoff = Backoff(f"worker {self.name}", cap=self.settings.heartbeat)
+
+    # -- the status it publishes --------------------------------------------------------
+    def status(self) -> protocol.WorkerStatus:
+        now = time.time()
+        task, since = self.shared.current()
+        return protocol.WorkerStatus(
+            name=self.name, host=self.host, pid=self.pid, incarnation=self.incarnation,
+            key_fingerprint=self.fingerprint, task_pid=self.proc.pid if self.proc else None, t=now,
+            started=self.started, task=task, task_seconds=(now - since) if since else None,
+            crashes=self.crashes, versions=self.versions,
+            metrics=self.metrics.sample() if self.metrics else {}, **self.shared.counters())
+
+    # -- claiming the name -----------------------------------------------------------------
+    def claim(self) -> None:
+        """Claim the name; raise :class:`NameHeld` if another live process holds it."""
+        while True:
+            try:
+                got = self.storage.claim(self.name, self.incarnation, self.status())
+                if got.ok:
+                    return
+                holder = self.storage.holder_status(self.name)
+                if self._holder_renews():
+                    who = (f"{holder.host} pid {holder.pid} (incarnation {holder.incarnation})" if holder
+                           else f"incarnation {got.holder}")
+                    raise NameHeld(f"worker name {self.name!r} is already held by {who}, which is alive: "
+                                   "stop it first, or start this worker under another --name")
+                got = self.storage.claim(self.name, self.incarnation, self.status(), mode="force",
+                                         expected=got.holder)
+                if got.ok:
+                    log.warning("worker %s: took over the name from a dead predecessor (incarnation %s); "
+                                "what it held was requeued", self.name, holder.incarnation if holder else "?")
+                    return
+            except BrokerTrouble as err:
+                self.backoff.wait(err, redact(self.config.url))
+
+    def _holder_renews(self) -> bool:
+        """Watch the holder's claim for up to 2.5 heartbeats: a live holder renews it."""
+        key = self.storage.keys.incarnation(self.name)
+        deadline = time.monotonic() + 2.5 * self.settings.heartbeat
+        last = self.storage.r.pttl(key)
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            now = self.storage.r.pttl(key)
+            if now == -2:
+                return False
+            if now > last + 20:
+                return True
+            last = now
+        return False
+
+    # -- running ---------------------------------------------------------------------------
+    def run(self) -> int:
+        """Serve until SIGTERM/SIGINT; returns the exit code (0, or 3 if the name is held)."""
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        try:
+            self.claim()
+        except NameHeld as err:
+            print(f"rhtc worker: {err}", file=sys.stderr, flush=True)
+            return EXIT_NAME_HELD
+        log.info("worker %s (incarnation %s) serving %s (namespace %s)", self.name, self.incarnation,
+                 redact(self.config.url), self.config.namespace)
+        self._start_task_process()
+        next_beat = next_reconcile = 0.0
+        fast_crashes = 0
+        while not self.stopping:
+            timeout = max(0.0, next_beat - time.monotonic())
+            if multiprocessing.connection.wait([self.proc.sentinel], timeout):
+                if self.stopping:
+                    break
+                fast_crashes = fast_crashes + 1 if time.time() - self._proc_started < 2 else 0
+                self._task_process_died()
+                if fast_crashes > 1:        # a crash loop: restart at most once a heartbeat
+                    time.sleep(self.settings.heartbeat)
+                self._start_task_process()
+                continue
+            if time.monotonic() < next_beat:
+                continue
+            next_beat = time.monotonic() + self.settings.heartbeat
+            try:
+                if not self.storage.heartbeat(self.name, self.incarnation, self.status()).ok:
+                    return self._superseded()
+                self.storage.reap()
+                if time.monotonic() >= next_reconcile:
+                    next_reconcile = time.monotonic() + self.settings.reconcile
+                    self._reconcile()
+                self.backoff.ok()
+            except BrokerTrouble as err:
+                self.storage.reset_connection()
+                self.backoff.wait(err, redact(self.config.url))
+        self._stop()
+        return 0
+
+    def _on_signal(self, signum, frame) -> None:
+        self.stopping = True
+        if self.proc is not None and self.proc.pid and self.proc.exitcode is None:
+            try:
+                os.kill(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    def _start_task_process(self) -> None:
+        self.shared.reset()
+        ctx = multiprocessing.get_context("fork")
+        self.proc = ctx.Process(target=_run_task_process, name=f"rhtc-task-{self.name}", daemon=True,
+                                args=(self.config, self.name, self.incarnation, self.shared, self.cache_bytes,
+                                      self.max_batch, self.settings, os.getpid()))
+        self.proc.start()
+        self._proc_started = time.time()
+        self.metrics = NodeMetrics(pid=self.proc.pid)
+
+    def _reconcile(self) -> None:
+        task, _ = self.shared.current()
+        held = self.shared.held() + ([task.task_id] if task else [])
+        n, _ = self.storage.reconcile(self.name, self.incarnation, held)
+        if n:
+            log.warning("worker %s: %d leased task(s) were not running here (a lost reply?); requeued",
+                        self.name, n)
+
+    def _task_process_died(self) -> None:
+        self.proc.join(5)
+        code = self.proc.exitcode
+        task, _ = self.shared.current()
+        self.crashes += 1
+        why = (f"the task process of worker {self.name} (pid {self.proc.pid}) died with {describe_exit(code)}"
+               + (f" while running task {task}" if task else ""))
+        while True:
+            try:
+                _, fate = self.storage.reconcile(self.name, self.incarnation, gone=True,
+                                                 crashed=task.task_id if task else b"", why=why)
+                break
+            except BrokerTrouble as err:
+                self.backoff.wait(err, redact(self.config.url))
+        then = {"queued": "requeued", "dead": "failed: it used up its attempts", "gone": "dropped (map ended)"}
+        log.warning("%s; the task was %s; starting a fresh task process", why, then.get(fate, "not leased"))
+        try:
+            self.storage.report(why)
+        except BrokerTrouble:
+            pass
+
+    def _superseded(self) -> int:
+        holder = self.storage.holder_status(self.name)
+        print(f"rhtc worker: incarnation {self.incarnation} of {self.name!r} lost its name to "
+              f"{holder.host + ' pid ' + str(holder.pid) if holder else 'another process'}; stopping",
+              file=sys.stderr, flush=True)
+        self._kill_task_process()
+        return EXIT_NAME_HELD
+
+    def _kill_task_process(self) -> None:
+        if self.proc is not None and self.proc.exitcode is None:
+            self.proc.kill()
+            self.proc.join(5)
+
+    def _stop(self) -> None:
+        """Let the task process hand back its task, then give back everything still leased."""
+        if self.proc is not None:
+            self.proc.join(STOP_GRACE)
+            self._kill_task_process()
+        deadline = time.monotonic() + STOP_GRACE
+        while True:
+            try:
+                self.storage.retire(self.name)
+                break
+            except BrokerTrouble as err:
+                if time.monotonic() > deadline:       # the reaper of another worker will do it
+                    log.warning("worker %s: could not give back its tasks (%s); they are requeued "
+                                "when its name expires", self.name, err)
+                    break
+                self.backoff.wait(err, redact(self.config.url))
+        log.info("worker %s stopped (%d task-process crashes)", self.name, self.crashes)
