@@ -219,11 +219,6 @@ def task_id(frame: bytes) -> bytes:
     return frame[FRAME_PREFIX:FRAME_PREFIX + TASK_ID_LEN]
 
 
-def index_bytes(index: int) -> bytes:
-    """How an index is spelled inside task ids and attempt records."""
-    return _INDEX.pack(index)
-
-
 # -- tasks ------------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Task:
@@ -307,8 +302,9 @@ class ResultMeta:
         return self.bytes_cache + self.bytes_file
 
     def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        d.update(d.pop("extra"))
+        d = {"worker": self.worker, "host": self.host, "pid": self.pid, "start": self.start,
+             "stop": self.stop, "incarnation": self.incarnation, "bytes_cache": self.bytes_cache,
+             "bytes_file": self.bytes_file, "events": self.events, **self.extra}
         d["bytes_read"] = self.bytes_read
         return d
 

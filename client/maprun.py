@@ -119,6 +119,7 @@ class MapRun:
         """Queue every task; with ``wait_first``, also wait that long for the first result
         in the same round trip (what makes a one-task map fast)."""
         self.start = time.time()
+        self.upkeep.look()
         try:
             for lo in range(0, self.n, SUBMIT_BATCH):
                 early = self._enqueue(range(lo, min(self.n, lo + SUBMIT_BATCH)), wait_first if lo == 0 else 0.0)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 import warnings
+import weakref
 from typing import Iterable, Protocol
 
 from rhtc.broker import protocol
@@ -29,6 +30,8 @@ AUDIT_MAX_QUEUE = 1000        # ... unless the shared queue is longer and result
 STRAGGLER_MIN_SECONDS = 1.0   # never back up a task that has run less than this
 MAX_METRIC_SAMPLES = 200_000
 KEY_MISMATCH_SECONDS = 3.0    # every live worker holds another key this long: give up
+LOOK_SECONDS = 1.0            # maps submitted within this long share one look at the workers
+_looks: "weakref.WeakKeyDictionary[Storage, tuple[float, list[WorkerStatus]]]" = weakref.WeakKeyDictionary()
 METRIC_KEYS = ("t", "name", "cpu", "rss", "cache_bytes", "cache_entries", "bytes_read", "net_recv",
                "net_sent", "disk_read", "node_cpu")
 
@@ -76,6 +79,17 @@ class Upkeep:
         self._all_misfits_since: float | None = None
         self._full_since: float | None = None
 
+    def look(self) -> None:
+        """Before a map is queued: which workers are live and which key they hold (so it
+        routes around misfits from the start and warns even if it ends within a second).
+        One read of the workers serves every map submitted within :data:`LOOK_SECONDS`."""
+        storage = self.run.storage
+        seen = _looks.get(storage)
+        if seen is None or time.monotonic() - seen[0] > LOOK_SECONDS:
+            seen = _looks[storage] = (time.monotonic(), storage.worker_statuses(queue_depths=False))
+        self.run.observe(seen[1])
+        self._check_keys(seen[1])
+
     def schedule(self) -> None:
         """The first tick comes one period after the map was submitted."""
         self.next_tick = time.monotonic() + TICK_SECONDS
@@ -108,6 +122,7 @@ class Upkeep:
         if time.monotonic() >= self._next_audit:
             self._audit()
         live = storage.worker_statuses(queue_depths=False)
+        _looks[storage] = (time.monotonic(), live)      # fresh for the next map's look
         run.observe(live)
         self._check_keys(live)
         if not live and not self._warned_no_workers:

@@ -163,7 +163,7 @@ class TaskProcess:
             if self.stopping:
                 break                      # the rest is still leased: the supervisor hands it back
             self._run_frame(frame, nonce)
-            self.shared.set_held(ids[i + 1:])
+            self.shared.done_with(i + 1)
         self.shared.set_held([])
 
     def _flush(self) -> None:

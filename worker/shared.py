@@ -30,6 +30,7 @@ class _Block(ctypes.Structure):
         ("bytes_read", ctypes.c_int64), ("bytes_from_cache", ctypes.c_int64),
         ("ready", ctypes.c_int32),
         ("n_held", ctypes.c_int32),
+        ("held_from", ctypes.c_int32),               # the first ``held_from`` ids are done
         ("held", ctypes.c_ubyte * (TASK_ID_LEN * MAX_HELD)),
     ]
 
@@ -56,12 +57,17 @@ class SharedState:
         self.b.task_index = ref.index
 
     def set_held(self, task_ids: Iterable[bytes]) -> None:
-        ids = list(task_ids)[:MAX_HELD]
+        """The task ids of a new batch (all held)."""
+        data = b"".join(list(task_ids)[:MAX_HELD])
         self.b.seq += 1
-        data = b"".join(ids)
-        self.b.held[:len(data)] = data
-        self.b.n_held = len(ids)
+        ctypes.memmove(ctypes.addressof(self.b) + _Block.held.offset, data, len(data))
+        self.b.n_held = len(data) // TASK_ID_LEN
+        self.b.held_from = 0
         self.b.seq += 1
+
+    def done_with(self, n: int) -> None:
+        """The first ``n`` tasks of the batch are no longer held (their results are kept)."""
+        self.b.held_from = n
 
     def set_counters(self, **values: int) -> None:
         for name, value in values.items():
@@ -79,10 +85,10 @@ class SharedState:
         for _ in range(1000):
             seq = self.b.seq
             if seq % 2 == 0:
-                n = self.b.n_held
-                raw = bytes(self.b.held[:n * TASK_ID_LEN])
+                n, first = self.b.n_held, self.b.held_from
+                raw = ctypes.string_at(ctypes.addressof(self.b) + _Block.held.offset, n * TASK_ID_LEN)
                 if self.b.seq == seq:
-                    return [raw[i * TASK_ID_LEN:(i + 1) * TASK_ID_LEN] for i in range(n)]
+                    return [raw[i * TASK_ID_LEN:(i + 1) * TASK_ID_LEN] for i in range(first, n)]
             time.sleep(0.0001)
         return []
 

@@ -173,7 +173,8 @@ class Supervisor:
                     break
                 fast_crashes = fast_crashes + 1 if time.time() - self._proc_started < 2 else 0
                 self._task_process_died()
-                time.sleep(min(10.0, 0.1 * (2 ** fast_crashes)) if fast_crashes > 1 else 0)
+                if fast_crashes > 1:        # a crash loop: restart at most once a heartbeat
+                    time.sleep(self.settings.heartbeat)
                 self._start_task_process()
                 continue
             if time.monotonic() < next_beat:
