@@ -149,12 +149,13 @@ def test_1_lost_take_reply_does_not_hang_the_map(broker, storage, pool, toxiprox
     proxy.restore()
     lost_at = time.monotonic()
     gaps = []                      # the worker stays live: its task is not rescued by reaping it
-    while not h.done() and time.monotonic() - lost_at < 45:
+    while not h.done() and time.monotonic() - lost_at < 30:
         if name not in live_names(storage):
             gaps.append(round(time.monotonic() - lost_at, 1))
         time.sleep(0.2)
     assert h.wait(timeout=1) == [2.0, 0.0, 0.0, 0.0]
-    assert time.monotonic() - lost_at < 40          # README: a few leases (5 s each)
+    # README, What you can rely on: back in the queue within two leases (10 s); then it runs
+    assert time.monotonic() - lost_at < 2 * 5 + 5, f"took {time.monotonic() - lost_at:.1f} s"
     assert h.progress() == (4, 4)
     assert not gaps, f"worker {name} stopped heartbeating after the lost reply (at {gaps[:5]} s)"
     assert pool.procs[name].poll() is None
