@@ -429,6 +429,11 @@ class WorkerStatus:
     def state(self) -> str:
         return "busy" if self.task is not None else "idle"
 
+    @staticmethod
+    def task_seconds_field() -> str:
+        """The JSON field ``steal.lua`` reads to tell a stuck worker."""
+        return "task_seconds"
+
     def to_dict(self) -> dict:
         """A flat dict (the public ``live_workers()`` form): task as its ``map:index`` label."""
         d = dataclasses.asdict(self)

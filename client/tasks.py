@@ -130,6 +130,8 @@ class TaskTable:
 
     def indices(self, *states: TaskState) -> list[int]:
         """Indices of the tasks in any of ``states`` (walks the table: not per result)."""
+        if not self.count(*states):
+            return []
         mask = np.isin(np.frombuffer(self._state, dtype=np.uint8), np.array([int(s) for s in states], dtype=np.uint8))
         return np.flatnonzero(mask).tolist()
 

@@ -20,7 +20,7 @@ for _, w in ipairs(redis.call('SMEMBERS', K.workers())) do
           ok = true
         else
           local status = cjson.decode(hb)
-          ok = type(status['task_seconds']) == 'number' and status['task_seconds'] > stuck
+          ok = type(status[STATUS_TASK_SECONDS]) == 'number' and status[STATUS_TASK_SECONDS] > stuck
         end
       end
       if ok and l > bestlen then best, bestlen = w, l end
