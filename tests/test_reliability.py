@@ -15,20 +15,17 @@ import socket
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 
 import cloudpickle
 import psutil
 import pytest
-import redis
 
 from rhtc.bench.toxiproxy import Toxiproxy
-from rhtc.broker.embedded import EmbeddedBroker
 from rhtc.broker.storage import Storage
 from rhtc.client import RemoteError, imap_unordered, remote_map, submit
-from tests.chaoskit import (NamedWorkers, assert_every_key_owned, dead_map_entries, live_names,
-                            through, wait_until)
+from tests.chaoskit import (NamedWorkers, Refusal, assert_every_key_owned, dead_map_entries,
+                            live_names, through, wait_until)
 from tests.conftest import ROOT
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -152,12 +149,13 @@ def test_1_lost_take_reply_does_not_hang_the_map(broker, storage, pool, toxiprox
     proxy.restore()
     lost_at = time.monotonic()
     gaps = []                      # the worker stays live: its task is not rescued by reaping it
-    while not h.done() and time.monotonic() - lost_at < 45:
+    while not h.done() and time.monotonic() - lost_at < 30:
         if name not in live_names(storage):
             gaps.append(round(time.monotonic() - lost_at, 1))
         time.sleep(0.2)
     assert h.wait(timeout=1) == [2.0, 0.0, 0.0, 0.0]
-    assert time.monotonic() - lost_at < 40          # README: a few leases (5 s each)
+    # README, What you can rely on: back in the queue within two leases (10 s); then it runs
+    assert time.monotonic() - lost_at < 2 * 5 + 5, f"took {time.monotonic() - lost_at:.1f} s"
     assert h.progress() == (4, 4)
     assert not gaps, f"worker {name} stopped heartbeating after the lost reply (at {gaps[:5]} s)"
     assert pool.procs[name].poll() is None
@@ -360,105 +358,6 @@ def test_5_task_that_always_crashes_fails_naming_the_signal(broker, pool):
 
 
 # -- 6. Redis refusals never kill a worker; no script is O(queue) ---------------------------------
-class Refusal:
-    """Make a real redis-server refuse our commands the way it does in production."""
-
-    def __init__(self, broker: EmbeddedBroker, tmp_path):
-        self.broker, self.tmp = broker, tmp_path
-        self.r = redis.Redis.from_url(broker.config.url)
-        self.side: list = []
-
-    def begin(self, kind: str) -> None:
-        getattr(self, f"_begin_{kind.lower()}")()
-
-    def end(self, kind: str) -> None:
-        getattr(self, f"_end_{kind.lower()}")()
-        for thing in self.side:
-            if hasattr(thing, "join"):
-                thing.join(15)
-            else:
-                thing.stop()
-        self.r.close()
-
-    #: how each refusal reads once redis-py has parsed it
-    SIGNS = {"BUSY": "BUSY", "READONLY": "ReadOnlyError", "MISCONF": "MISCONF", "LOADING": "BusyLoadingError"}
-
-    def probe(self) -> str:
-        """The error a plain read or write gets now ('' if none). (A replica that is
-        loading answers writes READONLY and reads LOADING.)"""
-        try:
-            self.r.exists("rhtc-probe")
-            self.r.set("rhtc-probe", 1)
-            self.r.delete("rhtc-probe")
-            return ""
-        except redis.RedisError as err:
-            return f"{type(err).__name__}: {err}"
-
-    # BUSY: a script that runs until SCRIPT KILL
-    def _begin_busy(self):
-        self.r.config_set("busy-reply-threshold", 100)
-        loop = redis.Redis.from_url(self.broker.config.url)
-        t = threading.Thread(target=_swallow, args=(loop.eval, 'while true do end', 0), daemon=True)
-        t.start()
-        self.side.append(t)
-
-    def _end_busy(self):
-        self.r.script_kill()
-
-    # READONLY: the server becomes a replica of a master that does not exist
-    def _begin_readonly(self):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            dead = s.getsockname()[1]
-        self.r.execute_command("REPLICAOF", "127.0.0.1", dead)
-
-    def _end_readonly(self):
-        self.r.execute_command("REPLICAOF", "NO", "ONE")
-
-    # MISCONF: a background save fails (its directory is gone) and save rules are set
-    def _begin_misconf(self):
-        self.dir = self.r.config_get("dir")["dir"]
-        self.r.config_set("save", "3600 1")
-        for f in os.listdir(self.dir):
-            os.unlink(os.path.join(self.dir, f))
-        os.rmdir(self.dir)
-        self.r.bgsave()
-
-    def _end_misconf(self):
-        self.r.config_set("save", "")                      # no save rules: writes resume
-        os.makedirs(self.dir, mode=0o700, exist_ok=True)    # for the broker's own clean-up
-
-    # LOADING: a full resync from a master with many keys, loaded slowly
-    def _begin_loading(self):
-        master = EmbeddedBroker().start()
-        self.side.append(master)
-        m = redis.Redis.from_url(master.config.url)
-        m.config_set("repl-diskless-sync-delay", 0)
-        pipe = m.pipeline(transaction=False)
-        for i in range(50_000):
-            pipe.set(f"filler:{i}", "x" * 20)
-            if i % 10_000 == 9_999:
-                pipe.execute()
-        m.close()
-        self.r.config_set("masterauth", master.password)
-        self.r.config_set("key-load-delay", 40)             # microseconds per key: a few s
-        self.r.config_set("loading-process-events-interval-bytes", 1024)
-        self.r.execute_command("REPLICAOF", "127.0.0.1", master.port)
-
-    def _end_loading(self):
-        wait_until(lambda: self.r.info("persistence")["loading"] == 0, 60, "the load to end")
-        self.r.execute_command("REPLICAOF", "NO", "ONE")
-        self.r.config_set("key-load-delay", 0)
-        self.r.flushall()                                   # the master's filler
-
-
-def _swallow(fn, *args):
-    try:
-        fn(*args)
-    except redis.RedisError:
-        pass
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 @pytest.mark.parametrize("kind", ["BUSY", "READONLY", "MISCONF", "LOADING"])
