@@ -76,9 +76,17 @@ class SharedState:
     # -- read by the supervisor -------------------------------------------------------------
     def current(self) -> tuple[TaskRef | None, float | None]:
         """(the task running, since when)."""
-        if self.b.task_index < 0:
-            return None, None
-        return TaskRef(self.b.task_map.decode("ascii"), int(self.b.task_index)), self.b.task_started
+        # The task process writes these while we read: read the index once, and only trust
+        # a (map, index, start) whose index did not change while we read the rest.
+        for _ in range(1000):
+            index = int(self.b.task_index)
+            if index < 0:
+                return None, None
+            map_id, started = self.b.task_map.decode("ascii"), self.b.task_started
+            if int(self.b.task_index) == index:
+                return TaskRef(map_id, index), started
+            time.sleep(0.0001)
+        return None, None
 
     def held(self) -> list[bytes]:
         """Task ids the task process holds (its current batch), read consistently."""
