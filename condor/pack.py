@@ -64,7 +64,10 @@ from rhtc.condor.lock import Lock, canonical, lock_environment
 
 PACK_FORMAT = 2          # 2: pinned to the client's versions (manifest "lock")
 DIST_NAME = "redis-htcondor"
-PROJECT_PACKAGES = ("broker", "worker", "client", "condor", "bench")
+# examples/ travels too: a function from rhtc.examples is pickled by reference, so the
+# nodes must import it (its notebooks and pictures stay behind: NODE_SKIP_SUFFIXES).
+PROJECT_PACKAGES = ("broker", "worker", "client", "condor", "bench", "examples")
+NODE_SKIP_SUFFIXES = (".pyc", ".pyo", ".png", ".ipynb")
 # The worker never draws: leave the client's plotting stack out unless asked for.
 DEFAULT_EXCLUDE = ("matplotlib",)
 DEFAULT_GLIBC = "2.28"   # EL8 and newer; use --glibc 2.17 for EL7-era nodes
@@ -154,7 +157,7 @@ def _project_files(packages: Sequence[str]) -> list[tuple[str, Path]]:
         if not (pdir / "__init__.py").is_file():
             continue
         for path in sorted(pdir.rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts and path.suffix not in (".pyc", ".pyo"):
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix not in NODE_SKIP_SUFFIXES:
                 files.append((f"rhtc/{path.relative_to(root)}", path))
     files.append(("rhtc/__init__.py", _package_init()))
     if not any(name.startswith("rhtc/worker/") for name, _ in files):
