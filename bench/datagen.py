@@ -30,14 +30,10 @@ Example::
 """
 from __future__ import annotations
 
-import json
-import multiprocessing
 import os
 import time
-import warnings
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import awkward as ak
 import click
@@ -48,37 +44,15 @@ from rhtc.bench.nanoschema import COLLECTIONS as _COLLECTIONS
 from rhtc.bench.nanoschema import DTYPES as _DTYPES
 from rhtc.bench.nanoschema import FLAT as _FLAT
 from rhtc.bench.nanoschema import MUON as _MUON
+from rhtc.bench.writer import COMPRESSIONS, parse_compression, write_files  # noqa: F401 (re-exported)
 
 #: Bump when the generated content changes, so files from an older generator are rewritten.
 FORMAT_VERSION = 1
-
-#: Accepted compression names and the level used for each (LZMA 9 is NanoAOD's default).
-COMPRESSIONS: dict[str, tuple[type, int]] = {
-    "LZMA": (uproot.LZMA, 9), "ZLIB": (uproot.ZLIB, 1), "LZ4": (uproot.LZ4, 1), "ZSTD": (uproot.ZSTD, 5)}
 
 #: The branches a dimuon-mass analysis reads.
 DIMUON_BRANCHES: tuple[str, ...] = ("nMuon", "Muon_pt", "Muon_eta", "Muon_phi", "Muon_mass", "Muon_charge")
 
 Z_MASS, Z_WIDTH, MUON_MASS = 91.1876, 2.4952, 0.1056583745
-
-
-def parse_compression(name: str) -> uproot.compression.Compression:
-    """The uproot compression object for ``"LZMA"``, ``"ZLIB"``, ``"LZ4"`` or ``"ZSTD"``.
-
-    Case-insensitive; ``"NAME:LEVEL"`` overrides the default level.
-
-    >>> parse_compression("lz4"), parse_compression("ZLIB:6")
-    (LZ4(1), ZLIB(6))
-    """
-    codec, _, level = str(name).strip().partition(":")
-    if codec.upper() not in COMPRESSIONS:
-        raise ValueError(f"unknown compression {name!r}: choose one of "
-                         f"{', '.join(COMPRESSIONS)} (case-insensitive, optionally NAME:LEVEL)")
-    cls, default = COMPRESSIONS[codec.upper()]
-    try:
-        return cls(int(level) if level else default)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"bad compression level in {name!r}: {exc}") from None
 
 
 def _parse_fields(text: str) -> list[tuple[str, str, tuple, int | None]]:
@@ -264,63 +238,6 @@ def generate_events(n: int, rng: np.random.Generator, first_event: int = 1) -> d
     return out
 
 
-def _unsigned_counters(tree: Any, file: Any) -> None:
-    """Make uproot's generated ``n<Name>`` counters ``uint32`` (as in NanoAODv6).
-
-    uproot 5 always declares counters ``int32``; this rewrites the (still empty) tree's
-    metadata with unsigned counters. If uproot's internals change, the counters stay
-    ``int32`` (as in NanoAOD v12+) and a warning says so.
-    """
-    try:
-        cascading = tree._cascading
-        for datum in cascading._branch_data:
-            if datum.get("kind") == "counter" and datum["dtype"] == np.dtype(">i4"):
-                datum["dtype"] = np.dtype(">u4")
-                datum["fTitle"] = datum["fTitle"][:-1] + "i"
-        cascading.write_anew(file._file.sink)
-    except (AttributeError, KeyError, TypeError) as exc:  # pragma: no cover - uproot changed
-        warnings.warn(f"could not make counters uint32 ({exc}); they stay int32", stacklevel=2)
-
-
-def _is_current(path: Path, params: dict) -> bool:
-    """Whether ``path`` exists and was written with exactly ``params``."""
-    try:
-        meta = json.loads(path.with_name(path.name + ".json").read_text())
-        return meta.get("params") == params and path.stat().st_size == meta.get("bytes")
-    except (OSError, ValueError):
-        return False
-
-
-def _write_file(path: str, params: dict, progress: Callable[[int], Any] | None = None) -> str:
-    """Write one file (into a temporary name, renamed when complete) and its sidecar."""
-    target = Path(path)
-    part = target.with_name(f".{target.name}.part")
-    events, batch = params["events"], params["basket_events"]
-    first = params["file_index"] * events + 1
-    try:
-        with uproot.recreate(part, compression=parse_compression(params["compression"])) as file:
-            tree = None
-            for b, start in enumerate(range(0, events, batch)):
-                ss = np.random.SeedSequence(params["seed"], spawn_key=(params["file_index"], b))
-                n = min(batch, events - start)
-                data = generate_events(n, np.random.default_rng(ss), first + start)
-                if tree is None:
-                    types = {k: (v.type if isinstance(v, ak.Array) else v.dtype) for k, v in data.items()}
-                    tree = file.mktree("Events", types, title="Events",
-                                       initial_basket_capacity=-(-events // batch) + 1)
-                    _unsigned_counters(tree, file)
-                tree.extend(data)
-                if progress is not None:
-                    progress(n)
-    except BaseException:
-        part.unlink(missing_ok=True)
-        raise
-    os.replace(part, target)
-    meta = {"params": params, "bytes": target.stat().st_size}
-    target.with_name(target.name + ".json").write_text(json.dumps(meta, indent=1))
-    return str(target)
-
-
 def make_data(outdir: str | os.PathLike[str], *, files: int = 8, events: int = 1_000_000,
               compression: str = "LZ4", seed: int = 0, basket_events: int | None = None,
               progress: bool = True, workers: int | None = None) -> list[str]:
@@ -350,26 +267,12 @@ def make_data(outdir: str | os.PathLike[str], *, files: int = 8, events: int = 1
     params = [{"generator": "bench.datagen", "format": FORMAT_VERSION, "file_index": i,
                "events": events, "compression": f"{type(codec).__name__}:{codec.level}",
                "seed": seed, "basket_events": batch} for i in range(files)]
-    todo = [i for i in range(files) if not _is_current(paths[i], params[i])]
-    if not todo:
-        return [str(p) for p in paths]
-    nproc = max(1, min(len(todo), workers or os.cpu_count() or 1))
-    from tqdm.auto import tqdm
+    return write_files(paths, params, _generate, progress=progress, workers=workers,
+                       desc=f"writing {codec!r}")
 
-    with tqdm(total=len(todo) * events, unit="ev", unit_scale=True, disable=not progress,
-              desc=f"writing {len(todo)} file(s) {codec!r}") as bar:
-        if nproc == 1:
-            for i in todo:
-                _write_file(str(paths[i]), params[i], bar.update)
-        else:  # one file per process; fork, so scripts without a __main__ guard work too
-            methods = multiprocessing.get_all_start_methods()
-            context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-            with ProcessPoolExecutor(nproc, mp_context=context) as pool:
-                jobs = [pool.submit(_write_file, str(paths[i]), params[i]) for i in todo]
-                for job in as_completed(jobs):
-                    job.result()
-                    bar.update(events)
-    return [str(p) for p in paths]
+
+def _generate(n: int, rng: np.random.Generator, first_event: int, params: dict) -> dict[str, Any]:
+    return generate_events(n, rng, first_event)
 
 
 def dimuon_fraction(path: str | os.PathLike[str], branches: Sequence[str] = DIMUON_BRANCHES) -> float:
