@@ -100,7 +100,7 @@ class _RunItem:
         self.function = function
         self.__name__ = getattr(function, "__name__", "coffea")
 
-    def __call__(self, task: CoffeaTask) -> tuple[Any, list[str]]:
+    def __call__(self, task: CoffeaTask) -> tuple[Any, list[tuple[str, str]]]:
         global _current_key
         _current_key = task.routing_key
         try:
@@ -109,8 +109,7 @@ class _RunItem:
                 out = self.function(task.item)
         finally:
             _current_key = None
-        notes = [f"{describe_item(task.item)}: {w.category.__name__}: {w.message}"
-                 for w in caught[:MAX_WARNINGS_PER_ITEM]]
+        notes = [(str(w.message), describe_item(task.item)) for w in caught[:MAX_WARNINGS_PER_ITEM]]
         return out, notes
 
 
@@ -254,8 +253,9 @@ class RedisExecutor(ExecutorBase):
         if handle.failures:
             raise self._failure(sorted(handle.failures, key=lambda e: e.index)[0], tasks)
         total, notes = value if value is not None else (None, [])
-        for note in notes:
-            warnings.warn(note, RuntimeWarning, stacklevel=2)
+        first_seen = dict(reversed(notes))          # each distinct warning once, with the first item
+        for text, item in first_seen.items():
+            warnings.warn(f"{text} (on a worker, in {item})", RuntimeWarning, stacklevel=2)
         return accumulate([total], accumulator), 0
 
     @staticmethod

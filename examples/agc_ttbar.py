@@ -97,6 +97,13 @@ class TtbarAnalysis(processor.ProcessorABC):
         process, variation = meta["process"], meta["variation"]
         weight = XSEC[process] * LUMI / meta["nevts"]
         out = {region: _histogram() for region in REGIONS}
+        entries: dict[str, int] = {}       # unweighted fills per histogram slice, for exact checks
+
+        def fill(region: str, observable: np.ndarray, name: str, w) -> None:
+            out[region].fill(observable=observable, process=process, variation=name, weight=w)
+            key = f"{region}/{process}/{name}"
+            entries[key] = entries.get(key, 0) + len(observable)
+
         elec, muon, jets = events.Electron, events.Muon, events.Jet
         n_lep = (ak.sum((elec.pt > 30) & (abs(elec.eta) < 2.1) & (elec.cutBased == 4) & (elec.sip3d < 4),
                         axis=1)
@@ -118,21 +125,21 @@ class TtbarAnalysis(processor.ProcessorABC):
                 sel = good[base & cut]
                 observable = ak.sum(sel.pt, axis=1) if region == "4j1b" else _trijet_mass(sel)
                 observable = ak.to_numpy(observable)
-                h = out[region]
-                name = variation if pt_var == "nominal" else pt_var
-                h.fill(observable=observable, process=process, variation=name, weight=weight)
+                fill(region, observable, variation if pt_var == "nominal" else pt_var, weight)
                 if pt_var != "nominal" or not self.systematics or variation != "nominal":
                     continue
                 for i in range(4):
                     shift = 0.075 * ak.to_numpy(sel.pt[:, i]) / 50
                     for direction, sign in (("up", 1), ("down", -1)):
-                        h.fill(observable=observable, process=process, variation=f"btag_var_{i}_{direction}",
-                               weight=weight * (1 + sign * shift))
+                        fill(region, observable, f"btag_var_{i}_{direction}", weight * (1 + sign * shift))
                 if process == "wjets":
                     for direction, sign in (("up", 1), ("down", -1)):
-                        h.fill(observable=observable, process=process, variation=f"scale_var_{direction}",
-                               weight=weight * (1 + sign * 0.025))
-        return {"hist": out, "nevents": {f"{process}__{variation}": len(events)}}
+                        fill(region, observable, f"scale_var_{direction}", weight * (1 + sign * 0.025))
+            if pt_var == "nominal":
+                cutflow = {"one lepton": int(ak.sum(n_lep == 1)), "four jets": int(ak.sum(ak.num(good) >= 4)),
+                           "both": int(ak.sum(base))}
+        return {"hist": out, "entries": entries, "nevents": {f"{process}__{variation}": len(events)},
+                "cutflow": {f"{process}__{variation}": cutflow}}
 
     def postprocess(self, accumulator):
         return accumulator
