@@ -158,8 +158,9 @@ def generate_agc_events(n: int, rng: np.random.Generator, first_event: int, para
     (['area', 'btagCSVV2', 'btagDeepB'], 1)
     """
     _, mean_jets, mean_b, scale = SAMPLES[(params["process"], params["variation"])]
+    lean = params.get("lean", False)
     out: dict[str, Any] = {}
-    for code, names in FLAT.items():
+    for code, names in ({} if lean else FLAT).items():
         for name in names:
             out[name] = _filler(rng, n, code, name)
     event = np.arange(first_event, first_event + n, dtype=np.uint64)
@@ -167,7 +168,7 @@ def generate_agc_events(n: int, rng: np.random.Generator, first_event: int, para
                luminosityBlock=((event - 1) // 1000 + 1).astype(np.uint32))
     out["Electron"], out["Muon"] = _leptons(rng, n)
     out["Jet"] = _jets(rng, n, mean_jets, mean_b, scale)
-    for name in COLLECTIONS:
+    for name in () if lean else COLLECTIONS:
         if name not in out:
             counts = rng.poisson(_FILLER_MEAN.get(name, 1.0), n)
             out[name] = _collection(rng, counts, name, {})
@@ -186,10 +187,15 @@ def sample_sizes(events: int, min_events: int = 500) -> dict[tuple[str, str], in
 
 def make_agc_data(outdir: str | os.PathLike[str], *, events: int = 100_000, files_per_sample: int = 1,
                   compression: str = "ZLIB", seed: int = 0, min_events: int = 500,
+                  samples: Sequence[tuple[str, str]] | None = None, lean: bool = False,
                   progress: bool = True, workers: int | None = None) -> list[str]:
-    """Write the nine AGC samples, about ``events`` in all, into ``outdir``; return the paths.
+    """Write the nine AGC samples (or ``samples``), about ``events`` in all, into ``outdir``;
+    return the paths. Files already written with the same parameters are reused.
 
-    Files already written with the same parameters are reused. See the module docstring.
+    ``lean=True`` writes only the Jet, Electron and Muon collections (all their fields) and
+    run/event/luminosityBlock: the analysis gives the same results, and a file takes a
+    second to write instead of tens (uproot's tree header writing grows with the square
+    of the number of branches), which is what tests want. See the module docstring.
     """
     if events < 1 or files_per_sample < 1:
         raise ValueError(f"events and files_per_sample must be positive, got {events}, {files_per_sample}")
@@ -198,13 +204,15 @@ def make_agc_data(outdir: str | os.PathLike[str], *, events: int = 100_000, file
     out.mkdir(parents=True, exist_ok=True)
     paths, params = [], []
     for (process, variation), n in sample_sizes(events, min_events).items():
+        if samples is not None and (process, variation) not in samples:
+            continue
         per_file = max(1, n // files_per_sample)
         for i in range(files_per_sample):
             paths.append(out / f"agc_{process}__{variation}_{i:03d}.root")
             params.append({"generator": "bench.agcgen", "format": FORMAT_VERSION, "process": process,
                            "variation": variation, "file_index": i, "events": per_file, "seed": seed,
                            "compression": f"{type(codec).__name__}:{codec.level}",
-                           "basket_events": min(per_file, 50_000)})
+                           "basket_events": min(per_file, 50_000), **({"lean": True} if lean else {})})
     return write_files(paths, params, generate_agc_events, progress=progress, workers=workers,
                        desc=f"writing AGC samples {codec!r}")
 

@@ -31,7 +31,7 @@ def agc_small(tmp_path_factory):
     """The nine AGC samples, ~4000 events in all (at least 200 each)."""
     from rhtc.bench.agcgen import make_agc_data
     out = tmp_path_factory.mktemp("agc")
-    make_agc_data(out, events=4_000, min_events=200, progress=False, workers=1)
+    make_agc_data(out, events=4_000, min_events=200, lean=True, progress=False, workers=1)
     return agc_fileset(str(out))
 
 
