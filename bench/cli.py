@@ -11,6 +11,7 @@ _COMMANDS = {
     "compression": ("bench.compression", "compression_command"),
     "make-data": ("bench.datagen", "make_data_command"),
     "recovery": ("bench.recovery", "recovery_command"),
+    "agc": ("bench.agc", "agc_command"),
 }
 
 
@@ -24,7 +25,7 @@ class _Lazy(click.Group):
         if name not in _COMMANDS:
             return None
         module, attr = _COMMANDS[name]
-        return getattr(importlib.import_module(module), attr)
+        return getattr(importlib.import_module(f"rhtc.{module}"), attr)   # works outside the checkout too
 
 
 @click.group(cls=_Lazy, context_settings={"help_option_names": ["-h", "--help"]})
