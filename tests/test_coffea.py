@@ -171,3 +171,23 @@ class _CountEvents(processor.ProcessorABC):
 def test_worker_cache_is_none_outside_a_worker_and_rhtc_coffea_resolves():
     assert worker_cache() is None
     assert rhtc.coffea.RedisExecutor is RedisExecutor
+
+
+@needs_nanoaod
+@pytest.mark.timeout(600)
+def test_agc_notebook_executes_headless(tmp_path, monkeypatch):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    from tests.conftest import ROOT
+    import os
+    nb = nbformat.read(ROOT / "examples" / "agc_ttbar.ipynb", as_version=4)
+    monkeypatch.setenv("RHTC_NANOAOD", str(NANOAOD))
+    monkeypatch.setenv("AGC_CHUNKSIZE", "50")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    text = "".join(o.get("text", "") for o in outputs)
+    assert "events: 200" in text and "warm:" in text and "bytes from files 0," in text
+    assert len([o for o in outputs if "image/png" in o.get("data", {})]) >= 2   # the plot, the timeline
