@@ -30,7 +30,7 @@ from rhtc.bench.agcschema import COLLECTIONS, DTYPES, FLAT
 from rhtc.bench.writer import parse_compression, write_files
 
 #: Bump when the generated content changes, so files from an older generator are rewritten.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 #: (process, variation): (AGC events, mean jets, mean b jets, jet pt scale)
 SAMPLES: dict[tuple[str, str], tuple[int, float, float, float]] = {
@@ -203,13 +203,13 @@ def make_agc_data(outdir: str | os.PathLike[str], *, events: int = 100_000, file
     out = Path(outdir)
     out.mkdir(parents=True, exist_ok=True)
     paths, params = [], []
-    for (process, variation), n in sample_sizes(events, min_events).items():
+    for stream, ((process, variation), n) in enumerate(sample_sizes(events, min_events).items()):
         if samples is not None and (process, variation) not in samples:
             continue
         per_file = max(1, n // files_per_sample)
         for i in range(files_per_sample):
             paths.append(out / f"agc_{process}__{variation}_{i:03d}.root")
-            params.append({"generator": "bench.agcgen", "format": FORMAT_VERSION, "process": process,
+            params.append({"generator": "bench.agcgen", "format": FORMAT_VERSION, "process": process, "stream": stream,
                            "variation": variation, "file_index": i, "events": per_file, "seed": seed,
                            "compression": f"{type(codec).__name__}:{codec.level}",
                            "basket_events": min(per_file, 50_000), **({"lean": True} if lean else {})})

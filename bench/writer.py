@@ -87,7 +87,8 @@ def write_file(path: str, params: dict, generate: Callable, progress: Callable[[
         with uproot.recreate(part, compression=parse_compression(params["compression"])) as file:
             tree = None
             for b, start in enumerate(range(0, events, batch)):
-                ss = np.random.SeedSequence(params["seed"], spawn_key=(params["file_index"], b))
+                key = (params["file_index"], b) if "stream" not in params else (params["stream"], params["file_index"], b)
+                ss = np.random.SeedSequence(params["seed"], spawn_key=key)    # "stream": one per sample
                 n = min(batch, events - start)
                 data = generate(n, np.random.default_rng(ss), first + start, params)
                 if tree is None:

@@ -63,6 +63,8 @@ def test_nine_samples_by_name_seeded_and_reused(tmp_path):
     again = make_agc_data(tmp_path / "b", events=2_000, min_events=100, lean=True, progress=False, workers=1)
     a, b = (uproot.open(p)["Events"].arrays(["Jet_pt", "Muon_pt"]) for p in (paths[0], again[0]))
     assert a.tolist() == b.tolist()                        # same seed, same events
+    c = uproot.open(paths[1])["Events"].arrays(["Muon_pt"])
+    assert c.Muon_pt[:50].tolist() != a.Muon_pt[:50].tolist()   # each sample draws its own events
     mtime = os.path.getmtime(paths[0])
     make_agc_data(tmp_path / "a", events=2_000, min_events=100, lean=True, progress=False, workers=1)
     assert os.path.getmtime(paths[0]) == mtime             # reused, not rewritten
