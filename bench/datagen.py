@@ -335,7 +335,7 @@ def make_data_command(out: str | None, files: int | None, events: int | None, co
     new = sum(counts[p] for p in written)
     click.echo(f"{len(paths)} files, {total / 1e6:.1f} MB, {sum(counts.values()):,} events, "
                f"{parse_compression(compression)!r}; wrote {len(written)} in {seconds:.1f} s"
-               + (f" ({new / seconds / 1e6:.2f} M events/s)" if written else ""))
+               + (f" ({new / seconds / 1e3:.1f} k events/s)" if written else ""))
     if agc:
         from rhtc.bench.agcgen import ANALYSIS_BRANCHES, read_fraction
         click.echo(f"the AGC analysis reads {len(ANALYSIS_BRANCHES)} branches: "
