@@ -53,7 +53,8 @@ def _phases(name: str, executor, items, warmup, systematics, cachestrategy=None,
     """Warm-up, cold, then warm (median of ``warm_runs``); prints the line at once."""
     _timed(executor, warmup, systematics, cachestrategy)
     cold_s, out = _timed(executor, items, systematics, cachestrategy)
-    res = {"cores": cores, "cold_s": cold_s, "entries": out["entries"], "events": sum(out["nevents"].values())}
+    res = {"cores": cores, "cold_s": cold_s, "entries": out["entries"],
+           "events": sum(out["nevents"].values())}
     res.update(after("cold") if after else {})
     warm = []
     for _ in range(warm_runs):
@@ -66,9 +67,9 @@ def _phases(name: str, executor, items, warmup, systematics, cachestrategy=None,
 
 def _print_row(name: str, r: dict) -> None:
     n = r["events"]
-    click.echo(f"{name:34}{r['cold_s']:>8.2f}{n / r['cold_s'] / 1e3:>9.1f}{n / r['cold_s'] / 1e3 / r['cores']:>9.1f}"
-               f"{r['warm_s']:>8.2f}{n / r['warm_s'] / 1e3:>9.1f}{n / r['warm_s'] / 1e3 / r['cores']:>9.1f}"
-               f"{r['cold_s'] / r['warm_s']:>9.2f}x")
+    cold, warm = n / r["cold_s"] / 1e3, n / r["warm_s"] / 1e3           # kHz
+    click.echo(f"{name:34}{r['cold_s']:>8.2f}{cold:>9.1f}{cold / r['cores']:>9.1f}"
+               f"{r['warm_s']:>8.2f}{warm:>9.1f}{warm / r['cores']:>9.1f}{r['cold_s'] / r['warm_s']:>9.2f}x")
 
 
 def _iterative(items, warmup, systematics) -> dict:
@@ -132,7 +133,8 @@ def where_time_goes(item, systematics: bool) -> dict:
     from coffea.nanoevents import NanoAODSchema, NanoEventsFactory
     from rhtc.bench.agcgen import ANALYSIS_BRANCHES
     from rhtc.examples.agc_ttbar import TtbarAnalysis
-    meta = dict(item.usermeta or {}, entrystart=item.entrystart, entrystop=item.entrystop, fileuuid="one-chunk")
+    meta = dict(item.usermeta or {}, entrystart=item.entrystart, entrystop=item.entrystop,
+                fileuuid="one-chunk")
     proc, cache, out, runs = TtbarAnalysis(systematics), {}, {}, []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -142,7 +144,8 @@ def where_time_goes(item, systematics: bool) -> dict:
                 tree = f[item.treename]
                 t1 = time.perf_counter()
                 if k == 0:
-                    tree.arrays(list(ANALYSIS_BRANCHES), entry_start=item.entrystart, entry_stop=item.entrystop)
+                    tree.arrays(list(ANALYSIS_BRANCHES), entry_start=item.entrystart,
+                                entry_stop=item.entrystop)
                 t2 = time.perf_counter()
                 events = NanoEventsFactory.from_root(
                     file=f, treepath=item.treename, schemaclass=NanoAODSchema, metadata=meta, mode="virtual",
@@ -151,7 +154,8 @@ def where_time_goes(item, systematics: bool) -> dict:
                 proc.process(events)
                 t4 = time.perf_counter()
             if k == 0:
-                out.update(open_s=t1 - t0, read_decompress_s=t2 - t1, nanoevents_s=t3 - t2, cold_process_s=t4 - t3)
+                out.update(open_s=t1 - t0, read_decompress_s=t2 - t1, nanoevents_s=t3 - t2,
+                           cold_process_s=t4 - t3)
             else:
                 runs.append(t4 - t3)
     out["processing_s"] = statistics.median(runs)       # buffers in memory: the processing alone
@@ -200,7 +204,8 @@ def agc_command(workers, events, chunk_size, systematics, data_dir, systems, jso
         if system == "iterative":
             res[system] = _iterative(items, warmup, systematics)
         elif system == "ours":
-            res[system] = _ours(items, warmup, systematics, workers, {"cold": cold_png, "warm": timeline_path})
+            pngs = {"cold": cold_png, "warm": timeline_path}
+            res[system] = _ours(items, warmup, systematics, workers, pngs)
         elif system == "dask":
             res[system] = _dask(items, warmup, systematics, workers)
         elif system == "futures":
@@ -216,7 +221,8 @@ def agc_command(workers, events, chunk_size, systematics, data_dir, systems, jso
     click.echo(f"one chunk ({t['events']:,} events of {os.path.basename(chunk.filename)}): open file + tree "
                f"metadata {t['open_s']:.3f} s, read+decompress its {len(ANALYSIS_BRANCHES)} branches "
                f"{t['read_decompress_s']:.3f} s, NanoEvents construction {t['nanoevents_s']:.3f} s, "
-               f"processing {t['processing_s']:.3f} s (processing with the lazy reads: {t['cold_process_s']:.3f} s)")
+               f"processing {t['processing_s']:.3f} s (processing with the lazy reads: "
+               f"{t['cold_process_s']:.3f} s)")
     result = {"events": n, "work_items": len(items), "chunk_size": chunk_size, "systematics": systematics,
               "workers": workers, "cores": os.cpu_count(), "systems": res, "summary": summary}
     if json_path:
@@ -232,21 +238,25 @@ def _summary(res: dict, n: int) -> dict:
     lines = []
     if ours:
         per_core = n / ours["warm_s"] / 1e3 / ours["cores"]
-        out.update(ours_khz_per_core_cold=n / ours["cold_s"] / 1e3 / ours["cores"], ours_khz_per_core_warm=per_core)
+        out.update(ours_khz_per_core_cold=n / ours["cold_s"] / 1e3 / ours["cores"],
+                   ours_khz_per_core_warm=per_core)
         lines.append(f"ours per core: {out['ours_khz_per_core_cold']:.1f} kHz cold, {per_core:.1f} kHz warm "
                      f"(the AGC's 200 Gbps challenge assumed {AGC_KHZ_PER_CORE:.0f} kHz/core)")
         lines.append(f"ours warm run: {ours['warm_bytes_file']:,} bytes read from files, "
                      f"{ours['warm_bytes_cache']:,} from the workers' caches, "
-                     f"{ours['warm_routed_home']}/{len(ours['cold_homes'])} items on the worker that ran them cold")
+                     f"{ours['warm_routed_home']}/{len(ours['cold_homes'])} items on the worker "
+                     "that ran them cold")
     if ours and dask:
-        out.update(ours_over_dask_cold=ours["cold_s"] / dask["cold_s"], ours_over_dask_warm=ours["warm_s"] / dask["warm_s"])
+        out.update(ours_over_dask_cold=ours["cold_s"] / dask["cold_s"],
+                   ours_over_dask_warm=ours["warm_s"] / dask["warm_s"])
         lines.append(f"runtime ours / coffea+dask: cold {out['ours_over_dask_cold']:.2f}, "
                      f"warm {out['ours_over_dask_warm']:.2f}")
     if ours and it:
         out.update(ours_over_iterative_rate_cold=it["cold_s"] / ours["cold_s"],
                    ours_over_iterative_rate_warm=it["warm_s"] / ours["warm_s"])
         lines.append(f"parallel speed-up, ours over the single-process IterativeExecutor: "
-                     f"cold {out['ours_over_iterative_rate_cold']:.2f}x, warm {out['ours_over_iterative_rate_warm']:.2f}x "
+                     f"cold {out['ours_over_iterative_rate_cold']:.2f}x, "
+                     f"warm {out['ours_over_iterative_rate_warm']:.2f}x "
                      f"(the limit is {ours['cores']}x)")
     out["warm_over_cold"] = {k: r["cold_s"] / r["warm_s"] for k, r in res.items()}
     for line in lines:
