@@ -179,7 +179,7 @@ def sample_sizes(events: int, min_events: int = 500) -> dict[tuple[str, str], in
     """Events per sample: ``events`` split in proportion to the AGC's, each at least ``min_events``.
 
     >>> sizes = sample_sizes(100_000); sizes[("ttbar", "nominal")], sizes[("single_top_tW", "nominal")]
-    (29378, 500)
+    (29365, 500)
     """
     total = sum(s[0] for s in SAMPLES.values())
     return {k: max(min_events, round(events * s[0] / total)) for k, s in SAMPLES.items()}

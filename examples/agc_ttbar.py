@@ -54,7 +54,7 @@ def chunk_seed(metadata: dict) -> int:
     executor draws the same factors for the same events.
 
     >>> chunk_seed({"fileuuid": "u", "entrystart": 0, "entrystop": 10})
-    4210186154006449853
+    7050184734114522437
     """
     text = f"{metadata.get('fileuuid', '')}:{metadata.get('entrystart')}:{metadata.get('entrystop')}"
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
