@@ -191,3 +191,36 @@ def test_agc_notebook_executes_headless(tmp_path, monkeypatch):
     text = "".join(o.get("text", "") for o in outputs)
     assert "events: 200" in text and "warm:" in text and "bytes from files 0," in text
     assert len([o for o in outputs if "image/png" in o.get("data", {})]) >= 2   # the plot, the timeline
+
+
+class _DiesOnce(processor.ProcessorABC):
+    """SIGKILLs the worker running entries 100-200 the first time (a marker file says so)."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def process(self, events):
+        import os
+        import signal
+        if events.metadata["entrystart"] == 100 and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return {"n": len(events)}
+
+    def postprocess(self, accumulator):
+        return accumulator
+
+
+@needs_nanoaod
+@pytest.mark.timeout(300)
+def test_a_killed_worker_is_not_a_failed_item(broker, workers, tmp_path):
+    workers.start(2)
+    marker = tmp_path / "killed-once"
+    run = processor.Runner(executor=RedisExecutor(broker=broker.config, status=False),
+                           schema=NanoAODSchema, chunksize=100)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        out = run({"ttbar": [str(REAL)]}, processor_instance=_DiesOnce(str(marker)), treename="Events")
+    assert marker.exists(), "the worker was never killed: the test tested nothing"
+    assert out == {"n": 200}
+    assert sum(p.poll() is not None for p in workers.procs.values()) == 1      # one worker did die
