@@ -28,6 +28,19 @@ AGC_KHZ_PER_CORE = 25.0
 _local_cache: dict = {}
 
 
+_LABELS = {"iterative": "coffea Iterative (1 process)", "ours": "redis-htcondor", "dask": "coffea Dask + column cache",
+           "futures": "coffea Futures"}
+
+
+def _medians(runs: list[dict]) -> dict:
+    """One system's rounds: the last round's figures with the median cold and warm times."""
+    out = dict(runs[-1])
+    for key in ("cold_s", "warm_s"):
+        out[key] = statistics.median(r[key] for r in runs)
+        out[key.replace("_s", "_rounds_s")] = [r[key] for r in runs]
+    return out
+
+
 def _in_process_cache() -> dict:
     """cachestrategy for the IterativeExecutor baseline: one dict in this process."""
     return _local_cache
@@ -172,10 +185,12 @@ def where_time_goes(item, systematics: bool) -> dict:
 @click.option("--data-dir", default="data/agc", show_default=True)
 @click.option("--systems", default="iterative,ours,dask,futures", show_default=True,
               help="Which systems to run, in this order.")
+@click.option("--repeats", default=1, show_default=True,
+              help="Rounds of all systems, alternating their order; medians are quoted.")
 @click.option("--json", "json_path", default="bench-agc.json", show_default=True)
 @click.option("--timeline", "timeline_path", default="bench-agc-timeline.png", show_default=True,
               help="Our warm run's timeline (the cold one beside it, -cold.png).")
-def agc_command(workers, events, chunk_size, systematics, data_dir, systems, json_path, timeline_path):
+def agc_command(workers, events, chunk_size, systematics, data_dir, systems, repeats, json_path, timeline_path):
     """The AGC ttbar analysis cold and warm: ours vs coffea+dask vs Futures vs one process."""
     from coffea import processor
     from rhtc.bench.agcgen import ANALYSIS_BRANCHES, make_agc_data
@@ -199,21 +214,28 @@ def agc_command(workers, events, chunk_size, systematics, data_dir, systems, jso
     click.echo(f"{'':34}{'cold s':>8}{'kHz':>9}{'kHz/core':>9}{'warm s':>8}{'kHz':>9}{'kHz/core':>9}"
                f"{'warm/cold':>10}")
     cold_png = timeline_path.replace(".png", "-cold.png")
-    res: dict[str, Any] = {}
-    for system in systems.split(","):
-        if system == "iterative":
-            res[system] = _iterative(items, warmup, systematics)
-        elif system == "ours":
-            pngs = {"cold": cold_png, "warm": timeline_path}
-            res[system] = _ours(items, warmup, systematics, workers, pngs)
-        elif system == "dask":
-            res[system] = _dask(items, warmup, systematics, workers)
-        elif system == "futures":
-            res[system] = _futures(items, warmup, systematics, workers)
-        else:
-            raise click.BadParameter(f"unknown system {system!r}: choose from iterative, ours, dask, futures")
-        if system != "iterative" and "iterative" in res:
-            assert res[system]["entries"] == res["iterative"]["entries"], f"{system} filled other histograms"
+    runs: dict[str, list[dict]] = {}
+    names = systems.split(",")
+    for r in range(repeats):        # the order alternates: the machine's load drifts during a run
+        for system in names if r % 2 == 0 else names[::-1]:
+            if system == "iterative":
+                one = _iterative(items, warmup, systematics)
+            elif system == "ours":
+                one = _ours(items, warmup, systematics, workers, {"cold": cold_png, "warm": timeline_path})
+            elif system == "dask":
+                one = _dask(items, warmup, systematics, workers)
+            elif system == "futures":
+                one = _futures(items, warmup, systematics, workers)
+            else:
+                raise click.BadParameter(f"unknown system {system!r}: choose from iterative, ours, dask, futures")
+            runs.setdefault(system, []).append(one)
+    res = {system: _medians(rs) for system, rs in runs.items()}
+    if repeats > 1:
+        click.echo(f"medians of {repeats} rounds:")
+        for system, r in res.items():
+            _print_row(_LABELS[system], r)
+    for system, r in res.items():
+        assert r["entries"] == res[names[0]]["entries"], f"{system} filled other histograms than {names[0]}"
     summary = _summary(res, n)
     chunk = max(items, key=len)
     t = where_time_goes(chunk, systematics)
