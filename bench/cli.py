@@ -12,6 +12,7 @@ _COMMANDS = {
     "make-data": ("rhtc.bench.datagen", "make_data_command"),
     "recovery": ("rhtc.bench.recovery", "recovery_command"),
     "chaos": ("rhtc.bench.chaos", "chaos_command"),
+    "agc": ("rhtc.bench.agc", "agc_command"),
 }
 
 
@@ -25,7 +26,7 @@ class _Lazy(click.Group):
         if name not in _COMMANDS:
             return None
         module, attr = _COMMANDS[name]
-        return getattr(importlib.import_module(module), attr)
+        return getattr(importlib.import_module(f"rhtc.{module}"), attr)   # works outside the checkout too
 
 
 @click.group(cls=_Lazy, context_settings={"help_option_names": ["-h", "--help"]})

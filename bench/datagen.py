@@ -30,14 +30,10 @@ Example::
 """
 from __future__ import annotations
 
-import json
-import multiprocessing
 import os
 import time
-import warnings
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import awkward as ak
 import click
@@ -48,37 +44,15 @@ from rhtc.bench.nanoschema import COLLECTIONS as _COLLECTIONS
 from rhtc.bench.nanoschema import DTYPES as _DTYPES
 from rhtc.bench.nanoschema import FLAT as _FLAT
 from rhtc.bench.nanoschema import MUON as _MUON
+from rhtc.bench.writer import COMPRESSIONS, parse_compression, write_files  # noqa: F401 (re-exported)
 
 #: Bump when the generated content changes, so files from an older generator are rewritten.
 FORMAT_VERSION = 1
-
-#: Accepted compression names and the level used for each (LZMA 9 is NanoAOD's default).
-COMPRESSIONS: dict[str, tuple[type, int]] = {
-    "LZMA": (uproot.LZMA, 9), "ZLIB": (uproot.ZLIB, 1), "LZ4": (uproot.LZ4, 1), "ZSTD": (uproot.ZSTD, 5)}
 
 #: The branches a dimuon-mass analysis reads.
 DIMUON_BRANCHES: tuple[str, ...] = ("nMuon", "Muon_pt", "Muon_eta", "Muon_phi", "Muon_mass", "Muon_charge")
 
 Z_MASS, Z_WIDTH, MUON_MASS = 91.1876, 2.4952, 0.1056583745
-
-
-def parse_compression(name: str) -> uproot.compression.Compression:
-    """The uproot compression object for ``"LZMA"``, ``"ZLIB"``, ``"LZ4"`` or ``"ZSTD"``.
-
-    Case-insensitive; ``"NAME:LEVEL"`` overrides the default level.
-
-    >>> parse_compression("lz4"), parse_compression("ZLIB:6")
-    (LZ4(1), ZLIB(6))
-    """
-    codec, _, level = str(name).strip().partition(":")
-    if codec.upper() not in COMPRESSIONS:
-        raise ValueError(f"unknown compression {name!r}: choose one of "
-                         f"{', '.join(COMPRESSIONS)} (case-insensitive, optionally NAME:LEVEL)")
-    cls, default = COMPRESSIONS[codec.upper()]
-    try:
-        return cls(int(level) if level else default)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"bad compression level in {name!r}: {exc}") from None
 
 
 def _parse_fields(text: str) -> list[tuple[str, str, tuple, int | None]]:
@@ -264,63 +238,6 @@ def generate_events(n: int, rng: np.random.Generator, first_event: int = 1) -> d
     return out
 
 
-def _unsigned_counters(tree: Any, file: Any) -> None:
-    """Make uproot's generated ``n<Name>`` counters ``uint32`` (as in NanoAODv6).
-
-    uproot 5 always declares counters ``int32``; this rewrites the (still empty) tree's
-    metadata with unsigned counters. If uproot's internals change, the counters stay
-    ``int32`` (as in NanoAOD v12+) and a warning says so.
-    """
-    try:
-        cascading = tree._cascading
-        for datum in cascading._branch_data:
-            if datum.get("kind") == "counter" and datum["dtype"] == np.dtype(">i4"):
-                datum["dtype"] = np.dtype(">u4")
-                datum["fTitle"] = datum["fTitle"][:-1] + "i"
-        cascading.write_anew(file._file.sink)
-    except (AttributeError, KeyError, TypeError) as exc:  # pragma: no cover - uproot changed
-        warnings.warn(f"could not make counters uint32 ({exc}); they stay int32", stacklevel=2)
-
-
-def _is_current(path: Path, params: dict) -> bool:
-    """Whether ``path`` exists and was written with exactly ``params``."""
-    try:
-        meta = json.loads(path.with_name(path.name + ".json").read_text())
-        return meta.get("params") == params and path.stat().st_size == meta.get("bytes")
-    except (OSError, ValueError):
-        return False
-
-
-def _write_file(path: str, params: dict, progress: Callable[[int], Any] | None = None) -> str:
-    """Write one file (into a temporary name, renamed when complete) and its sidecar."""
-    target = Path(path)
-    part = target.with_name(f".{target.name}.part")
-    events, batch = params["events"], params["basket_events"]
-    first = params["file_index"] * events + 1
-    try:
-        with uproot.recreate(part, compression=parse_compression(params["compression"])) as file:
-            tree = None
-            for b, start in enumerate(range(0, events, batch)):
-                ss = np.random.SeedSequence(params["seed"], spawn_key=(params["file_index"], b))
-                n = min(batch, events - start)
-                data = generate_events(n, np.random.default_rng(ss), first + start)
-                if tree is None:
-                    types = {k: (v.type if isinstance(v, ak.Array) else v.dtype) for k, v in data.items()}
-                    tree = file.mktree("Events", types, title="Events",
-                                       initial_basket_capacity=-(-events // batch) + 1)
-                    _unsigned_counters(tree, file)
-                tree.extend(data)
-                if progress is not None:
-                    progress(n)
-    except BaseException:
-        part.unlink(missing_ok=True)
-        raise
-    os.replace(part, target)
-    meta = {"params": params, "bytes": target.stat().st_size}
-    target.with_name(target.name + ".json").write_text(json.dumps(meta, indent=1))
-    return str(target)
-
-
 def make_data(outdir: str | os.PathLike[str], *, files: int = 8, events: int = 1_000_000,
               compression: str = "LZ4", seed: int = 0, basket_events: int | None = None,
               progress: bool = True, workers: int | None = None) -> list[str]:
@@ -350,26 +267,12 @@ def make_data(outdir: str | os.PathLike[str], *, files: int = 8, events: int = 1
     params = [{"generator": "bench.datagen", "format": FORMAT_VERSION, "file_index": i,
                "events": events, "compression": f"{type(codec).__name__}:{codec.level}",
                "seed": seed, "basket_events": batch} for i in range(files)]
-    todo = [i for i in range(files) if not _is_current(paths[i], params[i])]
-    if not todo:
-        return [str(p) for p in paths]
-    nproc = max(1, min(len(todo), workers or os.cpu_count() or 1))
-    from tqdm.auto import tqdm
+    return write_files(paths, params, _generate, progress=progress, workers=workers,
+                       desc=f"writing {codec!r}")
 
-    with tqdm(total=len(todo) * events, unit="ev", unit_scale=True, disable=not progress,
-              desc=f"writing {len(todo)} file(s) {codec!r}") as bar:
-        if nproc == 1:
-            for i in todo:
-                _write_file(str(paths[i]), params[i], bar.update)
-        else:  # one file per process; fork, so scripts without a __main__ guard work too
-            methods = multiprocessing.get_all_start_methods()
-            context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
-            with ProcessPoolExecutor(nproc, mp_context=context) as pool:
-                jobs = [pool.submit(_write_file, str(paths[i]), params[i]) for i in todo]
-                for job in as_completed(jobs):
-                    job.result()
-                    bar.update(events)
-    return [str(p) for p in paths]
+
+def _generate(n: int, rng: np.random.Generator, first_event: int, params: dict) -> dict[str, Any]:
+    return generate_events(n, rng, first_event)
 
 
 def dimuon_fraction(path: str | os.PathLike[str], branches: Sequence[str] = DIMUON_BRANCHES) -> float:
@@ -385,40 +288,61 @@ def dimuon_fraction(path: str | os.PathLike[str], branches: Sequence[str] = DIMU
 
 
 @click.command("make-data")
-@click.option("--out", "out", default="data/generated", show_default=True, type=click.Path(file_okay=False),
-              help="Directory to write the files into.")
-@click.option("--files", default=8, show_default=True, type=click.IntRange(min=1), help="Number of files.")
-@click.option("--events", default=1_000_000, show_default=True, type=click.IntRange(min=1),
-              help="Events per file.")
-@click.option("--compression", default="LZ4", show_default=True,
+@click.option("--out", "out", default=None, type=click.Path(file_okay=False),
+              help="Directory to write the files into [data/generated, with --agc data/agc].")
+@click.option("--files", default=None, type=click.IntRange(min=1),
+              help="Number of files [8; with --agc files per sample, 1].")
+@click.option("--events", default=None, type=click.IntRange(min=1),
+              help="Events per file [1,000,000; with --agc events in all, 100,000].")
+@click.option("--compression", default=None,
               help="LZMA (NanoAOD's default; slow to write, ~1-2 MB/s), ZLIB, LZ4 or ZSTD; "
-                   "NAME:LEVEL sets the level.")
+                   "NAME:LEVEL sets the level [LZ4; with --agc ZLIB, as the AGC's files].")
+@click.option("--agc", is_flag=True, help="The nine AGC ttbar samples (bench.agcgen) instead of the dimuon set.")
+@click.option("--lean", is_flag=True, help="With --agc: only the branches of Jet, Electron, Muon (fast to write).")
 @click.option("--seed", default=0, show_default=True, type=int, help="Random seed.")
 @click.option("--workers", default=None, type=click.IntRange(min=1), help="Parallel writers [one per CPU].")
-def make_data_command(out: str, files: int, events: int, compression: str, seed: int,
-                      workers: int | None) -> None:
-    """Write NanoAOD-schema files with a Z peak for the benchmarks (reuses existing ones)."""
+def make_data_command(out: str | None, files: int | None, events: int | None, compression: str | None,
+                      agc: bool, lean: bool, seed: int, workers: int | None) -> None:
+    """Write NanoAOD-schema files for the benchmarks: a Z peak, or with --agc the AGC
+    samples (reuses files already written with the same parameters)."""
+    out = out or ("data/agc" if agc else "data/generated")
+    compression = compression or ("ZLIB" if agc else "LZ4")
+
     def stamp(path: Path) -> int | None:
         return path.stat().st_mtime_ns if path.exists() else None
 
-    before = {i: stamp(Path(out) / f"nano_gen_{i:03d}.root") for i in range(files)}
+    before = {str(p): stamp(p) for p in Path(out).glob("*.root")}
     start = time.perf_counter()
     try:
-        paths = make_data(out, files=files, events=events, compression=compression, seed=seed,
-                          workers=workers)
+        if agc:
+            from rhtc.bench.agcgen import make_agc_data
+            paths = make_agc_data(out, events=events or 100_000, files_per_sample=files or 1,
+                                  compression=compression, seed=seed, lean=lean, workers=workers)
+        else:
+            paths = make_data(out, files=files or 8, events=events or 1_000_000, compression=compression,
+                              seed=seed, workers=workers)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     seconds = time.perf_counter() - start
-    written = [i for i, path in enumerate(paths) if stamp(Path(path)) != before[i]]
-    for i, path in enumerate(paths):
-        click.echo(f"{path}  {os.path.getsize(path) / 1e6:9.1f} MB  {events:,} events  "
-                   f"{'written' if i in written else 'reused'}")
+    written = [p for p in paths if stamp(Path(p)) != before.get(p)]
+    counts = {}
+    for path in paths:
+        with uproot.open(path) as f:
+            counts[path] = f["Events"].num_entries
+        click.echo(f"{path}  {os.path.getsize(path) / 1e6:9.1f} MB  {counts[path]:,} events  "
+                   f"{'written' if path in written else 'reused'}")
     total = sum(os.path.getsize(path) for path in paths)
-    click.echo(f"{len(paths)} files, {total / 1e6:.1f} MB, {len(paths) * events:,} events, "
+    new = sum(counts[p] for p in written)
+    click.echo(f"{len(paths)} files, {total / 1e6:.1f} MB, {sum(counts.values()):,} events, "
                f"{parse_compression(compression)!r}; wrote {len(written)} in {seconds:.1f} s"
-               + (f" ({len(written) * events / seconds / 1e6:.2f} M events/s)" if written else ""))
-    click.echo(f"dimuon branches ({', '.join(DIMUON_BRANCHES)}) are "
-               f"{dimuon_fraction(paths[0]):.1%} of the compressed bytes")
+               + (f" ({new / seconds / 1e3:.1f} k events/s)" if written else ""))
+    if agc:
+        from rhtc.bench.agcgen import ANALYSIS_BRANCHES, read_fraction
+        click.echo(f"the AGC analysis reads {len(ANALYSIS_BRANCHES)} branches: "
+                   f"{read_fraction(paths[0]):.1%} of the compressed bytes of {os.path.basename(paths[0])}")
+    else:
+        click.echo(f"dimuon branches ({', '.join(DIMUON_BRANCHES)}) are "
+                   f"{dimuon_fraction(paths[0]):.1%} of the compressed bytes")
 
 
 if __name__ == "__main__":

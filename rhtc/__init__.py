@@ -47,6 +47,8 @@ __all__ = sorted(_API) + ["__version__"]
 
 def __getattr__(name: str):
     module = _API.get(name)
+    if name == "coffea":  # rhtc.coffea: the coffea executor and cache strategy (needs [coffea])
+        return __import__("rhtc.client.coffea", fromlist=["RedisExecutor"])
     if module is None:
         raise AttributeError(f"module 'rhtc' has no attribute {name!r}")
     import importlib

@@ -1,0 +1,286 @@
+"""``bench agc``: the AGC ttbar processor cold and warm on generated AGC files, side by side:
+ours (RedisExecutor + worker_cache), coffea's DaskExecutor on a dask LocalCluster of N
+single-threaded processes with its ``"dask-worker"`` column cache, coffea's
+FuturesExecutor with N processes, and coffea's IterativeExecutor in one process (the
+baseline). Each system runs alone; its figures print as soon as they are measured.
+
+    bench agc --workers 2 --events 50000 [--no-systematics]
+
+Every system gets the same WorkItems (preprocessed once) and a warm-up run on a tiny
+file of its own, so that "cold" measures reading the data, not importing coffea and
+compiling numba kernels. Then for one chunk it prints where the time goes: reading and
+decompressing, building NanoEvents, and the processing itself.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import statistics
+import time
+import warnings
+from typing import Any, Callable
+
+import click
+
+#: The 200 Gbps challenge's assumed per-core rate for this analysis (AGC.md).
+AGC_KHZ_PER_CORE = 25.0
+_local_cache: dict = {}
+
+
+_LABELS = {"iterative": "coffea Iterative (1 process)", "ours": "redis-htcondor", "dask": "coffea Dask + column cache",
+           "futures": "coffea Futures"}
+
+
+def _medians(runs: list[dict]) -> dict:
+    """One system's rounds: the last round's figures with the median cold and warm times."""
+    out = dict(runs[-1])
+    for key in ("cold_s", "warm_s"):
+        out[key] = statistics.median(r[key] for r in runs)
+        out[key.replace("_s", "_rounds_s")] = [r[key] for r in runs]
+    return out
+
+
+def _in_process_cache() -> dict:
+    """cachestrategy for the IterativeExecutor baseline: one dict in this process."""
+    return _local_cache
+
+
+def _runner(executor, cachestrategy=None):
+    from coffea import processor
+    from coffea.nanoevents import NanoAODSchema
+    return processor.Runner(executor=executor, schema=NanoAODSchema, cachestrategy=cachestrategy)
+
+
+def _timed(executor, items: list, systematics: bool, cachestrategy=None) -> tuple[float, dict]:
+    from rhtc.examples.agc_ttbar import TtbarAnalysis
+    t = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")           # NanoAODSchema's missing cross-references
+        out = _runner(executor, cachestrategy)(items, processor_instance=TtbarAnalysis(systematics))
+    return time.perf_counter() - t, out
+
+
+def _phases(name: str, executor, items, warmup, systematics, cachestrategy=None, cores: int = 1,
+            warm_runs: int = 2, after: Callable[[str], dict] | None = None) -> dict:
+    """Warm-up, cold, then warm (median of ``warm_runs``); prints the line at once."""
+    _timed(executor, warmup, systematics, cachestrategy)
+    cold_s, out = _timed(executor, items, systematics, cachestrategy)
+    res = {"cores": cores, "cold_s": cold_s, "entries": out["entries"],
+           "events": sum(out["nevents"].values())}
+    res.update(after("cold") if after else {})
+    warm = []
+    for _ in range(warm_runs):
+        warm.append(_timed(executor, items, systematics, cachestrategy)[0])
+        res.update(after("warm") if after else {})
+    res["warm_s"], res["warm_all_s"] = statistics.median(warm), warm
+    _print_row(name, res)
+    return res
+
+
+def _print_row(name: str, r: dict) -> None:
+    n = r["events"]
+    cold, warm = n / r["cold_s"] / 1e3, n / r["warm_s"] / 1e3           # kHz
+    click.echo(f"{name:34}{r['cold_s']:>8.2f}{cold:>9.1f}{cold / r['cores']:>9.1f}"
+               f"{r['warm_s']:>8.2f}{warm:>9.1f}{warm / r['cores']:>9.1f}{r['cold_s'] / r['warm_s']:>9.2f}x")
+
+
+def _iterative(items, warmup, systematics) -> dict:
+    from coffea import processor
+    _local_cache.clear()
+    return _phases("coffea Iterative (1 process)", processor.IterativeExecutor(status=False), items,
+                   warmup, systematics, _in_process_cache)
+
+
+def _ours(items, warmup, systematics, workers: int, record_paths: dict) -> dict:
+    import rhtc
+    from rhtc.client.coffea import RedisExecutor, worker_cache
+
+    with rhtc.LocalCluster(n_workers=workers) as cluster:
+        executor = RedisExecutor(broker=cluster, status=False)
+        cluster_workers = len(rhtc.live_workers(cluster))
+
+        def after(phase: str) -> dict:
+            rec = rhtc.last_map().record()
+            rec.save(record_paths[phase].replace(".png", ".json"))
+            rhtc.last_map().timeline(record_paths[phase])
+            homes = {t.index: t.worker for t in rec.tasks}
+            return {f"{phase}_bytes_file": sum(t.bytes_file for t in rec.tasks),
+                    f"{phase}_bytes_cache": sum(t.bytes_cache for t in rec.tasks), f"{phase}_homes": homes}
+
+        res = _phases(f"redis-htcondor ({cluster_workers} workers)", executor, items, warmup, systematics,
+                      worker_cache, cores=cluster_workers, after=after)
+    res["warm_routed_home"] = sum(res["warm_homes"].get(i) == w for i, w in res["cold_homes"].items())
+    return res
+
+
+def _dask(items, warmup, systematics, workers: int) -> dict:
+    from coffea import processor
+    from coffea.processor.dask import ColumnCache
+    from dask.distributed import Client, LocalCluster
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                      silence_logs=logging.CRITICAL) as cluster, Client(cluster) as client:
+        client.register_plugin(ColumnCache())
+        return _phases(f"coffea Dask + column cache ({workers})",
+                       processor.DaskExecutor(client=client, status=False), items, warmup, systematics,
+                       "dask-worker", cores=workers)
+
+
+def _futures(items, warmup, systematics, workers: int) -> dict:
+    from coffea import processor
+    from loky import ProcessPoolExecutor
+    pool = ProcessPoolExecutor(max_workers=workers)
+    try:
+        return _phases(f"coffea Futures ({workers} processes)",
+                       processor.FuturesExecutor(pool=pool, workers=workers, status=False), items, warmup,
+                       systematics, cores=workers)
+    finally:
+        pool.shutdown(wait=True)
+
+
+def where_time_goes(item, systematics: bool) -> dict:
+    """For one WorkItem, in seconds: opening the file and its tree's metadata (every
+    executor does it for every item), reading and decompressing the branches the analysis
+    reads, building NanoEvents, and processing with every buffer already in memory."""
+    import uproot
+    from coffea.nanoevents import NanoAODSchema, NanoEventsFactory
+    from rhtc.bench.agcgen import ANALYSIS_BRANCHES
+    from rhtc.examples.agc_ttbar import TtbarAnalysis
+    meta = dict(item.usermeta or {}, entrystart=item.entrystart, entrystop=item.entrystop,
+                fileuuid="one-chunk")
+    proc, cache, out, runs = TtbarAnalysis(systematics), {}, {}, []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for k in range(4):
+            t0 = time.perf_counter()
+            with uproot.open(item.filename) as f:
+                tree = f[item.treename]
+                t1 = time.perf_counter()
+                if k == 0:
+                    tree.arrays(list(ANALYSIS_BRANCHES), entry_start=item.entrystart,
+                                entry_stop=item.entrystop)
+                t2 = time.perf_counter()
+                events = NanoEventsFactory.from_root(
+                    file=f, treepath=item.treename, schemaclass=NanoAODSchema, metadata=meta, mode="virtual",
+                    entry_start=item.entrystart, entry_stop=item.entrystop, buffer_cache=cache).events()
+                t3 = time.perf_counter()
+                proc.process(events)
+                t4 = time.perf_counter()
+            if k == 0:
+                out.update(open_s=t1 - t0, read_decompress_s=t2 - t1, nanoevents_s=t3 - t2,
+                           cold_process_s=t4 - t3)
+            else:
+                runs.append(t4 - t3)
+    out["processing_s"] = statistics.median(runs)       # buffers in memory: the processing alone
+    out["events"] = item.entrystop - item.entrystart
+    return out
+
+
+@click.command("agc")
+@click.option("--workers", default=2, show_default=True, help="Workers / processes for each parallel system.")
+@click.option("--events", default=50_000, show_default=True, help="Generated events (nine AGC samples).")
+@click.option("--chunk-size", default=25_000, show_default=True, help="Entries per WorkItem.")
+@click.option("--systematics/--no-systematics", default=True, show_default=True,
+              help="The jet pt, b-tag and W+jets variations (off: the lighter variant).")
+@click.option("--data-dir", default="data/agc", show_default=True)
+@click.option("--systems", default="iterative,ours,dask,futures", show_default=True,
+              help="Which systems to run, in this order.")
+@click.option("--repeats", default=1, show_default=True,
+              help="Rounds of all systems, alternating their order; medians are quoted.")
+@click.option("--json", "json_path", default="bench-agc.json", show_default=True)
+@click.option("--timeline", "timeline_path", default="bench-agc-timeline.png", show_default=True,
+              help="Our warm run's timeline (the cold one beside it, -cold.png).")
+def agc_command(workers, events, chunk_size, systematics, data_dir, systems, repeats, json_path, timeline_path):
+    """The AGC ttbar analysis cold and warm: ours vs coffea+dask vs Futures vs one process."""
+    from coffea import processor
+    from rhtc.bench.agcgen import ANALYSIS_BRANCHES, make_agc_data
+    from rhtc.examples.agc_ttbar import agc_fileset
+
+    paths = make_agc_data(data_dir, events=events)
+    warm_paths = make_agc_data(os.path.join(data_dir, "warm-up"), events=900, min_events=100, lean=True,
+                               progress=False, samples=[("ttbar", "nominal"), ("wjets", "nominal")])
+    for p in paths:                                    # the page cache: every system reads from memory
+        with open(p, "rb") as fh:
+            while fh.read(1 << 24):
+                pass
+    pre = processor.Runner(executor=processor.IterativeExecutor(status=False), chunksize=chunk_size)
+    items = list(pre.preprocess(agc_fileset(paths), treename="Events"))
+    warmup = list(processor.Runner(executor=processor.IterativeExecutor(status=False), chunksize=100)
+                  .preprocess(agc_fileset(warm_paths), treename="Events"))
+    n = sum(len(i) for i in items)
+    mode = "with systematics" if systematics else "no systematics"
+    click.echo(f"bench agc: {len(paths)} files, {n:,} events, {len(items)} WorkItems of <= {chunk_size:,}; "
+               f"{mode}; {workers} workers; {os.cpu_count()} cores; files in the page cache", err=True)
+    click.echo(f"{'':34}{'cold s':>8}{'kHz':>9}{'kHz/core':>9}{'warm s':>8}{'kHz':>9}{'kHz/core':>9}"
+               f"{'warm/cold':>10}")
+    cold_png = timeline_path.replace(".png", "-cold.png")
+    runs: dict[str, list[dict]] = {}
+    names = systems.split(",")
+    for r in range(repeats):        # the order alternates: the machine's load drifts during a run
+        for system in names if r % 2 == 0 else names[::-1]:
+            if system == "iterative":
+                one = _iterative(items, warmup, systematics)
+            elif system == "ours":
+                one = _ours(items, warmup, systematics, workers, {"cold": cold_png, "warm": timeline_path})
+            elif system == "dask":
+                one = _dask(items, warmup, systematics, workers)
+            elif system == "futures":
+                one = _futures(items, warmup, systematics, workers)
+            else:
+                raise click.BadParameter(f"unknown system {system!r}: choose from iterative, ours, dask, futures")
+            runs.setdefault(system, []).append(one)
+    res = {system: _medians(rs) for system, rs in runs.items()}
+    if repeats > 1:
+        click.echo(f"medians of {repeats} rounds:")
+        for system, r in res.items():
+            _print_row(_LABELS[system], r)
+    for system, r in res.items():
+        assert r["entries"] == res[names[0]]["entries"], f"{system} filled other histograms than {names[0]}"
+    summary = _summary(res, n)
+    chunk = max(items, key=len)
+    t = where_time_goes(chunk, systematics)
+    summary["one_chunk"] = t
+    click.echo(f"one chunk ({t['events']:,} events of {os.path.basename(chunk.filename)}): open file + tree "
+               f"metadata {t['open_s']:.3f} s, read+decompress its {len(ANALYSIS_BRANCHES)} branches "
+               f"{t['read_decompress_s']:.3f} s, NanoEvents construction {t['nanoevents_s']:.3f} s, "
+               f"processing {t['processing_s']:.3f} s (processing with the lazy reads: "
+               f"{t['cold_process_s']:.3f} s)")
+    result = {"events": n, "work_items": len(items), "chunk_size": chunk_size, "systematics": systematics,
+              "workers": workers, "cores": os.cpu_count(), "systems": res, "summary": summary}
+    if json_path:
+        with open(json_path, "w") as fh:
+            json.dump(result, fh, indent=2, default=str)
+        click.echo(f"figures: {json_path}; our timelines: {cold_png}, {timeline_path}", err=True)
+    return result
+
+
+def _summary(res: dict, n: int) -> dict:
+    out: dict[str, Any] = {}
+    ours, dask, it = res.get("ours"), res.get("dask"), res.get("iterative")
+    lines = []
+    if ours:
+        per_core = n / ours["warm_s"] / 1e3 / ours["cores"]
+        out.update(ours_khz_per_core_cold=n / ours["cold_s"] / 1e3 / ours["cores"],
+                   ours_khz_per_core_warm=per_core)
+        lines.append(f"ours per core: {out['ours_khz_per_core_cold']:.1f} kHz cold, {per_core:.1f} kHz warm "
+                     f"(the AGC's 200 Gbps challenge assumed {AGC_KHZ_PER_CORE:.0f} kHz/core)")
+        lines.append(f"ours warm run: {ours['warm_bytes_file']:,} bytes read from files, "
+                     f"{ours['warm_bytes_cache']:,} from the workers' caches, "
+                     f"{ours['warm_routed_home']}/{len(ours['cold_homes'])} items on the worker "
+                     "that ran them cold")
+    if ours and dask:
+        out.update(ours_over_dask_cold=ours["cold_s"] / dask["cold_s"],
+                   ours_over_dask_warm=ours["warm_s"] / dask["warm_s"])
+        lines.append(f"runtime ours / coffea+dask: cold {out['ours_over_dask_cold']:.2f}, "
+                     f"warm {out['ours_over_dask_warm']:.2f}")
+    if ours and it:
+        out.update(ours_over_iterative_rate_cold=it["cold_s"] / ours["cold_s"],
+                   ours_over_iterative_rate_warm=it["warm_s"] / ours["warm_s"])
+        lines.append(f"parallel speed-up, ours over the single-process IterativeExecutor: "
+                     f"cold {out['ours_over_iterative_rate_cold']:.2f}x, "
+                     f"warm {out['ours_over_iterative_rate_warm']:.2f}x "
+                     f"(the limit is {ours['cores']}x)")
+    out["warm_over_cold"] = {k: r["cold_s"] / r["warm_s"] for k, r in res.items()}
+    for line in lines:
+        click.echo(line)
+    return out

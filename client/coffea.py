@@ -1,0 +1,265 @@
+"""coffea processors on our workers: an executor and a cache strategy.
+
+A coffea user changes one line (two, for the warm cache)::
+
+    >>> import rhtc
+    >>> from coffea import processor
+    >>> from coffea.nanoevents import NanoAODSchema
+    >>> run = processor.Runner(executor=rhtc.coffea.RedisExecutor(),          # was IterativeExecutor()
+    ...                        cachestrategy=rhtc.coffea.worker_cache,         # the workers' branch caches
+    ...                        schema=NanoAODSchema, chunksize=100_000)        # doctest: +SKIP
+    >>> out = run(fileset, processor_instance=MyProcessor(), treename="Events")  # doctest: +SKIP
+    >>> rhtc.last_map().timeline("coffea-run.png")                           # doctest: +SKIP
+
+:class:`RedisExecutor` runs coffea's preprocessing (one task per file) and processing
+(one task per WorkItem) through our queue. Each WorkItem is routed home by its file
+UUID, tree and entry range, the same routing key as :class:`client.chunks.Chunk`'s, so a
+rerun goes to the worker that holds its columns. :func:`worker_cache` hands NanoEvents,
+on that worker, the worker's byte-capped branch cache as ``buffer_cache``: a rerun reads
+no branch data from the files, and the cache's hits and bytes appear in the run record
+and the timeline as for ``chunk.arrays``.
+
+This module imports coffea; the rest of the project never does (``pip install
+'redis-htcondor[coffea]'``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid as _uuid
+import warnings
+from typing import Any, Callable, Iterable, MutableMapping
+
+try:
+    from coffea.processor import accumulate
+    from coffea.processor.executor import ExecutorBase, WorkItem
+    from coffea.util import rich_bar
+except ImportError as err:  # pragma: no cover - depends on the environment
+    raise ImportError("rhtc.coffea needs coffea: pip install 'redis-htcondor[coffea]'") from err
+
+from rhtc.broker import context
+from rhtc.client.api import submit
+from rhtc.client.chunks import Chunk
+from rhtc.client.errors import RemoteError
+
+#: How many of one item's warnings (e.g. coffea's "Skipping bad file") come back to the client.
+MAX_WARNINGS_PER_ITEM = 5
+
+# The routing key of the item this worker process is running, for worker_cache().
+_current_key: str | None = None
+
+
+def describe_item(item: Any) -> str:
+    """A WorkItem (or preprocessing FileMeta) in words, for errors and warnings.
+
+    >>> describe_item(WorkItem("ttbar", "/data/a.root", "Events", 0, 100, b""))
+    "dataset 'ttbar', file /data/a.root, tree 'Events', entries 0-100"
+    """
+    text = f"dataset {getattr(item, 'dataset', '?')!r}, file {getattr(item, 'filename', '?')}, " \
+           f"tree {getattr(item, 'treename', '?')!r}"
+    if isinstance(item, WorkItem):
+        return text + f", entries {item.entrystart}-{item.entrystop}"
+    return text + " (preprocessing)"
+
+
+def routing_key(item: Any) -> str | None:
+    """The routing key of a coffea WorkItem: that of the :class:`Chunk` with the same
+    file UUID, tree and entry range (``None`` for preprocessing items, which have no UUID).
+
+    >>> item = WorkItem("ttbar", "a.root", "Events", 0, 100, _uuid.UUID(int=1).bytes)
+    >>> routing_key(item)
+    '00000000-0000-0000-0000-000000000001:Events:0-100'
+    """
+    if not isinstance(item, WorkItem) or not item.fileuuid:
+        return None
+    uuid = item.fileuuid
+    uuid = str(_uuid.UUID(bytes=uuid)) if isinstance(uuid, bytes) and len(uuid) == 16 else str(uuid)
+    return Chunk(item.filename, item.treename, item.entrystart, item.entrystop, uuid).routing_key
+
+
+@dataclasses.dataclass(frozen=True)
+class CoffeaTask:
+    """What travels to a worker: one coffea item and its routing key."""
+
+    item: Any
+    routing_key: str | None = None
+
+    @property
+    def num_entries(self) -> int | None:
+        """Events in the item (the run record counts them)."""
+        return len(self.item) if isinstance(self.item, WorkItem) else None
+
+    def __repr__(self) -> str:
+        return f"CoffeaTask({describe_item(self.item)})"
+
+
+class _RunItem:
+    """Runs coffea's per-item function on a worker; returns (output, warnings)."""
+
+    def __init__(self, function: Callable):
+        self.function = function
+        self.__name__ = getattr(function, "__name__", "coffea")
+
+    def __call__(self, task: CoffeaTask) -> tuple[Any, list[tuple[str, str]]]:
+        global _current_key
+        _current_key = task.routing_key
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("default")   # each distinct warning once per worker
+                out = self.function(task.item)
+        finally:
+            _current_key = None
+        notes = [(str(w.message), describe_item(task.item)) for w in caught[:MAX_WARNINGS_PER_ITEM]]
+        return out, notes
+
+
+class _Buffers(MutableMapping):
+    """The worker's branch cache as NanoEvents' ``buffer_cache`` for one WorkItem.
+
+    Reads and stores go through the cache's per-chunk view (which counts hits, the bytes
+    served from memory and advertises the chunk for routing); a buffer NanoEvents had to
+    read is added to the task's ``bytes_from_file`` (uncompressed bytes, as NanoEvents
+    hands them over).
+    """
+
+    def __init__(self, view: MutableMapping, ctx: context.TaskContext):
+        self.view, self.ctx = view, ctx
+
+    def get(self, key, default=None):
+        return self.view.get(key, default)
+
+    def __getitem__(self, key):
+        return self.view[key]
+
+    def __setitem__(self, key, value) -> None:
+        self.view[key] = value
+        self.ctx.bytes_from_file += int(getattr(value, "nbytes", 0))
+
+    def __delitem__(self, key) -> None:
+        del self.view[key]
+
+    def __iter__(self):
+        return iter(self.view)
+
+    def __len__(self) -> int:
+        return len(self.view)
+
+
+def worker_cache() -> MutableMapping | None:
+    """coffea cache strategy: on one of our workers, the worker's branch cache.
+
+    Pass it as ``processor.Runner(cachestrategy=rhtc.coffea.worker_cache)``. coffea calls
+    it on the worker before it builds NanoEvents and hands the mapping over as
+    ``buffer_cache``. Outside a worker (IterativeExecutor, a notebook) it returns
+    ``None``, so coffea reads the files directly.
+
+    >>> worker_cache() is None        # not inside a worker
+    True
+    """
+    ctx = context.current
+    if ctx is None or ctx.cache is None:
+        return None
+    view = ctx.cache.view(_current_key) if _current_key else ctx.cache
+    return _Buffers(view, ctx)
+
+
+class WorkItemFailed(RuntimeError):
+    """A coffea WorkItem failed on a worker: which item, which worker, the remote traceback.
+
+    ``__cause__`` is the worker's exception itself when it could travel (so coffea's
+    ``skipbadfiles``/``use_result_type`` checks see e.g. an ``OSError``), else the
+    :class:`RemoteError`; ``.remote`` is always the :class:`RemoteError`.
+    """
+
+    def __init__(self, item: Any, error: RemoteError):
+        self.item, self.remote = item, error
+        where = f"worker {error.worker}" + (f" ({error.host})" if error.host else "") if error.worker \
+            else "a worker"
+        text = (f"coffea work item failed on {where}: {describe_item(item)}\n"
+                f"  {error.remote_type}: {error.message}\n"
+                "  Fix the processor or the file, or pass skipbadfiles=True to processor.Runner "
+                "to skip unreadable files; rerun just this item with "
+                "processor.IterativeExecutor() on [item] to debug it locally.")
+        if error.remote_traceback:
+            text += "\n\nRemote traceback:\n" + error.remote_traceback.rstrip()
+        super().__init__(text)
+
+
+def _fold(a: tuple[Any, list], b: tuple[Any, list]) -> tuple[Any, list]:
+    """Adds one item's output into the running total with coffea's ``accumulate``."""
+    (total, notes), (out, more) = a, b
+    return accumulate([out], total), notes + more
+
+
+@dataclasses.dataclass
+class RedisExecutor(ExecutorBase):
+    """A coffea executor that runs every item on redis-htcondor workers.
+
+    Args:
+        broker: URL, BrokerConfig or LocalCluster (as for :func:`rhtc.remote_map`);
+            default: the environment/config file, else the session's local cluster.
+        task_retries: reruns of an item whose processor raised (on any worker). A worker
+            that dies is never a failed item: its items always run again elsewhere.
+        retry_on: only retry these exception types (or names), e.g. ``(OSError,)``.
+        routing: send each WorkItem to the worker that holds its columns.
+        stragglers: backup copies of slow items in the map's tail (see remote_map).
+        timeout: seconds before the run is cancelled with TimeoutError.
+        status, desc, unit: coffea's progress bar.
+
+    coffea's in-task ``retries`` is 0 here: our queue does the retrying, and
+    ``skipbadfiles`` works as with coffea's executors (a bad file's item returns nothing
+    and its warning is repeated on the client, naming the item).
+
+    >>> from coffea import processor
+    >>> run = processor.Runner(executor=RedisExecutor(), cachestrategy=worker_cache)  # doctest: +SKIP
+    """
+
+    broker: Any = None
+    task_retries: int = 0
+    retry_on: tuple | None = None
+    routing: bool = True
+    stragglers: float | None = 3.0
+    timeout: float | None = None
+
+    @property
+    def retries(self) -> int:
+        """What coffea's Runner retries inside a task: nothing, our queue retries."""
+        return 0
+
+    def __call__(self, items: Iterable, function: Callable, accumulator: Any) -> tuple[Any, int]:
+        tasks = [CoffeaTask(item, routing_key(item) if self.routing else None) for item in items]
+        if not tasks:
+            return accumulator, 0
+        handle = submit(_RunItem(function), tasks, broker=self.broker, reduce=_fold, errors="return",
+                        retries=self.task_retries, retry_on=self.retry_on, routing=self.routing,
+                        stragglers=self.stragglers, label=self.function_name or self.desc)
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        try:
+            with rich_bar() as bar:
+                bar_id = bar.add_task(self.desc, total=len(tasks), unit=self.unit, disable=not self.status)
+                while not handle.done():
+                    if handle.failures:
+                        raise self._failure(handle.failures[0], tasks)
+                    if deadline is not None and time.monotonic() > deadline:
+                        raise TimeoutError(f"{self.desc}: {handle.received}/{len(tasks)} items done "
+                                           f"after {self.timeout} s (map {handle.map_id})")
+                    bar.update(bar_id, completed=handle.received, refresh=True)
+                    time.sleep(0.05)
+                bar.update(bar_id, completed=handle.received, refresh=True)
+            value = handle.wait()
+        except BaseException:
+            handle.cancel()
+            raise
+        if handle.failures:
+            raise self._failure(sorted(handle.failures, key=lambda e: e.index)[0], tasks)
+        total, notes = value if value is not None else (None, [])
+        first_seen = dict(reversed(notes))          # each distinct warning once, with the first item
+        for text, item in first_seen.items():
+            warnings.warn(f"{text} (on a worker, in {item})", RuntimeWarning, stacklevel=2)
+        return accumulate([total], accumulator), 0
+
+    @staticmethod
+    def _failure(error: RemoteError, tasks: list[CoffeaTask]) -> WorkItemFailed:
+        failed = WorkItemFailed(tasks[error.index].item, error)
+        failed.__cause__ = error.exception if error.exception is not None else error
+        return failed

@@ -1,0 +1,226 @@
+"""coffea processors on our workers: the same histograms as coffea's own executors, warm
+reruns served from the workers' caches, errors that name the WorkItem, skipbadfiles.
+
+Real parts: a real redis-server and worker processes (conftest), coffea's Iterative,
+Futures (2 processes) and Dask (a LocalCluster of 2 single-threaded processes) executors,
+real uproot reads of the real 2015 AGC sample and of small generated AGC files.
+"""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from tests.conftest import NANOAOD, needs_nanoaod
+
+pytest.importorskip("coffea")
+from coffea import processor  # noqa: E402
+from coffea.nanoevents import NanoAODSchema  # noqa: E402
+
+import rhtc  # noqa: E402
+from rhtc.client.coffea import RedisExecutor, WorkItemFailed, worker_cache  # noqa: E402
+from rhtc.examples.agc_ttbar import (BTAG_VARIATIONS, PT_VARIATIONS, TtbarAnalysis,  # noqa: E402
+                                     agc_fileset)
+
+REAL = NANOAOD / "nanoAOD_2015_CMS_Open_Data_ttbar.root"
+
+
+@pytest.fixture(scope="module")
+def agc_small(tmp_path_factory):
+    """The nine AGC samples, ~4000 events in all (at least 200 each)."""
+    from rhtc.bench.agcgen import make_agc_data
+    out = tmp_path_factory.mktemp("agc")
+    make_agc_data(out, events=4_000, min_events=200, lean=True, progress=False, workers=1)
+    return agc_fileset(str(out))
+
+
+def _run(executor, fileset, chunksize: int, cachestrategy=None, systematics: bool = True) -> dict:
+    run = processor.Runner(executor=executor, schema=NanoAODSchema, chunksize=chunksize,
+                           cachestrategy=cachestrategy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)   # NanoAODSchema's missing cross-references
+        return run(fileset, processor_instance=TtbarAnalysis(systematics), treename="Events")
+
+
+def _assert_same(a: dict, b: dict, what: str) -> None:
+    """Exact entry counts and event counts; weighted sums and variances to rel 1e-9."""
+    assert a["entries"] == b["entries"], f"{what}: entry counts differ"
+    assert a["nevents"] == b["nevents"] and a["cutflow"] == b["cutflow"], what
+    for region in ("4j1b", "4j2b"):
+        ha, hb = a["hist"][region], b["hist"][region]
+        keys = {(p, v) for p in ha.axes["process"] for v in ha.axes["variation"]}
+        assert keys == {(p, v) for p in hb.axes["process"] for v in hb.axes["variation"]}, what
+        for p, v in sorted(keys):
+            va, vb = ha[:, p, v].view(flow=True), hb[:, p, v].view(flow=True)
+            for field in ("value", "variance"):
+                np.testing.assert_allclose(va[field], vb[field], rtol=1e-9, atol=0,
+                                           err_msg=f"{what}: {region} {p} {v} {field}")
+
+
+def _all_executors(fileset, broker, chunksize: int) -> dict[str, dict]:
+    from dask.distributed import Client, LocalCluster
+    out = {"iterative": _run(processor.IterativeExecutor(status=False), fileset, chunksize),
+           "futures": _run(processor.FuturesExecutor(workers=2, status=False), fileset, chunksize)}
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        out["dask"] = _run(processor.DaskExecutor(client=client, status=False), fileset, chunksize)
+    ours = RedisExecutor(broker=broker.config, status=False)
+    out["ours cold"] = _run(ours, fileset, chunksize, cachestrategy=worker_cache)
+    out["cold record"] = rhtc.last_map().record()
+    out["ours warm"] = _run(ours, fileset, chunksize, cachestrategy=worker_cache)
+    out["warm record"] = rhtc.last_map().record()
+    return out
+
+
+@pytest.mark.timeout(600)
+def test_generated_agc_same_histograms_on_every_executor(agc_small, broker, workers):
+    workers.start(2)
+    out = _all_executors(agc_small, broker, chunksize=300)
+    ref = out["iterative"]
+    h = ref["hist"]["4j2b"]
+    assert ref["entries"]["4j1b/ttbar/nominal"] > 50 and ref["entries"]["4j2b/ttbar/nominal"] > 50
+    for name in PT_VARIATIONS + BTAG_VARIATIONS:
+        assert name in h.axes["variation"], f"variation {name} missing"
+    assert "scale_var_up" in h.axes["variation"] and "PS_var" in h.axes["variation"]
+    # pt_res_up is random, seeded from the chunk: it must differ from nominal, yet agree everywhere
+    assert ref["entries"]["4j2b/ttbar/pt_res_up"] != ref["entries"]["4j2b/ttbar/nominal"] or \
+        not np.allclose(h[:, "ttbar", "pt_res_up"].values(), h[:, "ttbar", "nominal"].values())
+    for name in ("futures", "dask", "ours cold", "ours warm"):
+        _assert_same(ref, out[name], name)
+    cold, warm = out["cold record"], out["warm record"]
+    assert len(cold.tasks) == len(warm.tasks) > 4
+    assert sum(t.bytes_file for t in cold.tasks) > 0
+    assert sum(t.bytes_file for t in warm.tasks) == 0, "the warm rerun read branch data from the files"
+    assert all(t.bytes_cache > 0 for t in warm.tasks)
+    home = {t.index: t.worker for t in cold.tasks}
+    assert {t.index: t.worker for t in warm.tasks} == home, "warm items did not go back to their workers"
+    assert len(set(home.values())) == 2
+
+
+@needs_nanoaod
+@pytest.mark.timeout(600)
+def test_real_2015_sample_same_histograms_on_every_executor(broker, workers):
+    workers.start(2)
+    fileset = agc_fileset(str(REAL), sample=("ttbar", "nominal"))
+    out = _all_executors(fileset, broker, chunksize=50)
+    ref = out["iterative"]
+    assert ref["nevents"] == {"ttbar__nominal": 200}
+    assert ref["cutflow"]["ttbar__nominal"]["one lepton"] > 0
+    assert ref["cutflow"]["ttbar__nominal"]["four jets"] > 0
+    for name in ("futures", "dask", "ours cold", "ours warm"):
+        _assert_same(ref, out[name], name)
+    assert sum(t.bytes_file for t in out["warm record"].tasks) == 0
+
+
+class _FailsOnSecondChunk(processor.ProcessorABC):
+    def process(self, events):
+        if events.metadata["entrystart"] > 0:
+            raise ValueError(f"no good at entry {events.metadata['entrystart']}")
+        return {"n": len(events)}
+
+    def postprocess(self, accumulator):
+        return accumulator
+
+
+@needs_nanoaod
+def test_failing_item_names_file_entries_worker_and_traceback(broker, workers):
+    names = workers.start(2)
+    run = processor.Runner(executor=RedisExecutor(broker=broker.config, status=False),
+                           schema=NanoAODSchema, chunksize=100)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        with pytest.raises(WorkItemFailed) as info:
+            run({"ttbar": [str(REAL)]}, processor_instance=_FailsOnSecondChunk(), treename="Events")
+    text = str(info.value)
+    assert str(REAL) in text and "entries 100-200" in text and "dataset 'ttbar'" in text
+    assert any(n in text for n in names)
+    assert "Remote traceback" in text and "no good at entry 100" in text
+    assert info.value.remote.worker in names
+
+
+@needs_nanoaod
+def test_skipbadfiles_skips_a_missing_file_like_coffea(broker, workers, tmp_path):
+    workers.start(1)
+    fileset = {"ttbar": [str(REAL), str(tmp_path / "gone.root")]}
+
+    def count(executor, skip):
+        run = processor.Runner(executor=executor, schema=NanoAODSchema, chunksize=100, skipbadfiles=skip)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = run(fileset, processor_instance=_CountEvents(), treename="Events")
+        return out, [str(w.message) for w in caught]
+
+    ours, caught = count(RedisExecutor(broker=broker.config, status=False), True)
+    theirs, _ = count(processor.IterativeExecutor(status=False), True)
+    assert ours == theirs == {"n": 200}
+    assert any("gone.root" in m for m in caught), "the skipped file is not named in a warning"
+    with pytest.raises(Exception) as info:          # without skipbadfiles: an error naming the file
+        count(RedisExecutor(broker=broker.config, status=False), False)
+    assert "gone.root" in str(info.value)
+
+
+class _CountEvents(processor.ProcessorABC):
+    def process(self, events):
+        return {"n": len(events)}
+
+    def postprocess(self, accumulator):
+        return accumulator
+
+
+def test_worker_cache_is_none_outside_a_worker_and_rhtc_coffea_resolves():
+    assert worker_cache() is None
+    assert rhtc.coffea.RedisExecutor is RedisExecutor
+
+
+@needs_nanoaod
+@pytest.mark.timeout(600)
+def test_agc_notebook_executes_headless(tmp_path, monkeypatch):
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    from tests.conftest import ROOT
+    import os
+    nb = nbformat.read(ROOT / "examples" / "agc_ttbar.ipynb", as_version=4)
+    monkeypatch.setenv("RHTC_NANOAOD", str(NANOAOD))
+    monkeypatch.setenv("AGC_CHUNKSIZE", "50")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    text = "".join(o.get("text", "") for o in outputs)
+    assert "events: 200" in text and "warm:" in text and "bytes from files 0," in text
+    assert len([o for o in outputs if "image/png" in o.get("data", {})]) >= 2   # the plot, the timeline
+
+
+class _DiesOnce(processor.ProcessorABC):
+    """SIGKILLs the worker running entries 100-200 the first time (a marker file says so)."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def process(self, events):
+        import os
+        import signal
+        if events.metadata["entrystart"] == 100 and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return {"n": len(events)}
+
+    def postprocess(self, accumulator):
+        return accumulator
+
+
+@needs_nanoaod
+@pytest.mark.timeout(300)
+def test_a_killed_worker_is_not_a_failed_item(broker, workers, tmp_path):
+    workers.start(2)
+    marker = tmp_path / "killed-once"
+    run = processor.Runner(executor=RedisExecutor(broker=broker.config, status=False),
+                           schema=NanoAODSchema, chunksize=100)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        out = run({"ttbar": [str(REAL)]}, processor_instance=_DiesOnce(str(marker)), treename="Events")
+    assert marker.exists(), "the worker was never killed: the test tested nothing"
+    assert out == {"n": 200}
+    assert sum(p.poll() is not None for p in workers.procs.values()) == 1      # one worker did die
