@@ -26,7 +26,7 @@ class _Lazy(click.Group):
         if name not in _COMMANDS:
             return None
         module, attr = _COMMANDS[name]
-        return getattr(importlib.import_module(f"rhtc.{module}"), attr)   # works outside the checkout too
+        return getattr(importlib.import_module(module), attr)   # works outside the checkout too
 
 
 @click.group(cls=_Lazy, context_settings={"help_option_names": ["-h", "--help"]})
