@@ -15,7 +15,8 @@ import click
 
 from rhtc.bench.overhead import nap
 from rhtc.broker.config import settings
-from rhtc.broker.protocol import TaskRef, WorkerStatus
+from rhtc.broker.protocol import TaskRef
+from rhtc.broker.messages import WorkerStatus
 
 
 def _runner_of(storage, task: TaskRef, exclude=()) -> WorkerStatus | None:

@@ -19,7 +19,7 @@ key                             type    what / who deletes it
                                         by the reaper, by a new incarnation, or on a task-process crash
 ``{ns}:inc:{worker}``           string  the incarnation that holds the name; expires after the lease
                                         time unless the worker's supervisor renews it
-``{ns}:hb:{worker}``            string  live status (:class:`~broker.protocol.WorkerStatus` JSON);
+``{ns}:hb:{worker}``            string  live status (:class:`~broker.messages.WorkerStatus` JSON);
                                         same expiry as ``inc``
 ``{ns}:workers``                set     registered workers; the reaper removes dead ones
 ``{ns}:holds:{worker}``         set     routing keys of chunks the worker has cached; expires

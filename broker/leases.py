@@ -16,7 +16,7 @@ import dataclasses
 import time
 from typing import Iterable, Sequence
 
-from rhtc.broker import protocol
+from rhtc.broker import messages
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,7 +37,7 @@ class Leases:
     keys, scripts and settings)."""
 
     # -- the name and its incarnation ----------------------------------------------------
-    def claim(self, worker: str, incarnation: str, status: protocol.WorkerStatus,
+    def claim(self, worker: str, incarnation: str, status: messages.WorkerStatus,
               mode: str = "claim", expected: str = "") -> Claim:
         """Claim ``worker`` for ``incarnation`` (``mode`` 'claim', or 'force' to take over from
         ``expected``, a holder seen dead), or renew it ('renew', the heartbeat). A claim
@@ -54,15 +54,15 @@ class Leases:
             left = int(self._scripts["drain"](args=[self.keys.ns, worker, st.scan_step]))
         return Claim(True)
 
-    def heartbeat(self, worker: str, incarnation: str, status: protocol.WorkerStatus) -> Claim:
+    def heartbeat(self, worker: str, incarnation: str, status: messages.WorkerStatus) -> Claim:
         """Say this incarnation is alive (renews its name and lease) and publish its status;
         ``ok`` is False when another incarnation took the name over."""
         return self.claim(worker, incarnation, status, mode="renew")
 
-    def holder_status(self, worker: str) -> protocol.WorkerStatus | None:
+    def holder_status(self, worker: str) -> messages.WorkerStatus | None:
         """The published status of whoever holds ``worker`` now (None if nobody)."""
         raw = self.r.get(self.keys.heartbeat(worker))
-        return protocol.WorkerStatus.decode(raw) if raw else None
+        return messages.WorkerStatus.decode(raw) if raw else None
 
     # -- taking tasks ----------------------------------------------------------------------
     def take(self, worker: str, incarnation: str, max_tasks: int,

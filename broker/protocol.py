@@ -33,10 +33,8 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-import enum
 import hashlib
 import hmac
-import json
 import pickle
 import secrets
 import struct
@@ -281,65 +279,6 @@ def check_function(packed_fn: bytes, fn_hash: str) -> None:
 
 
 # -- results ----------------------------------------------------------------------------
-@dataclasses.dataclass
-class ResultMeta:
-    """What a worker says about one run of a task (travels beside the pickled value, so it
-    can be read even when the value cannot be unpickled)."""
-
-    worker: str
-    host: str
-    pid: int
-    start: float
-    stop: float
-    incarnation: str = ""
-    bytes_cache: int = 0
-    bytes_file: int = 0
-    events: int | None = None
-    extra: dict = dataclasses.field(default_factory=dict)
-
-    @property
-    def bytes_read(self) -> int:
-        return self.bytes_cache + self.bytes_file
-
-    def to_dict(self) -> dict:
-        d = {"worker": self.worker, "host": self.host, "pid": self.pid, "start": self.start,
-             "stop": self.stop, "incarnation": self.incarnation, "bytes_cache": self.bytes_cache,
-             "bytes_file": self.bytes_file, "events": self.events, **self.extra}
-        d["bytes_read"] = self.bytes_read
-        return d
-
-    def encode(self) -> bytes:
-        return json.dumps(self.to_dict()).encode()
-
-    @classmethod
-    def decode(cls, raw: bytes | dict) -> "ResultMeta":
-        d = dict(json.loads(raw)) if isinstance(raw, (bytes, str)) else dict(raw)
-        d.pop("bytes_read", None)
-        if _META_REQUIRED <= d.keys() <= _META_FIELDS:
-            return cls(**d)                  # the common case, once per result: keep it fast
-        known = {k: d.pop(k) for k in list(d) if k in _META_FIELDS}
-        return cls(**{"worker": "?", "host": "?", "pid": 0, "start": 0.0, "stop": 0.0, **known}, extra=d)
-
-
-_META_FIELDS = frozenset(f.name for f in dataclasses.fields(ResultMeta)) - {"extra"}
-_META_REQUIRED = frozenset({"worker", "host", "pid", "start", "stop"})
-
-
-_META_LEN = struct.Struct(">I")
-
-
-def encode_result(packed_value: bytes, meta: ResultMeta) -> bytes:
-    """The payload of an OK or USER_ERROR result: meta first, then the packed value."""
-    raw = meta.encode()
-    return _META_LEN.pack(len(raw)) + raw + packed_value
-
-
-def decode_result(payload: bytes) -> tuple[ResultMeta, bytes]:
-    """(meta, packed value) of a verified result payload; unpickle the value with :func:`loads`."""
-    n = _META_LEN.unpack_from(payload)[0]
-    return ResultMeta.decode(payload[4:4 + n]), payload[4 + n:]
-
-
 def pack_result(key: bytes, map_id: str, index: int, status: int, payload: bytes) -> bytes:
     return sign(key, map_id.encode("ascii") + _INDEX.pack(index) + bytes([status]) + payload)
 
@@ -349,119 +288,3 @@ def unpack_result(key: bytes, frame: bytes) -> tuple[str, int, int, bytes]:
     body = verify(key, frame)
     return (body[:MAP_ID_LEN].decode("ascii"), _INDEX.unpack_from(body, MAP_ID_LEN)[0],
             body[TASK_ID_LEN], body[TASK_ID_LEN + 1:])
-
-
-# -- faults -----------------------------------------------------------------------------
-class FaultKind(str, enum.Enum):
-    """Why a worker could not run a task (the SYSTEM_ERROR results)."""
-
-    BAD_FRAME = "bad-frame"                  # signature, magic or protocol version wrong
-    REPLAYED = "replayed"                    # a task frame whose nonce is not its map's
-    MISSING_FUNCTION = "missing-function"    # the function blob expired or the broker restarted
-    FUNCTION_MISMATCH = "function-mismatch"  # the blob is not the function the task names
-    VERSION_MISMATCH = "version-mismatch"    # client and worker Python differ
-    FUNCTION_LOAD = "function-load"          # the function does not unpickle on the worker
-    CRASHED = "crashed"                      # the task process died every time it ran the task
-
-
-@dataclasses.dataclass
-class Fault:
-    """A system error about one task, sent as its result.
-
-    >>> f = Fault(FaultKind.REPLAYED, "nonce differs", worker="w1")
-    >>> Fault.decode(f.encode()) == f
-    True
-    """
-
-    kind: FaultKind
-    message: str
-    worker: str = ""
-    incarnation: str = ""
-
-    def encode(self) -> bytes:
-        return json.dumps({"kind": self.kind.value, "message": self.message, "worker": self.worker,
-                           "incarnation": self.incarnation}).encode()
-
-    @classmethod
-    def decode(cls, raw: bytes) -> "Fault":
-        d = json.loads(raw)
-        try:
-            kind = FaultKind(d.get("kind"))
-        except ValueError:
-            kind = FaultKind.BAD_FRAME
-        return cls(kind, d.get("message", ""), d.get("worker", ""), d.get("incarnation", ""))
-
-
-# -- worker status ----------------------------------------------------------------------
-@dataclasses.dataclass
-class WorkerStatus:
-    """What a worker publishes with every heartbeat (``rhtc status``, routing, stealing).
-
-    >>> s = WorkerStatus(name="w1", host="h", pid=1, incarnation="ab", key_fingerprint="f",
-    ...                  task=TaskRef("0123456789abcdef", 2))
-    >>> WorkerStatus.decode(s.encode()).task
-    TaskRef(map_id='0123456789abcdef', index=2)
-    """
-
-    name: str
-    host: str
-    pid: int                                  # the supervisor's pid (stays while the name lives)
-    incarnation: str
-    key_fingerprint: str
-    task_pid: int | None = None               # the process that runs the tasks (changes on a crash)
-    t: float = 0.0
-    started: float = 0.0
-    task: TaskRef | None = None
-    task_seconds: float | None = None
-    tasks_done: int = 0
-    errors: int = 0
-    crashes: int = 0
-    cache_bytes: int = 0
-    cache_entries: int = 0
-    cache_limit: int = 0
-    bytes_read: int = 0
-    bytes_from_cache: int = 0
-    versions: dict = dataclasses.field(default_factory=dict)
-    metrics: dict = dataclasses.field(default_factory=dict)
-    queued: int | None = None                 # length of its own queue, filled in by the reader
-
-    @property
-    def state(self) -> str:
-        return "busy" if self.task is not None else "idle"
-
-    @staticmethod
-    def task_seconds_field() -> str:
-        """The JSON field ``steal.lua`` reads to tell a stuck worker."""
-        return "task_seconds"
-
-    def to_dict(self) -> dict:
-        """A flat dict (the public ``live_workers()`` form): task as its ``map:index`` label."""
-        d = dataclasses.asdict(self)
-        d.update(d.pop("metrics"))
-        d.update(self.versions)
-        d["task"] = str(self.task) if self.task is not None else None
-        d["state"] = self.state
-        return d
-
-    def encode(self) -> str:
-        d = dataclasses.asdict(self)
-        d["task"] = list(self.task) if self.task is not None else None
-        d.pop("queued")
-        return json.dumps(d)
-
-    @classmethod
-    def decode(cls, raw: bytes | str) -> "WorkerStatus":
-        d = json.loads(raw)
-        names = {f.name for f in dataclasses.fields(cls)}
-        d = {k: v for k, v in d.items() if k in names}
-        task = d.get("task")
-        if isinstance(task, str):                  # the ``map:index`` label of :meth:`to_dict`
-            map_id, _, index = task.partition(":")
-            task = [map_id, index]
-        d["task"] = TaskRef(str(task[0]), int(task[1])) if task else None
-        d.setdefault("name", "?")
-        d.setdefault("host", "?")
-        d.setdefault("pid", 0)
-        d.setdefault("incarnation", "")
-        d.setdefault("key_fingerprint", "")
-        return cls(**d)

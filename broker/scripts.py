@@ -19,6 +19,8 @@ import redis
 
 from rhtc.broker import keys, protocol
 
+from rhtc.broker import messages
+
 _LUA = Path(__file__).with_name("lua")
 NAMES = ("take", "lease_one", "steal", "claim", "reap", "reconcile", "drain", "enqueue", "audit", "purge")
 
@@ -45,7 +47,7 @@ def prelude() -> str:
              "local NS = ARGV[1]"]
     layout = dict(protocol.lua_layout(), INC_LEN=keys.INCARNATION_LEN, TIME_LEN=keys.LEASE_TIME_LEN,
                   MAP_NONCE=keys.MAP_NONCE, MAP_FN=keys.MAP_FN,
-                  STATUS_TASK_SECONDS=protocol.WorkerStatus.task_seconds_field())
+                  STATUS_TASK_SECONDS=messages.WorkerStatus.task_seconds_field())
     for name, value in layout.items():
         lines.append(f"local {name} = {value!r}".replace('"', "'") if isinstance(value, str)
                      else f"local {name} = {value}")

@@ -22,6 +22,8 @@ from typing import Sequence
 import redis
 
 from rhtc.broker import protocol, scripts
+
+from rhtc.broker import messages
 from rhtc.broker.config import BrokerConfig, Settings, redact
 from rhtc.broker.config import settings as default_settings
 from rhtc.broker.errors import PARSER, ConnectionProblem
@@ -249,7 +251,7 @@ class Storage(Leases):
         return [json.loads(x) for x in self.r.lrange(self.keys.log, 0, n - 1)]
 
     # -- who is alive, what they hold -------------------------------------------------
-    def worker_statuses(self, queue_depths: bool = True) -> list[protocol.WorkerStatus]:
+    def worker_statuses(self, queue_depths: bool = True) -> list[messages.WorkerStatus]:
         """Status of every worker whose heartbeat is current, with the length of its own
         queue as ``queued`` unless ``queue_depths=False``."""
         names = sorted(m.decode() for m in self.r.smembers(self.keys.workers))
@@ -265,7 +267,7 @@ class Storage(Leases):
         out = []
         for name, blob, depth in zip(names, raw, depths):
             if blob:
-                status = protocol.WorkerStatus.decode(blob)
+                status = messages.WorkerStatus.decode(blob)
                 status.name, status.queued = name, depth
                 out.append(status)
         return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from rhtc.broker.protocol import ResultMeta, WorkerStatus
+    from rhtc.broker.messages import ResultMeta, WorkerStatus
 
 
 def describe(obj: Any) -> str:
@@ -100,7 +100,7 @@ def undecodable_error(index: int, meta: "ResultMeta", err: BaseException,
     (the worker pickled a module or a version this client lacks), naming the module and
     both sides' versions.
 
-    >>> from rhtc.broker.protocol import ResultMeta
+    >>> from rhtc.broker.messages import ResultMeta
     >>> e = undecodable_error(4, ResultMeta("w1", "n1", 7, 0.0, 1.0),
     ...                       ModuleNotFoundError("No module named 'numpy._core'", name="numpy._core"))
     >>> e.remote_type, "numpy._core" in e.message, e.worker

@@ -6,7 +6,7 @@ A map of a million tasks keeps a million of these, so they are numpy columns (ab
 
 Example::
 
-    >>> from rhtc.broker.protocol import ResultMeta
+    >>> from rhtc.broker.messages import ResultMeta
     >>> led = Ledger(4)
     >>> led.add(2, ResultMeta(worker="w1", host="n1", pid=7, start=1.0, stop=3.0), received=3.5)
     >>> led.add(0, None, error="WorkerLost: died", received=4.0)
@@ -21,7 +21,7 @@ from array import array
 
 import numpy as np
 
-from rhtc.broker.protocol import ResultMeta
+from rhtc.broker.messages import ResultMeta
 
 _NONE = -1
 _NAN = float("nan")

@@ -17,8 +17,10 @@ import time
 from typing import Any, Iterable, Sequence
 
 from rhtc.broker import protocol
+
+from rhtc.broker import messages
 from rhtc.broker.errors import BrokerOutOfMemory, ConnectionProblem
-from rhtc.broker.protocol import Fault, FaultKind, ResultMeta, WorkerStatus
+from rhtc.broker.messages import Fault, FaultKind, ResultMeta, WorkerStatus
 from rhtc.broker.registry import renew_map_entry
 from rhtc.broker.storage import Storage
 from rhtc.client.errors import BrokerFull, BrokerLost, RemoteError, describe, undecodable_error
@@ -306,7 +308,7 @@ class MapRun:
         if status == protocol.SYSTEM_ERROR:
             self._fault(index, Fault.decode(payload))
             return
-        meta, packed = protocol.decode_result(payload)
+        meta, packed = messages.decode_result(payload)
         try:
             value = protocol.loads(packed)
         except Exception as err:          # C5: pickled with something this client lacks
@@ -332,7 +334,7 @@ class MapRun:
                            argument=info.get("argument"), exception=self.policy.exception_of(info))
 
     def _fault(self, index: int, fault: Fault) -> None:
-        """A worker could not run the task (see :class:`~broker.protocol.FaultKind`)."""
+        """A worker could not run the task (see :class:`~broker.messages.FaultKind`)."""
         note = self.tasks.note(index)
         if fault.kind is FaultKind.MISSING_FUNCTION and self.policy.retry_fault(note):
             self._fn_uploaded = False

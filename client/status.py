@@ -8,7 +8,8 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
-from rhtc.broker.protocol import WorkerStatus, key_fingerprint
+from rhtc.broker.protocol import key_fingerprint
+from rhtc.broker.messages import WorkerStatus
 from rhtc.broker.storage import Storage
 from rhtc.broker.versions import stack_versions
 
@@ -29,7 +30,8 @@ def misfits(statuses: list[WorkerStatus], key: bytes, versions: dict[str, str] |
     signing key (its tasks are refused), or its analysis stack differs (results may not
     unpickle here).
 
-    >>> from rhtc.broker.protocol import WorkerStatus, key_fingerprint
+    >>> from rhtc.broker.protocol import key_fingerprint
+    >>> from rhtc.broker.messages import WorkerStatus
     >>> w = WorkerStatus(name="w1", host="h", pid=1, incarnation="i", key_fingerprint="x" * 16,
     ...                  versions={"numpy": "2.1.0"})
     >>> print("\\n".join(misfits([w], b"k" * 32, {"numpy": "1.26.4"})))

@@ -17,7 +17,7 @@ from typing import Iterable, Protocol
 
 from rhtc.broker import protocol
 from rhtc.broker.errors import BrokerOutOfMemory
-from rhtc.broker.protocol import ResultMeta, WorkerStatus
+from rhtc.broker.messages import ResultMeta, WorkerStatus
 from rhtc.broker.registry import renew_map_entry
 from rhtc.broker.storage import Storage
 from rhtc.client.errors import BrokerFull, KeyMismatch, RemoteError

@@ -16,6 +16,7 @@ import pytest
 
 from rhtc import RemoteError, remote_map, submit
 from rhtc.broker import protocol
+from rhtc.broker import messages
 from rhtc.broker.config import validate_worker_name
 from rhtc.broker.storage import Storage
 from tests.conftest import ROOT
@@ -59,12 +60,12 @@ def _wait(cond, timeout: float, what: str):
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
-def _status(storage: Storage, name: str) -> protocol.WorkerStatus | None:
+def _status(storage: Storage, name: str) -> messages.WorkerStatus | None:
     return next((w for w in storage.worker_statuses(queue_depths=False) if w.name == name), None)
 
 
 def _task_pid(storage: Storage, name: str) -> int:
-    return _wait(lambda: (_status(storage, name) or protocol.WorkerStatus("", "", 0, "", "")).task_pid,
+    return _wait(lambda: (_status(storage, name) or messages.WorkerStatus("", "", 0, "", "")).task_pid,
                  10, f"{name}'s task process")
 
 
@@ -225,7 +226,7 @@ def test_bad_names_are_refused_and_a_worker_named_DEL_works(broker, workers, sto
     while len(got) < 4 and time.monotonic() < deadline:
         for raw in storage.fetch_results("b" * 16, timeout=1):
             _, index, status, payload = protocol.unpack_result(key, raw)
-            meta, packed = protocol.decode_result(payload)
+            meta, packed = messages.decode_result(payload)
             got[index] = (protocol.loads(packed), meta.worker)
     assert got == {i: (i * i, "DEL") for i in range(4)}
 
@@ -268,8 +269,8 @@ def test_swapped_function_blob_and_replayed_frame_are_refused(broker, workers, s
     storage.enqueue_map("d" * 16, protocol.function_hash(good), other, {"n": 1}, {None: [frame]}, nonce=nonce)
     (raw,) = _wait(lambda: storage.fetch_results("d" * 16, timeout=1), 15, "the refusal")
     _, _, status, payload = protocol.unpack_result(key, raw)
-    fault = protocol.Fault.decode(payload)
-    assert status == protocol.SYSTEM_ERROR and fault.kind == protocol.FaultKind.FUNCTION_MISMATCH
+    fault = messages.Fault.decode(payload)
+    assert status == protocol.SYSTEM_ERROR and fault.kind == messages.FaultKind.FUNCTION_MISMATCH
     assert "does not match" in fault.message and protocol.function_hash(good) in fault.message
     # the map is created again (same id, new nonce) and an old frame is replayed into it
     storage.end_map("d" * 16)
@@ -277,8 +278,8 @@ def test_swapped_function_blob_and_replayed_frame_are_refused(broker, workers, s
                         nonce=protocol.new_nonce())
     (raw,) = _wait(lambda: storage.fetch_results("d" * 16, timeout=1), 15, "the refusal")
     _, _, status, payload = protocol.unpack_result(key, raw)
-    fault = protocol.Fault.decode(payload)
-    assert status == protocol.SYSTEM_ERROR and fault.kind == protocol.FaultKind.REPLAYED
+    fault = messages.Fault.decode(payload)
+    assert status == protocol.SYSTEM_ERROR and fault.kind == messages.FaultKind.REPLAYED
     assert "nonce" in fault.message
 
 

@@ -19,6 +19,8 @@ import traceback
 import cloudpickle
 
 from rhtc.broker import context, protocol
+
+from rhtc.broker import messages
 from rhtc.broker.config import BrokerConfig, Settings, redact, settings
 from rhtc.broker.errors import BrokerOutOfMemory, BrokerRefused, BrokerTrouble, ConnectionProblem
 from rhtc.broker.storage import Storage
@@ -191,7 +193,7 @@ class TaskProcess:
             self._problem(f"worker {self.name} refused task {index} of map {map_id}: {err}")
             self.storage.release(self.name, [tid])
             self._system_error(map_id, index, tid, f"refused by worker {self.name}: {err}",
-                               kind=protocol.FaultKind.BAD_FRAME)
+                               kind=messages.FaultKind.BAD_FRAME)
             return
         if nonce is not None and nonce != task.nonce:
             self._replayed(task, tid, nonce)
@@ -210,7 +212,7 @@ class TaskProcess:
                f"{nonce} of map {task.map_id} (a task frame replayed from an earlier map)")
         self._problem(msg)
         self.storage.release(self.name, [tid])
-        self._system_error(task.map_id, task.index, tid, msg, kind=protocol.FaultKind.REPLAYED)
+        self._system_error(task.map_id, task.index, tid, msg, kind=messages.FaultKind.REPLAYED)
 
     def _run_task(self, fn, task: protocol.Task, tid: bytes, late_check: bool = False) -> None:
         """Run one verified task and keep its signed result for the next take. With
@@ -237,7 +239,7 @@ class TaskProcess:
             status, value = protocol.USER_ERROR, _describe_error(err, arg)
         t1 = time.time()
         self._ewma = 0.8 * self._ewma + 0.2 * (t1 - t0)
-        meta = protocol.ResultMeta(worker=self.name, host=self.host, pid=self.pid, start=t0, stop=t1,
+        meta = messages.ResultMeta(worker=self.name, host=self.host, pid=self.pid, start=t0, stop=t1,
                                    incarnation=self.incarnation, bytes_cache=self.ctx.bytes_from_cache,
                                    bytes_file=self.ctx.bytes_from_file, events=_events_of(arg))
         if late_check:
@@ -265,7 +267,7 @@ class TaskProcess:
                                  bytes_read=self.bytes_from_file, bytes_from_cache=self.bytes_from_cache)
 
     @staticmethod
-    def _pack_result(status: int, value, meta: protocol.ResultMeta, arg, limit: int) -> tuple[int, bytes]:
+    def _pack_result(status: int, value, meta: messages.ResultMeta, arg, limit: int) -> tuple[int, bytes]:
         """(status, payload); a result that cannot travel becomes an error result."""
         try:
             payload = protocol.dumps(value)
@@ -273,15 +275,15 @@ class TaskProcess:
             msg = (f"the function returned a {type(value).__name__} that cannot be pickled "
                    f"({type(err).__name__}: {err}); return plain numbers, numpy arrays, "
                    "hist objects or dicts of them")
-            return protocol.USER_ERROR, protocol.encode_result(
+            return protocol.USER_ERROR, messages.encode_result(
                 protocol.dumps(_error_dict("UnpicklableResult", msg, "", arg)), meta)
         if len(payload) > limit:
             msg = (f"the result is {len(payload) / 1e6:.1f} MB compressed, over the limit of "
                    f"{limit / 1e6:.0f} MB (RHTC_MAX_RESULT_BYTES): reduce on the worker "
                    "(histograms, sums) instead of returning per-event data")
-            return protocol.USER_ERROR, protocol.encode_result(
+            return protocol.USER_ERROR, messages.encode_result(
                 protocol.dumps(_error_dict("ResultTooLarge", msg, "", arg)), meta)
-        return status, protocol.encode_result(payload, meta)
+        return status, messages.encode_result(payload, meta)
 
     def _function(self, fn_hash: str, map_id: str):
         fn = self.functions.get(fn_hash)
@@ -294,21 +296,21 @@ class TaskProcess:
         if theirs and theirs.split(".")[:2] != ours["python"].split(".")[:2]:
             # pickles by value do not travel between Python versions: loading one can
             # crash the interpreter outright, so refuse before trying
-            raise _SystemFault(protocol.FaultKind.VERSION_MISMATCH, f"worker {self.name} runs Python {ours['python']} but "
+            raise _SystemFault(messages.FaultKind.VERSION_MISMATCH, f"worker {self.name} runs Python {ours['python']} but "
                                f"map {map_id} was sent from Python {theirs}: run the workers with the "
                                "client's Python X.Y (`rhtc pack` builds the worker environment for it)")
         blob = self.storage.get_function(fn_hash)
         if blob is None:
-            raise _SystemFault(protocol.FaultKind.MISSING_FUNCTION, f"the function of map {map_id} is not in the "
+            raise _SystemFault(messages.FaultKind.MISSING_FUNCTION, f"the function of map {map_id} is not in the "
                                "broker (it expired or the broker restarted); the client re-sends it")
         try:
             protocol.check_function(blob, fn_hash)
         except protocol.FunctionMismatch as err:
-            raise _SystemFault(protocol.FaultKind.FUNCTION_MISMATCH, f"worker {self.name} refused map {map_id}: {err}")
+            raise _SystemFault(messages.FaultKind.FUNCTION_MISMATCH, f"worker {self.name} refused map {map_id}: {err}")
         try:
             body = protocol.verify(self.key, blob)
         except protocol.BadFrame as err:
-            raise _SystemFault(protocol.FaultKind.BAD_FRAME, f"worker {self.name} refused the function of map {map_id}: {err}")
+            raise _SystemFault(messages.FaultKind.BAD_FRAME, f"worker {self.name} refused the function of map {map_id}: {err}")
         try:
             fn = protocol.loads(body)
         except Exception as err:
@@ -316,7 +318,7 @@ class TaskProcess:
             differ = {k: (theirs[k], ours[k]) for k in theirs if theirs[k] != ours[k]}
             hint = ("; the client runs " + ", ".join(f"{k} {a} and this worker {k} {b}" for k, (a, b)
                                                      in differ.items())) if differ else ""
-            raise _SystemFault(protocol.FaultKind.FUNCTION_LOAD, f"worker {self.name} cannot load the function of map "
+            raise _SystemFault(messages.FaultKind.FUNCTION_LOAD, f"worker {self.name} cannot load the function of map "
                                f"{map_id}: {type(err).__name__}: {err}{hint}. Install the same packages "
                                "(and versions) on the workers as on the client.")
         self.functions[fn_hash] = fn
@@ -325,10 +327,10 @@ class TaskProcess:
         return fn
 
     def _system_error(self, map_id: str | None, index: int | None, tid: bytes, message: str,
-                      kind: protocol.FaultKind) -> None:
+                      kind: messages.FaultKind) -> None:
         if map_id is None or index is None:
             return
-        payload = protocol.Fault(kind, message, worker=self.name).encode()
+        payload = messages.Fault(kind, message, worker=self.name).encode()
         self._unflushed.append((map_id, tid, protocol.pack_result(self.key, map_id, index,
                                                                   protocol.SYSTEM_ERROR, payload)))
 
@@ -341,7 +343,7 @@ class TaskProcess:
 
 
 class _SystemFault(Exception):
-    def __init__(self, kind: protocol.FaultKind, message: str):
+    def __init__(self, kind: messages.FaultKind, message: str):
         super().__init__(message)
         self.kind = kind
 

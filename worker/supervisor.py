@@ -27,6 +27,8 @@ import sys
 import time
 
 from rhtc.broker import protocol
+
+from rhtc.broker import messages
 from rhtc.broker.config import BrokerConfig, Settings, redact, settings, validate_worker_name
 from rhtc.broker.errors import BrokerTrouble
 from rhtc.broker.storage import Storage
@@ -103,10 +105,10 @@ class Supervisor:
         self.backoff = Backoff(f"worker {self.name}", cap=self.settings.heartbeat)
 
     # -- the status it publishes --------------------------------------------------------
-    def status(self) -> protocol.WorkerStatus:
+    def status(self) -> messages.WorkerStatus:
         now = time.time()
         task, since = self.shared.current()
-        return protocol.WorkerStatus(
+        return messages.WorkerStatus(
             name=self.name, host=self.host, pid=self.pid, incarnation=self.incarnation,
             key_fingerprint=self.fingerprint, task_pid=self.proc.pid if self.proc else None, t=now,
             started=self.started, task=task, task_seconds=(now - since) if since else None,
