@@ -14,11 +14,10 @@ builds, on the analyst's machine, a ``.tar.gz`` holding
 
 The versions are the client's: :mod:`rhtc.condor.lock` pins every requirement and
 dependency to what is installed in the environment that runs ``rhtc pack``, so a result
-pickled on a node unpickles in the notebook. The optional analysis packages the project
-integrates with (:data:`INSTALLED_EXTRAS`: coffea, the XRootD client) travel whenever they
-are installed here, since a processor or a ``root://`` chunk needs them on the node too;
-anything else travels when asked for (``--with vector``, ``extra=["vector"]``), pinned
-when installed here. If
+pickled on a node unpickles in the notebook. The XRootD client (:data:`INSTALLED_EXTRAS`)
+travels whenever it is installed here, since a ``root://`` chunk needs it on the node too;
+anything else, coffea included, travels when asked for (``--with coffea``,
+``extra=["coffea"]``), pinned when installed here. If
 the nodes run another Python X.Y and a pinned version has no wheel for it, that pin is
 dropped, pip picks a version, and a :class:`PinWarning` names each such package.
 
@@ -71,8 +70,9 @@ NODE_SKIP_SUFFIXES = (".pyc", ".pyo", ".png", ".ipynb")
 # The worker never draws: leave the client's plotting stack out unless asked for.
 DEFAULT_EXCLUDE = ("matplotlib",)
 DEFAULT_GLIBC = "2.28"   # EL8 and newer; use --glibc 2.17 for EL7-era nodes
-#: Optional packages of our extras ([coffea], [xrootd]) packed whenever the client has them.
-INSTALLED_EXTRAS = ("coffea", "blosc2", "xrootd", "fsspec-xrootd")
+#: The [xrootd] extra's packages, packed whenever the client has them: a root:// chunk needs
+#: them on the node. (coffea, heavy and bringing matplotlib, travels when asked: --with coffea.)
+INSTALLED_EXTRAS = ("xrootd", "fsspec-xrootd")
 KEEP_PACKS = 3           # the cache keeps this many packs (and installed sites)
 
 
