@@ -194,7 +194,8 @@ def test_agc_notebook_executes_headless(tmp_path, monkeypatch):
 
 
 class _DiesOnce(processor.ProcessorABC):
-    """SIGKILLs the worker running entries 100-200 the first time (a marker file says so)."""
+    """SIGKILLs the worker running entries 100-200 the first time (a marker file says so):
+    its supervisor (the worker process) and the task process running the processor."""
 
     def __init__(self, marker: str):
         self.marker = marker
@@ -204,6 +205,7 @@ class _DiesOnce(processor.ProcessorABC):
         import signal
         if events.metadata["entrystart"] == 100 and not os.path.exists(self.marker):
             open(self.marker, "w").close()
+            os.kill(os.getppid(), signal.SIGKILL)
             os.kill(os.getpid(), signal.SIGKILL)
         return {"n": len(events)}
 
