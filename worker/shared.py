@@ -49,12 +49,14 @@ class SharedState:
 
     # -- written by the task process --------------------------------------------------------
     def set_task(self, ref: TaskRef | None) -> None:
+        self.b.seq += 1                      # odd: the supervisor's reads retry (see _read)
         if ref is None:
             self.b.task_index = -1
-            return
-        self.b.task_map = ref.map_id.encode("ascii")
-        self.b.task_started = time.time()
-        self.b.task_index = ref.index
+        else:
+            self.b.task_map = ref.map_id.encode("ascii")
+            self.b.task_started = time.time()
+            self.b.task_index = ref.index
+        self.b.seq += 1
 
     def set_held(self, task_ids: Iterable[bytes]) -> None:
         """The task ids of a new batch (all held)."""
@@ -74,31 +76,34 @@ class SharedState:
             setattr(self.b, name, int(value))
 
     # -- read by the supervisor -------------------------------------------------------------
-    def current(self) -> tuple[TaskRef | None, float | None]:
-        """(the task running, since when)."""
-        # The task process writes these while we read: read the index once, and only trust
-        # a (map, index, start) whose index did not change while we read the rest.
-        for _ in range(1000):
-            index = int(self.b.task_index)
-            if index < 0:
-                return None, None
-            map_id, started = self.b.task_map.decode("ascii"), self.b.task_started
-            if int(self.b.task_index) == index:
-                return TaskRef(map_id, index), started
-            time.sleep(0.0001)
-        return None, None
-
-    def held(self) -> list[bytes]:
-        """Task ids the task process holds (its current batch), read consistently."""
+    def _read(self, snapshot, default):
+        """``snapshot()`` taken while the task process wrote nothing (a seqlock: ``seq`` is
+        odd during a write, and changes across one)."""
         for _ in range(1000):
             seq = self.b.seq
             if seq % 2 == 0:
-                n, first = self.b.n_held, self.b.held_from
-                raw = ctypes.string_at(ctypes.addressof(self.b) + _Block.held.offset, n * TASK_ID_LEN)
+                value = snapshot()
                 if self.b.seq == seq:
-                    return [raw[i * TASK_ID_LEN:(i + 1) * TASK_ID_LEN] for i in range(first, n)]
+                    return value
             time.sleep(0.0001)
-        return []
+        return default
+
+    def current(self) -> tuple[TaskRef | None, float | None]:
+        """(the task running, since when)."""
+        def snapshot():
+            index = int(self.b.task_index)
+            if index < 0:
+                return None, None
+            return TaskRef(self.b.task_map.decode("ascii"), index), self.b.task_started
+        return self._read(snapshot, (None, None))
+
+    def held(self) -> list[bytes]:
+        """Task ids the task process holds (its current batch), read consistently."""
+        def snapshot():
+            n, first = self.b.n_held, self.b.held_from
+            raw = ctypes.string_at(ctypes.addressof(self.b) + _Block.held.offset, n * TASK_ID_LEN)
+            return [raw[i * TASK_ID_LEN:(i + 1) * TASK_ID_LEN] for i in range(first, n)]
+        return self._read(snapshot, [])
 
     def counters(self) -> dict[str, int]:
         names = ("tasks_done", "errors", "cache_bytes", "cache_entries", "cache_limit", "bytes_read",
