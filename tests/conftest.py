@@ -16,15 +16,7 @@ import pytest
 from rhtc.broker.embedded import EmbeddedBroker
 from rhtc.broker.storage import Storage
 
-ROOT = Path(__file__).resolve().parents[1]
-# the project's shared samples: beside the checkout (../shared), or where the development
-# machines keep them (a worktree or a CI checkout elsewhere), or $RHTC_NANOAOD
-_SAMPLE_DIRS = [ROOT.parent / "shared" / "data" / "nanoaod", Path("/work/shared/data/nanoaod")]
-NANOAOD = Path(os.environ.get("RHTC_NANOAOD") or next(
-    (d for d in _SAMPLE_DIRS if (d / "nano_dy.root").exists()), _SAMPLE_DIRS[0]))
-#: tests that read the real CMS NanoAOD samples skip, saying so, where they are absent
-needs_nanoaod = pytest.mark.skipif(not (NANOAOD / "nano_dy.root").exists(),
-                                   reason=f"real NanoAOD samples not found in {NANOAOD} (set RHTC_NANOAOD)")
+from tests.samples import NANOAOD, ROOT, needs_nanoaod  # noqa: F401  (re-exported to the tests)
 
 
 @pytest.fixture(autouse=True)

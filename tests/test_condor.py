@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from .pools.common import wait_for
+from .samples import DIMUON_FILES
 from .pools.fixtures import (REPO, assert_no_secrets_in_jobs, broker_secrets, condor_env_pack,  # noqa: F401
                              condor_pool, job_logs, make_owned_dir, pool_analyst, pool_broker,
                              python_cmd, rhtc_env, wait_workers, write_pool_config)
@@ -269,15 +270,14 @@ def _run_map_through(analyst, config_path: Path) -> None:
 
 
 def _real_nanoaod() -> bool:
-    from rhtc.examples import dimuon as example
-    return any(f.exists() for f in example.REAL_FILES)
+    return all(f.exists() for f in DIMUON_FILES)
 
 
 def _expected_dimuon(step: int) -> dict:
     """The dimuon example run here, in this process, for comparison."""
     from rhtc.client import make_chunks
     from rhtc.examples import dimuon as example
-    files = [str(f) for f in example.REAL_FILES if f.exists()]
+    files = [str(f) for f in DIMUON_FILES]
     totals = {"events": 0, "pairs": 0}
     for chunk in make_chunks(files, step=step):
         out = example.dimuon(chunk)
@@ -326,7 +326,7 @@ def test_condor_submit_workers_sub(condor_pool, pool_broker, condor_env_pack, po
         names = _wait_registered(condor_pool, pool_broker.config, cluster, 3, work / "rhtc-logs")
         _run_map_through(pool_analyst, cfg)
         if _real_nanoaod():                  # the dimuon example needs the real samples
-            got = pool_analyst(cfg, "dimuon", str(REPO), "5000")
+            got = pool_analyst(cfg, "dimuon", str(REPO), "5000", *map(str, DIMUON_FILES))
             assert got["files"], "the NanoAOD files are visible inside the pool"
             expected = _expected_dimuon(5000)
             assert (got["events"], got["pairs"]) == (expected["events"], expected["pairs"])

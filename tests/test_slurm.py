@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from .samples import DIMUON_FILES
 from .pools.fixtures import (REPO, assert_no_secrets_in_jobs, job_logs, pool_broker,  # noqa: F401
                              python_cmd, rhtc_env, slurm_pool, wait_workers)
 
@@ -119,9 +120,8 @@ def test_rhtc_submit_slurm(slurm_pool, pool_broker, tmp_path):
                                 text=True, env=env, timeout=60)
         assert listed.returncode == 0, listed.stderr
         assert len(re.findall(rf"^{job_id}_\d+\s+running", listed.stdout, re.M)) == 3, listed.stdout
-        from rhtc.examples import dimuon as example
-        if any(f.exists() for f in example.REAL_FILES):   # the example needs the real samples
-            got = _analyst(cfg, "dimuon", str(REPO), "5000")
+        if all(f.exists() for f in DIMUON_FILES):          # the example needs the real samples
+            got = _analyst(cfg, "dimuon", str(REPO), "5000", *map(str, DIMUON_FILES))
             assert got["files"] and got["events"] > 0 and got["pairs"] > 0 and got["in_z_window"] > 0
     finally:
         removed = subprocess.run([*python_cmd(), "rm", job_id, "--scheduler", "slurm"],

@@ -178,6 +178,7 @@ class Supervisor:
                 if fast_crashes > 1:        # a crash loop: restart at most once a heartbeat
                     time.sleep(self.settings.heartbeat)
                 self._start_task_process()
+                next_beat = 0.0             # publish the new task process at once
                 continue
             if time.monotonic() < next_beat:
                 continue
@@ -227,6 +228,10 @@ class Supervisor:
         code = self.proc.exitcode
         task, _ = self.shared.current()
         self.crashes += 1
+        try:        # the status says so before the task is handed back and may finish elsewhere
+            self.storage.heartbeat(self.name, self.incarnation, self.status())
+        except BrokerTrouble:
+            pass    # the main loop's next beat publishes it
         why = (f"the task process of worker {self.name} (pid {self.proc.pid}) died with {describe_exit(code)}"
                + (f" while running task {task}" if task else ""))
         while True:

@@ -7,7 +7,7 @@ test process may run another, so the tests run this script in the chroot, with t
 ``rhtc pack`` environment the workers use::
 
     python3 analyst.py CONFIG where            # 24 chunks: square, in-a-job?, Python X.Y
-    python3 analyst.py CONFIG dimuon REPO      # examples/dimuon.py on the real NanoAOD files
+    python3 analyst.py CONFIG dimuon REPO STEP FILE...   # examples/dimuon.py on these NanoAOD files
 
 It prints one JSON line with the results.
 """
@@ -40,8 +40,11 @@ def main(argv: list[str]) -> dict:
         from rhtc.client import make_chunks
         from rhtc.examples import dimuon as example
         cloudpickle.register_pickle_by_value(example)    # the workers have no examples/ package
-        files = [str(f) for f in example.REAL_FILES if os.path.exists(f)]
-        chunks = make_chunks(files, step=int(argv[4]) if len(argv) > 4 else 5000)
+        files = argv[5:]                                 # the test names them: one sample directory
+        missing = [f for f in files if not os.path.exists(f)]
+        if not files or missing:
+            raise SystemExit(f"analyst.py dimuon: NanoAOD files not visible inside the pool: {missing or 'none given'}")
+        chunks = make_chunks(files, step=int(argv[4]))
         result = remote_map(example.dimuon, chunks, reduce=True, broker=cfg, progress=False)
         return {"files": files, "chunks": len(chunks), "events": int(result["events"]),
                 "pairs": int(result["pairs"]), "in_z_window": float(result["mass_z"].values().sum())}

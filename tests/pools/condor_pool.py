@@ -41,6 +41,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from ..samples import NANOAOD
 from .common import (DaemonDied, PoolUnavailable, alive, bind, describe, ensure_debian_packages,
                      mounts_under, pids_rooted_in, require_root, run, safe_rmtree, terminate,
                      unmount_all, wait_for)
@@ -57,8 +58,8 @@ STATE_DIRS = ("LOG", "SPOOL", "EXECUTE", "LOCK", "RUN")
 SECRET_DIRS = ("SEC_PASSWORD_DIRECTORY", "SEC_TOKEN_SYSTEM_DIRECTORY")
 CONDOR_OWNER = "condor"
 REPO = Path(__file__).resolve().parents[2]
-# The real NanoAOD files (shared/ beside the checkout), for the dimuon example in the pool.
-DATA = Path(os.environ.get("RHTC_NANOAOD", REPO.parent / "shared" / "data" / "nanoaod"))
+# The real NanoAOD files, for the dimuon example in the pool: the tests' one sample directory.
+DATA = NANOAOD
 
 POOL_CONFIG = """\
 # written by tests/pools/condor_pool.py for the test session
