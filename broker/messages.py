@@ -31,6 +31,7 @@ class ResultMeta:
     bytes_cache: int = 0
     bytes_file: int = 0
     events: int | None = None
+    files_opened: int = 0
     extra: dict = dataclasses.field(default_factory=dict)
 
     @property
@@ -40,7 +41,8 @@ class ResultMeta:
     def to_dict(self) -> dict:
         d = {"worker": self.worker, "host": self.host, "pid": self.pid, "start": self.start,
              "stop": self.stop, "incarnation": self.incarnation, "bytes_cache": self.bytes_cache,
-             "bytes_file": self.bytes_file, "events": self.events, **self.extra}
+             "bytes_file": self.bytes_file, "events": self.events, "files_opened": self.files_opened,
+             **self.extra}
         d["bytes_read"] = self.bytes_read
         return d
 

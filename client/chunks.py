@@ -185,6 +185,8 @@ def _tree(path: str, treename: str, uuid: str | None):
     if hit is not None and (uuid is None or hit[1] == uuid):
         return hit[0]
     f = _open(path)
+    if context.current is not None:
+        context.current.files_opened += 1
     file_uuid = str(f.file.uuid)
     if uuid is not None and file_uuid != uuid:
         f.close()

@@ -24,6 +24,7 @@ This module imports coffea; the rest of the project never does (``pip install
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 import uuid as _uuid
@@ -31,9 +32,12 @@ import warnings
 from typing import Any, Callable, Iterable, MutableMapping
 
 try:
+    import uproot
     from coffea.processor import accumulate
     from coffea.processor.executor import ExecutorBase, WorkItem
     from coffea.util import rich_bar
+
+    import coffea.processor.executor as _executor_module   # whose uproot.open coffea's items call
 except ImportError as err:  # pragma: no cover - depends on the environment
     raise ImportError("rhtc.coffea needs coffea: pip install 'redis-htcondor[coffea]'") from err
 
@@ -93,18 +97,76 @@ class CoffeaTask:
         return f"CoffeaTask({describe_item(self.item)})"
 
 
+class _Borrowed:
+    """An open file lent to coffea for one item: ``with`` gives the directory and leaves it
+    open (it stays in the worker's cache of open files for the next item)."""
+
+    def __init__(self, directory):
+        self.directory = directory
+
+    def __enter__(self):
+        return self.directory
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
+class _KeepFilesOpen:
+    """Stands in for the ``uproot`` module inside coffea's per-item function, on a worker.
+
+    coffea opens the item's file, parses its tree's metadata (a NanoAOD tree has about a
+    thousand branches: 0.3 s) and closes it again, for every item. This hands it instead
+    the file from the worker's cache of open files (:meth:`Chunk.open_tree`, checked
+    against the item's file UUID), so the next item of the same file, and every item of a
+    rerun, skips both. Anything but that plain open (other uproot options, another file,
+    a file that fails to open here) goes to uproot itself, so coffea's own errors and
+    ``skipbadfiles`` behave as always.
+    """
+
+    def __init__(self, item: Any, uuid: str):
+        self.item, self.uuid = item, uuid
+
+    def __getattr__(self, name: str):
+        return getattr(uproot, name)
+
+    def open(self, files, *args, **kwargs):
+        path = next(iter(files)) if isinstance(files, dict) and list(files.values()) == [None] else files
+        if path != self.item.filename or args or set(kwargs) - {"timeout"}:
+            return uproot.open(files, *args, **kwargs)
+        chunk = Chunk(self.item.filename, self.item.treename, self.item.entrystart, self.item.entrystop, self.uuid)
+        try:
+            return _Borrowed(chunk.open_tree().file.root_directory)
+        except OSError:
+            return uproot.open(files, *args, **kwargs)
+
+
+@contextlib.contextmanager
+def _files_kept_open(item: Any):
+    """While coffea runs ``item`` here, its file comes from the worker's open files."""
+    key = routing_key(item)
+    if key is None or getattr(_executor_module, "uproot", None) is not uproot:
+        yield
+        return
+    _executor_module.uproot = _KeepFilesOpen(item, key.split(":", 1)[0])
+    try:
+        yield
+    finally:
+        _executor_module.uproot = uproot
+
+
 class _RunItem:
     """Runs coffea's per-item function on a worker; returns (output, warnings)."""
 
-    def __init__(self, function: Callable):
-        self.function = function
+    def __init__(self, function: Callable, keep_files_open: bool = True):
+        self.function, self.keep_files_open = function, keep_files_open
         self.__name__ = getattr(function, "__name__", "coffea")
 
     def __call__(self, task: CoffeaTask) -> tuple[Any, list[tuple[str, str]]]:
         global _current_key
         _current_key = task.routing_key
         try:
-            with warnings.catch_warnings(record=True) as caught:
+            with warnings.catch_warnings(record=True) as caught, \
+                    (_files_kept_open(task.item) if self.keep_files_open else contextlib.nullcontext()):
                 warnings.simplefilter("default")   # each distinct warning once per worker
                 out = self.function(task.item)
         finally:
@@ -203,6 +265,10 @@ class RedisExecutor(ExecutorBase):
         retry_on: only retry these exception types (or names), e.g. ``(OSError,)``.
         routing: send each WorkItem to the worker that holds its columns.
         stragglers: backup copies of slow items in the map's tail (see remote_map).
+        keep_files_open: a worker keeps each file it opened (and its tree's metadata) open
+            for the next item of that file and for reruns, instead of coffea's open and
+            parse per item; checked against the item's file UUID. Items run with extra
+            ``uproot_options`` open their files as coffea does.
         timeout: seconds before the run is cancelled with TimeoutError.
         status, desc, unit: coffea's progress bar.
 
@@ -219,6 +285,7 @@ class RedisExecutor(ExecutorBase):
     retry_on: tuple | None = None
     routing: bool = True
     stragglers: float | None = 3.0
+    keep_files_open: bool = True
     timeout: float | None = None
 
     @property
@@ -230,7 +297,7 @@ class RedisExecutor(ExecutorBase):
         tasks = [CoffeaTask(item, routing_key(item) if self.routing else None) for item in items]
         if not tasks:
             return accumulator, 0
-        handle = submit(_RunItem(function), tasks, broker=self.broker, reduce=_fold, errors="return",
+        handle = submit(_RunItem(function, self.keep_files_open), tasks, broker=self.broker, reduce=_fold, errors="return",
                         retries=self.task_retries, retry_on=self.retry_on, routing=self.routing,
                         stragglers=self.stragglers, label=self.function_name or self.desc)
         deadline = None if self.timeout is None else time.monotonic() + self.timeout

@@ -74,7 +74,8 @@ def efficiency(record: RunRecord) -> dict[str, Any]:
     ``wall`` (map start to end, s), ``tail`` (s), ``tail_start`` (s since map start when
     95% of tasks were done), ``events`` and ``events_per_s`` (None if no task reported
     events), ``cache_hit`` (fraction of bytes read from cache, None if nothing was
-    read), ``errors`` (tasks that raised).
+    read), ``files_opened`` (files the tasks had to open: 0 on a warm rerun),
+    ``errors`` (tasks that raised).
 
     Example::
 
@@ -129,5 +130,6 @@ def efficiency(record: RunRecord) -> dict[str, Any]:
         "events": events,
         "events_per_s": events / wall if events is not None and wall > 0 else None,
         "cache_hit": cache / read if read > 0 else None,
+        "files_opened": sum(task.files_opened for task in record.tasks),
         "errors": sum(1 for task in record.tasks if task.error),
     }

@@ -42,6 +42,7 @@ class Ledger:
         self._received = array("d")
         self._cache = array("q")
         self._file = array("q")
+        self._opened = array("q")
         self._events = array("q")
         self._retries = array("h")
         self._backup = bytearray()
@@ -71,10 +72,12 @@ class Ledger:
             self._stop.append(meta.stop)
             self._cache.append(meta.bytes_cache or 0)
             self._file.append(meta.bytes_file or 0)
+            self._opened.append(meta.files_opened or 0)
             self._events.append(_NONE if meta.events is None else meta.events)
         else:
             for col, v in ((self._worker, _NONE), (self._host, _NONE), (self._pid, 0), (self._start, _NAN),
-                           (self._stop, _NAN), (self._cache, 0), (self._file, 0), (self._events, _NONE)):
+                           (self._stop, _NAN), (self._cache, 0), (self._file, 0), (self._opened, 0),
+                           (self._events, _NONE)):
                 col.append(v)
         self._received.append(_NAN if received is None else received)
         self._retries.append(retries)
@@ -114,7 +117,8 @@ class Ledger:
             if start == start and stop == stop:
                 h = self._host[k]
                 d.update(start=start, stop=stop, host=names[h] if h != _NONE else "", pid=self._pid[k],
-                         bytes_cache=self._cache[k], bytes_file=self._file[k])
+                         bytes_cache=self._cache[k], bytes_file=self._file[k],
+                         files_opened=self._opened[k])
                 d["bytes_read"] = d["bytes_cache"] + d["bytes_file"]
                 if self._events[k] != _NONE:
                     d["events"] = self._events[k]

@@ -10,7 +10,7 @@ metadata every worker attaches to its result, and can save it as JSON::
      "n_tasks": 800,                   # chunks in the map (finished or not)
      "tasks": [{"index": 0, "worker": "node1-1234", "host": "node1", "pid": 1234,
                 "start": 1700000001.2, "stop": 1700000003.9,
-                "bytes_cache": 0, "bytes_file": 123456,
+                "bytes_cache": 0, "bytes_file": 123456, "files_opened": 1,
                 "error": null, "retries": 0, "events": 500000}, ...],
      "metrics": [{"t": 1700000002.0, "worker": "node1-1234", "cpu": 97.0,
                   "rss": 123456789, "cache_bytes": 0, "cache_entries": 0,
@@ -18,6 +18,8 @@ metadata every worker attaches to its result, and can save it as JSON::
 
 ``error`` is ``null`` or a one-line summary such as ``"ValueError: bad branch"``;
 ``events`` is ``null`` when the function does not report how many events it saw;
+``files_opened`` counts the files the task had to open (0 when the worker had them
+open already; records written before it existed read as 0);
 ``metrics`` may be empty.
 
 Example::
@@ -102,6 +104,7 @@ class TaskRecord:
     pid: int = 0
     bytes_cache: int = 0
     bytes_file: int = 0
+    files_opened: int = 0
     error: str | None = None
     retries: int = 0
     events: int | None = None
@@ -157,6 +160,7 @@ class TaskRecord:
             pid=pid,
             bytes_cache=_number(meta.get("bytes_cache"), 0, int),
             bytes_file=_number(meta.get("bytes_file"), 0, int),
+            files_opened=_number(meta.get("files_opened"), 0, int),
             error=short_error(meta.get("error")),
             retries=_number(meta.get("retries"), 0, int),
             events=None if events is None else int(events),

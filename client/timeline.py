@@ -68,7 +68,7 @@ def _headline(record: RunRecord, numbers: dict[str, Any]) -> str:
     if numbers["events_per_s"] is not None:
         parts.append(f"{_si(numbers['events_per_s'])} events/s")
     if numbers["cache_hit"] is not None:
-        parts.append(f"cache hit {numbers['cache_hit']:.0%} of bytes")
+        parts.append(f"cache hit {numbers['cache_hit']:.0%} of bytes, {numbers['files_opened']} files opened")
     parts.append(f"{numbers['errors']} errors")
     return first + "\n" + "  |  ".join(parts)
 
@@ -176,6 +176,7 @@ def _draw_numbers(ax: "Axes", record: RunRecord, numbers: dict[str, Any]) -> Non
         rows.append(("events/s", _si(numbers["events_per_s"])))
     if numbers["cache_hit"] is not None:
         rows.append(("cache hit", f"{numbers['cache_hit']:.1%} of bytes"))
+        rows.append(("files opened", str(numbers["files_opened"])))
     rows.append(("errors", str(numbers["errors"])))
     if record.metrics:
         mean_cpu = sum(s.cpu for s in record.metrics) / len(record.metrics)
@@ -295,6 +296,6 @@ def timeline_command(record_path: str, output: str | None, no_metrics: bool) -> 
     if numbers["events_per_s"] is not None:
         click.echo(f"events/s     {numbers['events_per_s']:.4g}")
     if numbers["cache_hit"] is not None:
-        click.echo(f"cache hit    {numbers['cache_hit']:.1%} of bytes")
+        click.echo(f"cache hit    {numbers['cache_hit']:.1%} of bytes ({numbers['files_opened']} files opened)")
     click.echo(f"errors       {numbers['errors']}")
     click.echo(f"wrote {output}")

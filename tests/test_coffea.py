@@ -93,6 +93,9 @@ def test_generated_agc_same_histograms_on_every_executor(agc_small, broker, work
     assert sum(t.bytes_file for t in cold.tasks) > 0
     assert sum(t.bytes_file for t in warm.tasks) == 0, "the warm rerun read branch data from the files"
     assert all(t.bytes_cache > 0 for t in warm.tasks)
+    n_files = sum(len(v["files"]) for v in agc_small.values())
+    assert 0 < sum(t.files_opened for t in cold.tasks) <= 2 * n_files, "files opened per item, not per worker"
+    assert sum(t.files_opened for t in warm.tasks) == 0, "the warm rerun opened files again"
     home = {t.index: t.worker for t in cold.tasks}
     assert {t.index: t.worker for t in warm.tasks} == home, "warm items did not go back to their workers"
     assert len(set(home.values())) == 2
@@ -111,6 +114,10 @@ def test_real_2015_sample_same_histograms_on_every_executor(broker, workers):
     for name in ("futures", "dask", "ours cold", "ours warm"):
         _assert_same(ref, out[name], name)
     assert sum(t.bytes_file for t in out["warm record"].tasks) == 0
+    # the one file is opened (and its ~950 branches parsed) at most once per worker, not per item
+    cold, warm = out["cold record"].tasks, out["warm record"].tasks
+    assert 0 < sum(t.files_opened for t in cold) <= len({t.worker for t in cold}) < len(cold) == 4
+    assert sum(t.files_opened for t in warm) == 0, "the warm rerun opened files again"
 
 
 class _FailsOnSecondChunk(processor.ProcessorABC):

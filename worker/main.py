@@ -241,7 +241,8 @@ class TaskProcess:
         self._ewma = 0.8 * self._ewma + 0.2 * (t1 - t0)
         meta = messages.ResultMeta(worker=self.name, host=self.host, pid=self.pid, start=t0, stop=t1,
                                    incarnation=self.incarnation, bytes_cache=self.ctx.bytes_from_cache,
-                                   bytes_file=self.ctx.bytes_from_file, events=_events_of(arg))
+                                   bytes_file=self.ctx.bytes_from_file, events=_events_of(arg),
+                                   files_opened=self.ctx.files_opened)
         if late_check:
             nonce = self.storage.leased_nonce()
             if nonce != task.nonce:
