@@ -31,6 +31,7 @@ import urllib.request
 from pathlib import Path
 
 from rhtc.broker.config import cache_dir
+from rhtc.broker.processes import stop_processes
 
 TOXIPROXY_MODULE = "github.com/Shopify/toxiproxy/v2/cmd/server"
 TOXIPROXY_VERSION = "v2.5.0"
@@ -164,13 +165,8 @@ class Toxiproxy:
             return raw.decode(errors="replace")
 
     def close(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            stop_processes([self.proc])
         if self.proc is not None and self.proc.stderr:
             self.proc.stderr.close()
         self.proc = None

@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from rhtc.broker.processes import stop_processes
+
 
 class XRootDUnavailable(RuntimeError):
     """No xrootd binary, or it did not start; the message says what to do."""
@@ -112,13 +114,8 @@ class XRootDServer:
             self.proc.wait(10)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            stop_processes([self.proc])
         self.proc = None
 
     def close(self) -> None:

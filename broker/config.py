@@ -97,6 +97,7 @@ class Settings:
     function_ttl: int = 600           # a function blob expires this long after its last map
     log_ttl: int = 86400              # the problem log
     max_attempts: int = 3             # RHTC_MAX_ATTEMPTS: runs of a task that killed its worker
+    retry_delay: float = 1.0          # RHTC_RETRY_DELAY: pause before a retry (s), doubling, jittered
     leases: bool = True               # RHTC_LEASES=0 only to measure what leases cost
     steal_min_queue: int = 4          # steal from a live worker's queue this long...
     steal_stuck_seconds: float = 10.0  # ... or whose current task has run this long
@@ -126,6 +127,7 @@ class Settings:
                    map_ttl=int(_env_float("RHTC_MAP_TTL", 120)),
                    result_ttl=int(_env_float("RHTC_RESULT_TTL", 600)),
                    max_attempts=int(_env_float("RHTC_MAX_ATTEMPTS", 3)),
+                   retry_delay=_env_float("RHTC_RETRY_DELAY", 1.0),
                    leases=e.get("RHTC_LEASES", "1") != "0",
                    max_result_bytes=int(_env_float("RHTC_MAX_RESULT_BYTES", 64 * 1024 * 1024)),
                    broker_patience=_env_float("RHTC_BROKER_PATIENCE", 300.0),

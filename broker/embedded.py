@@ -24,6 +24,7 @@ import time
 import redis
 
 from rhtc.broker.config import BrokerConfig, default_namespace, new_key
+from rhtc.broker.processes import stop_processes
 
 _PR_SET_PDEATHSIG = 1
 
@@ -152,13 +153,8 @@ class EmbeddedBroker:
         self.start()
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            stop_processes([self.proc], grace=5)
         self.proc = None
         if self._dir:
             shutil.rmtree(self._dir, ignore_errors=True)

@@ -6,7 +6,7 @@ from rhtc.client.api import (MapHandle, imap_unordered, last_map, live_workers, 
                         resolve_config, submit)
 from rhtc.client.errors import BrokerFull, BrokerLost, KeyMismatch, MapCancelled, RemoteError
 from rhtc.client.local import LocalCluster
-from rhtc.client.maprun import TaskResult
+from rhtc.client.tasks import TaskResult
 
 __all__ = ["remote_map", "submit", "imap_unordered", "live_workers", "last_map", "LocalCluster",
            "MapHandle", "TaskResult", "RemoteError", "MapCancelled", "BrokerLost", "BrokerFull", "KeyMismatch", "resolve_config",

@@ -14,7 +14,7 @@ import os
 import secrets
 import socket
 import time
-from typing import Any, Iterable, Sequence
+from typing import Iterable, Sequence
 
 from rhtc.broker import protocol
 
@@ -26,41 +26,14 @@ from rhtc.broker.storage import Storage
 from rhtc.client.errors import BrokerFull, BrokerLost, RemoteError, describe, undecodable_error
 from rhtc.client.ledger import Ledger
 from rhtc.client.packing import Frames, pack_function
-from rhtc.client.retry import RetryPolicy
-from rhtc.client.tasks import TaskState, TaskTable
+from rhtc.client.retry import RetryPolicy, RetryQueue
+from rhtc.client.tasks import TaskResult, TaskState, TaskTable  # noqa: F401 (TaskResult: re-exported)
 from rhtc.client.upkeep import Upkeep
 
 log = logging.getLogger("rhtc.client")
 
 _DONE = int(TaskState.DONE)           # the per-result path compares plain ints
 SUBMIT_BATCH = 65536     # tasks packed and queued per round trip (bounds the client's memory)
-
-
-class TaskResult:
-    """One task's outcome: its index in the map, value or error, and the worker's metadata
-    (``meta``: a dict with ``worker``, ``host``, ``pid``, ``start``, ``stop``, bytes read...)."""
-
-    __slots__ = ("index", "value", "error", "_meta")
-
-    def __init__(self, index: int, value: Any, meta: ResultMeta | dict | None = None,
-                 error: RemoteError | None = None):
-        self.index = index
-        self.value = value
-        self.error = error
-        self._meta = meta
-
-    @property
-    def meta(self) -> dict:
-        if isinstance(self._meta, ResultMeta):
-            self._meta = self._meta.to_dict()
-        return self._meta if self._meta is not None else {}
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    def __repr__(self) -> str:
-        return f"TaskResult(index={self.index}, value={describe(self.value)}, error={self.error!r})"
 
 
 def _contiguous_blocks(indices: list[int], workers: list[str]) -> dict[int, str]:
@@ -90,7 +63,7 @@ class MapRun:
         self.label = label or getattr(fn, "__name__", type(fn).__name__)
         self.n = len(args)
         self.args = args
-        self.policy = RetryPolicy(retries, retry_on, self.settings.max_attempts)
+        self.policy = RetryPolicy(retries, retry_on, self.settings.max_attempts, self.settings.retry_delay)
         self.straggler_factor = stragglers
         self.sample_metrics = metrics
         self.metric_samples: list[dict] = []
@@ -105,6 +78,7 @@ class MapRun:
         self.last_progress = time.monotonic()
         self.routed_to_workers = 0
         self.resubmissions = 0
+        self.retry_queue = RetryQueue()
         self.cancelled = self.closed = False
         self._fn_uploaded = False
         self._outbox: list[TaskResult] = []
@@ -261,8 +235,9 @@ class MapRun:
                 if self.upkeep.due():
                     self.upkeep.tick()
                     out += self._take()
+                next_retry = self._send_due_retries()
                 now = time.monotonic()
-                wait = 0.0 if out else max(0.0, min(deadline, self.upkeep.next_tick) - now)
+                wait = 0.0 if out else max(0.0, min(deadline, self.upkeep.next_tick, next_retry) - now)
                 frames = self.storage.fetch_results(self.map_id, timeout=wait)
                 lost_since = None
             except ConnectionProblem as err:
@@ -318,7 +293,7 @@ class MapRun:
         note = self.tasks.notes.get(index)
         if status == protocol.USER_ERROR:
             if self.policy.retry_user_error(self.tasks.note(index), value):
-                self.requeue([index])
+                self._retry_later(index, value)
                 return
             self.fail(index, self._remote_error(index, value, meta), meta)
             return
@@ -327,6 +302,24 @@ class MapRun:
                         backup=bool(note and note.backup))
         self.last_progress = time.monotonic()
         self._outbox.append(TaskResult(index, value, meta))
+
+    def _retry_later(self, index: int, info: dict) -> None:
+        """Send a task whose function raised again, after the policy's pause."""
+        note = self.tasks.note(index)
+        pause = self.policy.delay(note)
+        log.info("map %s: task %d raised %s; retry %d of %d in %.1f s", self.map_id, index,
+                 info.get("type", "an error"), note.user_attempts, self.policy.retries, pause)
+        if pause > 0 and self.tasks.move(index, TaskState.BACKOFF):
+            self.retry_queue.add(index, pause)
+        else:
+            self.requeue([index])
+
+    def _send_due_retries(self) -> float:
+        """Send the retries whose pause has passed; return when the next one is due."""
+        due = self.retry_queue.pop_due()
+        if due:
+            self.requeue(due)                    # only those still backing off move
+        return self.retry_queue.next_due
 
     def _remote_error(self, index: int, info: dict, meta: ResultMeta) -> RemoteError:
         return RemoteError(index, info.get("type", "Error"), info.get("message", ""),
@@ -374,8 +367,9 @@ class MapRun:
     def cancel(self) -> int:
         """Remove the map's queued tasks and keys; returns how many queued tasks were dropped."""
         self.cancelled = True
-        self.tasks.move_all(self.tasks.indices(TaskState.QUEUED, TaskState.LEASED, TaskState.REFUSED),
-                            TaskState.CANCELLED)
+        self.tasks.move_all(self.tasks.indices(TaskState.QUEUED, TaskState.LEASED, TaskState.REFUSED,
+                                               TaskState.BACKOFF), TaskState.CANCELLED)
+        self.retry_queue.clear()
         try:
             removed = self.storage.cancel_map(self.map_id)
         except ConnectionProblem:

@@ -8,6 +8,8 @@ States (``TaskState``)::
     LEASED     a worker's heartbeat says it is running it
     REFUSED    a worker refused its frame (wrong key?); provisional: a genuine result
                may still come from another worker, so it counts as answered
+    BACKOFF    its function raised and it will run again after a pause (held on the
+               client, in no Redis key; still owed an answer)
     DONE       its result arrived (final)
     FAILED     its error arrived, or it was given up on (final)
     CANCELLED  the map was cancelled before it finished (final)
@@ -37,9 +39,12 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Iterable
+from typing import Any, Iterable
 
 import numpy as np
+
+from rhtc.broker.messages import ResultMeta
+from rhtc.client.errors import RemoteError, describe
 
 
 class TaskState(enum.IntEnum):
@@ -48,12 +53,13 @@ class TaskState(enum.IntEnum):
     QUEUED = 0
     LEASED = 1
     REFUSED = 2
-    DONE = 3
-    FAILED = 4
-    CANCELLED = 5
+    BACKOFF = 3
+    DONE = 4
+    FAILED = 5
+    CANCELLED = 6
 
 
-Q, L, R, D, F, C = TaskState
+Q, L, R, B, D, F, C = TaskState
 
 #: Every allowed move, with why it happens. Nothing else changes a task's state.
 TRANSITIONS: dict[tuple[TaskState, TaskState], str] = {
@@ -67,7 +73,12 @@ TRANSITIONS: dict[tuple[TaskState, TaskState], str] = {
     (R, F): "refused, and no genuine result came before the rest of the map finished",
     (Q, R): "a worker refused its frame", (L, R): "a worker refused its frame",
     (R, Q): "requeued after a refusal (the map was sent again)",
+    (Q, B): "its function raised: it runs again after the back-off",
+    (L, B): "its function raised: it runs again after the back-off",
+    (B, Q): "the back-off passed: sent again",
+    (B, D): "a backup copy's result arrived", (B, F): "given up on during its back-off",
     (Q, C): "the map was cancelled", (L, C): "the map was cancelled", (R, C): "the map was cancelled",
+    (B, C): "the map was cancelled",
 }
 
 FINAL = frozenset({D, F, C})
@@ -144,18 +155,45 @@ class TaskTable:
 
     @property
     def unanswered(self) -> int:
-        """Tasks still owed an answer (queued or leased)."""
-        return self._counts[0] + self._counts[1]          # QUEUED, LEASED
+        """Tasks still owed an answer (queued, leased or in a retry's back-off)."""
+        return self._counts[0] + self._counts[1] + self._counts[3]     # QUEUED, LEASED, BACKOFF
 
     @property
     def unfinished(self) -> int:
-        """Tasks not in a final state (queued, leased or provisionally refused)."""
-        return self._counts[0] + self._counts[1] + self._counts[2]     # ... and REFUSED
+        """Tasks not in a final state (queued, leased, backing off or provisionally refused)."""
+        return self._counts[0] + self._counts[1] + self._counts[2] + self._counts[3]
 
     @property
     def finished(self) -> bool:
         """Every task answered (refusals count: they are settled at the end)."""
         return self.unanswered == 0
+
+
+class TaskResult:
+    """One task's outcome: its index in the map, value or error, and the worker's metadata
+    (``meta``: a dict with ``worker``, ``host``, ``pid``, ``start``, ``stop``, bytes read...)."""
+
+    __slots__ = ("index", "value", "error", "_meta")
+
+    def __init__(self, index: int, value: Any, meta: ResultMeta | dict | None = None,
+                 error: RemoteError | None = None):
+        self.index = index
+        self.value = value
+        self.error = error
+        self._meta = meta
+
+    @property
+    def meta(self) -> dict:
+        if isinstance(self._meta, ResultMeta):
+            self._meta = self._meta.to_dict()
+        return self._meta if self._meta is not None else {}
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def __repr__(self) -> str:
+        return f"TaskResult(index={self.index}, value={describe(self.value)}, error={self.error!r})"
 
 
 def transitions_table() -> str:

@@ -29,7 +29,7 @@ from typing import Callable
 import psutil
 import redis
 
-from rhtc.bench.chaos import outliving, proxied_url, sigkill
+from rhtc.bench.chaospool import outliving, proxied_url, sigkill
 from rhtc.bench.toxiproxy import Proxy
 from rhtc.broker.config import ENV_URL, BrokerConfig
 from rhtc.broker.embedded import EmbeddedBroker

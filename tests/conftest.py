@@ -15,6 +15,7 @@ import pytest
 
 from rhtc.broker.embedded import EmbeddedBroker
 from rhtc.broker.storage import Storage
+from rhtc.broker.processes import stop_processes
 
 from tests.samples import NANOAOD, ROOT, needs_nanoaod  # noqa: F401  (re-exported to the tests)
 
@@ -94,19 +95,7 @@ class Workers:
         self.procs[name].send_signal(sig)
 
     def stop_all(self) -> None:
-        for p in self.procs.values():
-            if p.poll() is None:
-                try:
-                    p.send_signal(signal.SIGCONT)
-                    p.terminate()
-                except ProcessLookupError:
-                    pass
-        for p in self.procs.values():
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_processes(self.procs.values())
 
 
 @pytest.fixture
