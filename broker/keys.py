@@ -43,7 +43,7 @@ A task's states and moves (one table; the client's map keeps the same names)
 =========  ====================================  =========================================
 state      where it is                           moves (who)
 =========  ====================================  =========================================
-queued     ``q:shared`` or ``q:w:{worker}``      -> leased: take / steal / wait_for_task (worker)
+queued     ``q:shared`` or ``q:w:{worker}``      -> leased: take (which also steals) / wait_for_task (worker)
                                                  -> cancelled: purge (client cancels)
 leased     ``lease:{worker}``                    -> done/failed: take hands in its result (worker)
                                                  -> queued: reconcile (entry older than a lease

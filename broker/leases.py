@@ -68,11 +68,12 @@ class Leases:
     def take(self, worker: str, incarnation: str, max_tasks: int,
              results: Sequence[tuple[str, bytes, bytes]] = ()) -> tuple[bool, list[tuple[bytes, str]]]:
         """Hand in (map id, task id, result frame) triples, then lease up to ``max_tasks``
-        tasks: own queue first, then the shared queue. One round trip. Returns (still
-        holding the name, [(frame, its map's nonce)])."""
+        tasks: own queue first, then the shared queue, and when both are empty one task
+        stolen from the tail of a backed-up, stuck or dead worker's queue. One round trip.
+        Returns (still holding the name, [(frame, its map's nonce)])."""
         st = self.settings
         args: list = [self.keys.ns, worker, incarnation, st.result_grace, max_tasks, int(st.leases),
-                      st.scan_step]
+                      st.scan_step, st.steal_min_queue, st.steal_stuck_seconds]
         for map_id, tid, frame in results:
             args += [map_id, tid, frame]
         got = self._fast.script(self._scripts["take"], [], args)
@@ -95,14 +96,6 @@ class Leases:
         """The nonce of the map of the task :meth:`wait_for_task` returned ('' if it is gone)."""
         got = self._fast.collect()
         return got.decode() if isinstance(got, bytes) else ""
-
-    def steal(self, worker: str, incarnation: str) -> tuple[bytes, str] | None:
-        """Lease one task from the tail of a backed-up, stuck or dead worker's queue."""
-        st = self.settings
-        got = self._fast.script(self._scripts["steal"], [], [self.keys.ns, worker, incarnation,
-                                                             st.steal_min_queue, st.steal_stuck_seconds,
-                                                             st.scan_step])
-        return (got[0], got[1].decode()) if got else None
 
     def release(self, worker: str, task_ids: Iterable[bytes]) -> None:
         """Drop leases without a result (a frame the worker refused and reported)."""

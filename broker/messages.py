@@ -158,7 +158,7 @@ class WorkerStatus:
 
     @staticmethod
     def task_seconds_field() -> str:
-        """The JSON field ``steal.lua`` reads to tell a stuck worker."""
+        """The JSON field ``steal_one`` (lua/lib.lua) reads to tell a stuck worker."""
         return "task_seconds"
 
     def to_dict(self) -> dict:

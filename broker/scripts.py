@@ -22,7 +22,7 @@ from rhtc.broker import keys, protocol
 from rhtc.broker import messages
 
 _LUA = Path(__file__).with_name("lua")
-NAMES = ("take", "lease_one", "steal", "claim", "reap", "reconcile", "drain", "enqueue", "audit", "purge")
+NAMES = ("take", "lease_one", "claim", "reap", "reconcile", "drain", "enqueue", "audit", "purge")
 
 
 def _lua_key(template: str) -> str:

@@ -127,7 +127,7 @@ class Storage(Leases):
                 if wait_first <= 0:
                     self._fast.drain()
                     return []
-                got = self._fast.call("BLPOP", self.keys.results(map_id), wait_first)
+                got = self._fast.call_behind("BLPOP", self.keys.results(map_id), wait_first)
             except redis.exceptions.NoScriptError:
                 self._fast.reset()
                 for args in calls:

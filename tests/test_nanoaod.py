@@ -95,6 +95,30 @@ def test_rerun_reads_nothing_from_files_and_stays_on_the_same_worker(broker, wor
     assert all(r.meta["bytes_file"] == 0 for r in cached)
 
 
+def slow_muon_pt_sum(chunk):
+    import time
+    time.sleep(0.2)
+    return muon_pt_sum(chunk)
+
+
+def test_an_idle_worker_takes_from_the_tail_of_a_backed_up_one(broker, workers):
+    """Every chunk is cached on worker A, so a rerun routes them all to A's queue; worker
+    B, idle, takes tasks from its tail (the take script steals when B's queues are empty),
+    and each chunk still runs once with the right answer."""
+    (a,) = workers.start(1)
+    chunks = make_chunks(REAL, step=5)[:24]
+    first = {r.index: r for r in imap_unordered(muon_pt_sum, chunks, broker=broker)}
+    assert {r.meta["worker"] for r in first.values()} == {a}
+    (b,) = workers.start(1)
+    second = {r.index: r for r in imap_unordered(slow_muon_pt_sum, chunks, broker=broker)}
+    assert sorted(second) == list(range(len(chunks)))
+    assert [second[i].value for i in second] == [first[i].value for i in second]
+    on_b = [i for i in second if second[i].meta["worker"] == b]
+    assert on_b, "the idle worker took nothing from the backed-up one's queue"
+    assert len(on_b) < len(chunks), "the backed-up worker ran none of its own chunks"
+    assert all(second[i].meta["bytes_file"] > 0 for i in on_b)      # not in B's cache
+
+
 def test_routing_survives_a_client_restart(broker, workers):
     workers.start(2)
     script = textwrap.dedent(f"""

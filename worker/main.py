@@ -110,9 +110,6 @@ class TaskProcess:
                 if not holding:     # the name is not ours (yet/any more): the supervisor claims or stops
                     time.sleep(0.2)
                     continue
-                if not batch and not self.stopping:   # nothing queued for us: help a backed-up worker
-                    stolen = self.storage.steal(self.name, self.incarnation)
-                    batch = [stolen] if stolen else []
                 if not batch and not self.stopping:
                     frame = self.storage.wait_for_task(self.name, self.incarnation, timeout=1.0)
                     batch = [(frame, None)] if frame else []

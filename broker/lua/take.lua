@@ -1,19 +1,21 @@
 -- Hand in a worker's results, then lease up to `n` more tasks for it: its own queue first,
--- then the shared one. One atomic step, one round trip per batch.
+-- then the shared one, and when both are empty one task stolen from a backed-up, stuck or
+-- dead worker (steal_one in lib.lua). One atomic step, one round trip per batch.
 -- Each task taken is recorded in the worker's lease hash (task id -> incarnation, time,
 -- frame) in the same step, so a worker killed at any instant leaves its tasks findable.
 -- Results of maps that are gone are dropped, and so are their queued tasks (at most
 -- `step` of them per call). Bytes that are not a frame are handed over unleased so the
 -- worker reports them.
 -- ARGV: ns, worker, incarnation, result grace (s), n, leases on (1/0), step,
---       then triples: map id, task id, result frame.
+--       steal's min queue, steal's stuck seconds, then triples: map id, task id, result frame.
 -- Returns {held, frame, nonce, frame, nonce, ...}; held = 0 when this incarnation does
 -- not hold the name (another took it over, or it expired: nothing is leased then, the
 -- supervisor claims it again or stops); nonce = the map's nonce ('' for foreign bytes).
 local w, inc, grace, n = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 local leases, step = ARGV[6] == '1', tonumber(ARGV[7])
+local minq, stuck = tonumber(ARGV[8]), tonumber(ARGV[9])
 local lease = K.lease(w)
-for i = 8, #ARGV, 3 do
+for i = 10, #ARGV, 3 do
   redis.call('HDEL', lease, ARGV[i + 1])
   local left = redis.call('TTL', K.map(ARGV[i]))
   if left ~= -2 then
@@ -46,4 +48,10 @@ local function take(q)
 end
 take(K.queue(w))
 take(K.shared_queue())
+if #out == 1 and n > 0 then
+  local item, nonce = steal_one(w, inc, minq, stuck, step)
+  if item then
+    out[2], out[3] = item, nonce
+  end
+end
 return out
