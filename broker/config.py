@@ -98,6 +98,7 @@ class Settings:
     log_ttl: int = 86400              # the problem log
     max_attempts: int = 3             # RHTC_MAX_ATTEMPTS: runs of a task that killed its worker
     retry_delay: float = 1.0          # RHTC_RETRY_DELAY: pause before a retry (s), doubling, jittered
+    open_files: int = 16              # RHTC_OPEN_FILES: files a worker keeps open (~10 MB per NanoAOD tree)
     leases: bool = True               # RHTC_LEASES=0 only to measure what leases cost
     steal_min_queue: int = 4          # steal from a live worker's queue this long...
     steal_stuck_seconds: float = 10.0  # ... or whose current task has run this long
@@ -128,6 +129,7 @@ class Settings:
                    result_ttl=int(_env_float("RHTC_RESULT_TTL", 600)),
                    max_attempts=int(_env_float("RHTC_MAX_ATTEMPTS", 3)),
                    retry_delay=_env_float("RHTC_RETRY_DELAY", 1.0),
+                   open_files=max(1, int(_env_float("RHTC_OPEN_FILES", 16))),
                    leases=e.get("RHTC_LEASES", "1") != "0",
                    max_result_bytes=int(_env_float("RHTC_MAX_RESULT_BYTES", 64 * 1024 * 1024)),
                    broker_patience=_env_float("RHTC_BROKER_PATIENCE", 300.0),

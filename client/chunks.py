@@ -22,9 +22,11 @@ import time
 from typing import Iterable, Sequence
 
 from rhtc.broker import context
+from rhtc.broker.config import settings
 from rhtc.client import xrootd
 
-_OPEN_FILES_MAX = 64
+# the files this process has open, least recently used first, at most Settings.open_files:
+# an open NanoAOD tree's metadata (about a thousand branches) takes about 10 MB
 _open_files: collections.OrderedDict = collections.OrderedDict()
 _open_lock = threading.Lock()
 
@@ -201,7 +203,7 @@ def _tree(path: str, treename: str, uuid: str | None):
                              "no such tree") from err
     with _open_lock:
         _open_files[key] = (tree, file_uuid, set(tree.keys()))
-        while len(_open_files) > _OPEN_FILES_MAX:
+        while len(_open_files) > settings().open_files:
             _, (old, _, _) = _open_files.popitem(last=False)
             old.file.close()
     return tree

@@ -3,6 +3,7 @@ holds is what the worker advertises for routing."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from rhtc.client import imap_unordered, make_chunks
 from tests.conftest import NANOAOD, needs_nanoaod
@@ -64,3 +65,24 @@ def test_branches_of_one_collection_share_their_offsets_in_the_cache():
     unshared = sum(direct[b].nbytes for b in direct)
     offsets = direct["Muon_pt"].layout.offsets.data.nbytes
     assert cache.nbytes == unshared - 2 * offsets      # three branches, one offsets array
+
+
+@needs_nanoaod
+@pytest.mark.parametrize("limit, reopened", [(2, 4), (16, 0)])
+def test_a_worker_keeps_at_most_rhtc_open_files_open(broker, workers, tmp_path, limit, reopened):
+    """Four files, one chunk each, twice through one worker: with room for 16 open files the
+    rerun opens none; with room for 2, cycling through 4 files opens each one again."""
+    import shutil
+    from rhtc import last_map, remote_map
+    paths = []
+    for i in range(4):
+        paths.append(str(tmp_path / f"dy{i}.root"))
+        shutil.copy(NANOAOD / "nano_dy.root", paths[-1])
+    workers.start(1, env={"RHTC_OPEN_FILES": str(limit)})
+    chunks = make_chunks(paths, step=10 ** 6)
+    assert len(chunks) == 4
+    opened = []
+    for _ in range(2):
+        remote_map(muon_pt_sum, chunks, broker=broker, progress=False, routing=False, timeout=60)
+        opened.append(sum(t.files_opened for t in last_map().record().tasks))
+    assert opened == [4, reopened]
