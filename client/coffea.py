@@ -74,11 +74,17 @@ def routing_key(item: Any) -> str | None:
     >>> routing_key(item)
     '00000000-0000-0000-0000-000000000001:Events:0-100'
     """
+    chunk = _as_chunk(item)
+    return chunk.routing_key if chunk else None
+
+
+def _as_chunk(item: Any) -> Chunk | None:
+    """The :class:`Chunk` a WorkItem reads (None for preprocessing items: no UUID yet)."""
     if not isinstance(item, WorkItem) or not item.fileuuid:
         return None
     uuid = item.fileuuid
     uuid = str(_uuid.UUID(bytes=uuid)) if isinstance(uuid, bytes) and len(uuid) == 16 else str(uuid)
-    return Chunk(item.filename, item.treename, item.entrystart, item.entrystop, uuid).routing_key
+    return Chunk(item.filename, item.treename, item.entrystart, item.entrystop, uuid)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,19 +129,18 @@ class _KeepFilesOpen:
     ``skipbadfiles`` behave as always.
     """
 
-    def __init__(self, item: Any, uuid: str):
-        self.item, self.uuid = item, uuid
+    def __init__(self, chunk: Chunk):
+        self.chunk = chunk
 
     def __getattr__(self, name: str):
         return getattr(uproot, name)
 
     def open(self, files, *args, **kwargs):
         path = next(iter(files)) if isinstance(files, dict) and list(files.values()) == [None] else files
-        if path != self.item.filename or args or set(kwargs) - {"timeout"}:
+        if path != self.chunk.file or args or set(kwargs) - {"timeout"}:
             return uproot.open(files, *args, **kwargs)
-        chunk = Chunk(self.item.filename, self.item.treename, self.item.entrystart, self.item.entrystop, self.uuid)
         try:
-            return _Borrowed(chunk.open_tree().file.root_directory)
+            return _Borrowed(self.chunk.open_tree().file.root_directory)
         except OSError:
             return uproot.open(files, *args, **kwargs)
 
@@ -143,11 +148,11 @@ class _KeepFilesOpen:
 @contextlib.contextmanager
 def _files_kept_open(item: Any):
     """While coffea runs ``item`` here, its file comes from the worker's open files."""
-    key = routing_key(item)
-    if key is None or getattr(_executor_module, "uproot", None) is not uproot:
+    chunk = _as_chunk(item)
+    if chunk is None or getattr(_executor_module, "uproot", None) is not uproot:
         yield
         return
-    _executor_module.uproot = _KeepFilesOpen(item, key.split(":", 1)[0])
+    _executor_module.uproot = _KeepFilesOpen(chunk)
     try:
         yield
     finally:
