@@ -98,7 +98,7 @@ class Settings:
     log_ttl: int = 86400              # the problem log
     max_attempts: int = 3             # RHTC_MAX_ATTEMPTS: runs of a task that killed its worker
     retry_delay: float = 1.0          # RHTC_RETRY_DELAY: pause before a retry (s), doubling, jittered
-    open_files: int = 16              # RHTC_OPEN_FILES: files a worker keeps open (~10 MB per NanoAOD tree)
+    open_files: int = 16              # RHTC_OPEN_FILES: files a worker keeps open, with their trees' metadata
     leases: bool = True               # RHTC_LEASES=0 only to measure what leases cost
     steal_min_queue: int = 4          # steal from a live worker's queue this long...
     steal_stuck_seconds: float = 10.0  # ... or whose current task has run this long

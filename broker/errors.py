@@ -37,12 +37,6 @@ _OURS = {"OOM": BrokerOutOfMemory, "BUSY": BrokerUnavailable, "LOADING": BrokerU
          "READONLY": BrokerUnavailable, "MISCONF": BrokerUnavailable, "MASTERDOWN": BrokerUnavailable}
 
 
-def is_out_of_memory(err: BaseException) -> bool:
-    """True for Redis's refusal of a write beyond its maxmemory (whatever raised it)."""
-    return isinstance(err, redis.exceptions.OutOfMemoryError) or (
-        isinstance(err, redis.ResponseError) and ("OOM" in str(err) or "maxmemory" in str(err)))
-
-
 def _parser(base):
     def parse_error(cls, response):
         code = response.split(" ")[0]

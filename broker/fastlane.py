@@ -74,30 +74,13 @@ class FastLane:
             raise
 
     def call_behind(self, *args):
-        """Send a command behind those still owed a reply, in the same network round trip;
-        read their replies, then its own, and return it. An error reply of an earlier
-        command is raised after that, and the command's own reply is then dropped: only
-        for a command whose reply may be lost if an earlier one failed (the client's wait
-        for a new map's first result: a map that failed to queue has no results)."""
-        conn = self._connection()
-        try:
-            conn.send_command(*args)
-            self.pending += 1
-            error = None
-            while self.pending > 1:
-                self.pending -= 1
-                try:
-                    conn.read_response()
-                except redis.ResponseError as err:
-                    error = error or err
-            self.pending = 0
-            reply = conn.read_response()
-        except ConnectionProblem:
-            self.reset()
-            raise
-        if error is not None:
-            raise error
-        return reply
+        """Send a command behind those still owed a reply, in the same network round trip,
+        and return its reply (:meth:`collect`: an error reply of an earlier command is
+        raised instead, after every reply is read). Only for a command whose reply may be
+        lost if an earlier one failed (the client's wait for a new map's first result: a
+        map that failed to queue has no results)."""
+        self.send(*args)
+        return self.collect()
 
     def script(self, script, keys: list, args: list, wait: bool = True):
         """Run a Lua script by its hash (loading it if the broker forgot it). With

@@ -59,6 +59,11 @@ class Leases:
         ``ok`` is False when another incarnation took the name over."""
         return self.claim(worker, incarnation, status, mode="renew")
 
+    def claim_ms_left(self, worker: str) -> int:
+        """Milliseconds until the claim on ``worker`` expires (-2: nobody holds it); a live
+        holder's renewals make it grow."""
+        return int(self.r.pttl(self.keys.incarnation(worker)))
+
     def holder_status(self, worker: str) -> messages.WorkerStatus | None:
         """The published status of whoever holds ``worker`` now (None if nobody)."""
         raw = self.r.get(self.keys.heartbeat(worker))

@@ -72,7 +72,6 @@ def lua_layout() -> dict[str, int | str]:
     return {"MAGIC": MAGIC.decode(), "TASK_MIN_LEN": TASK_HEADER_LEN,
             "MAP_FROM": FRAME_PREFIX + 1, "MAP_TO": FRAME_PREFIX + MAP_ID_LEN,
             "IDX_FROM": FRAME_PREFIX + MAP_ID_LEN + 1, "IDX_TO": FRAME_PREFIX + TASK_ID_LEN,
-            "NONCE_FROM": NONCE_AT + 1, "NONCE_TO": NONCE_AT + NONCE_LEN,
             "TID_LEN": TASK_ID_LEN, "MAP_ID_LEN": MAP_ID_LEN}
 
 

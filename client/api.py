@@ -4,7 +4,7 @@ Three ways to run a function over a list of arguments (usually NanoAOD chunks):
 
 * :func:`remote_map` blocks and returns the results in the order of the arguments
   (or one combined result with ``reduce=True``);
-* :func:`imap_unordered` yields each :class:`~client.maprun.TaskResult` as it arrives;
+* :func:`imap_unordered` yields each :class:`~client.tasks.TaskResult` as it arrives;
 * :func:`submit` returns a :class:`MapHandle` at once (progress, wait, cancel).
 
 With no broker given or configured anywhere, the first call starts a local cluster
@@ -22,7 +22,8 @@ from typing import Any, Callable, Iterable, Iterator
 from rhtc.broker.config import BrokerConfig, BrokerNotConfigured
 from rhtc.broker.storage import Storage
 from rhtc.client.errors import MapCancelled, RemoteError
-from rhtc.client.maprun import MapRun, TaskResult
+from rhtc.client.maprun import MapRun
+from rhtc.client.tasks import TaskResult
 from rhtc.client.reduce import Reducer
 
 log = logging.getLogger("rhtc.client")

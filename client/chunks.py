@@ -26,7 +26,7 @@ from rhtc.broker.config import settings
 from rhtc.client import xrootd
 
 # the files this process has open, least recently used first, at most Settings.open_files:
-# an open NanoAOD tree's metadata (about a thousand branches) takes about 10 MB
+# an open NanoAOD tree's metadata (about a thousand branches) stays in memory with it
 _open_files: collections.OrderedDict = collections.OrderedDict()
 _open_lock = threading.Lock()
 

@@ -51,6 +51,7 @@ MAX_WARNINGS_PER_ITEM = 5
 
 # The routing key of the item this worker process is running, for worker_cache().
 _current_key: str | None = None
+_warned_no_stand_in = False
 
 
 def describe_item(item: Any) -> str:
@@ -137,19 +138,30 @@ class _KeepFilesOpen:
 
     def open(self, files, *args, **kwargs):
         path = next(iter(files)) if isinstance(files, dict) and list(files.values()) == [None] else files
-        if path != self.chunk.file or args or set(kwargs) - {"timeout"}:
-            return uproot.open(files, *args, **kwargs)
-        try:
-            return _Borrowed(self.chunk.open_tree().file.root_directory)
-        except OSError:
-            return uproot.open(files, *args, **kwargs)
+        if path == self.chunk.file and not args and not set(kwargs) - {"timeout"}:
+            try:
+                return _Borrowed(self.chunk.open_tree().file.root_directory)   # counts its own opens
+            except OSError:
+                pass
+        if context.current is not None:
+            context.current.files_opened += 1
+        return uproot.open(files, *args, **kwargs)
 
 
 @contextlib.contextmanager
 def _files_kept_open(item: Any):
     """While coffea runs ``item`` here, its file comes from the worker's open files."""
     chunk = _as_chunk(item)
-    if chunk is None or getattr(_executor_module, "uproot", None) is not uproot:
+    if chunk is None:
+        yield
+        return
+    if getattr(_executor_module, "uproot", None) is not uproot:
+        global _warned_no_stand_in
+        if not _warned_no_stand_in:
+            _warned_no_stand_in = True
+            warnings.warn("this coffea does not open files through coffea.processor.executor.uproot: "
+                          "the worker cannot keep files open for it (files_opened counts nothing)",
+                          RuntimeWarning, stacklevel=2)
         yield
         return
     _executor_module.uproot = _KeepFilesOpen(chunk)

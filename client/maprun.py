@@ -27,7 +27,7 @@ from rhtc.client.errors import BrokerFull, BrokerLost, RemoteError, describe, un
 from rhtc.client.ledger import Ledger
 from rhtc.client.packing import Frames, pack_function
 from rhtc.client.retry import RetryPolicy, RetryQueue
-from rhtc.client.tasks import TaskResult, TaskState, TaskTable  # noqa: F401 (TaskResult: re-exported)
+from rhtc.client.tasks import TaskResult, TaskState, TaskTable
 from rhtc.client.upkeep import Upkeep
 
 log = logging.getLogger("rhtc.client")
@@ -59,7 +59,6 @@ class MapRun:
         self.fingerprint = protocol.key_fingerprint(self.key)
         self.map_id = secrets.token_hex(8)
         self.nonce = protocol.new_nonce()
-        self.fn = fn
         self.label = label or getattr(fn, "__name__", type(fn).__name__)
         self.n = len(args)
         self.args = args
@@ -292,6 +291,8 @@ class MapRun:
             return
         note = self.tasks.notes.get(index)
         if status == protocol.USER_ERROR:
+            if self.tasks.state(index) is TaskState.BACKOFF:
+                return                    # a second copy's error: the retry is already planned
             if self.policy.retry_user_error(self.tasks.note(index), value):
                 self._retry_later(index, value)
                 return
@@ -316,9 +317,9 @@ class MapRun:
 
     def _send_due_retries(self) -> float:
         """Send the retries whose pause has passed; return when the next one is due."""
-        due = self.retry_queue.pop_due()
-        if due:
-            self.requeue(due)                    # only those still backing off move
+        due = [i for i in self.retry_queue.pop_due() if self.tasks.state(i) is TaskState.BACKOFF]
+        if due:                                  # (a task sent again meanwhile is not sent twice)
+            self.requeue(due)
         return self.retry_queue.next_due
 
     def _remote_error(self, index: int, info: dict, meta: ResultMeta) -> RemoteError:

@@ -81,8 +81,6 @@ TRANSITIONS: dict[tuple[TaskState, TaskState], str] = {
     (B, C): "the map was cancelled",
 }
 
-FINAL = frozenset({D, F, C})
-WAITING = (Q, L)                       # still owed an answer
 # the same facts as plain ints, for the per-result path (enum lookups cost a microsecond)
 _ALLOWED = frozenset((int(a), int(b)) for a, b in TRANSITIONS)
 _LEASED, _DONE = int(L), int(D)

@@ -168,14 +168,6 @@ def expand(url: str) -> list[str]:
     return sorted(f"{server}/{p}" for p in found)
 
 
-def check(url: str) -> None:
-    """Stat ``url`` on its server; raise OSError with :func:`explain`'s words if it fails."""
-    server, path = split_url(url)
-    status, _ = _filesystem(server).stat(path, timeout=_timeout())
-    if not status.ok:
-        raise OSError(explain(url, status.message)[1])
-
-
 # (reason, transient, pattern, what to do). Patterns match XrdCl's messages and codes
 # (server kXR_* errors in brackets, client statuses in words).
 _CAUSES = [

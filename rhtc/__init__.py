@@ -35,7 +35,7 @@ _API = {
     "last_map": "rhtc.client.api", "resolve_config": "rhtc.client.api",
     "MapHandle": "rhtc.client.api",
     "LocalCluster": "rhtc.client.local",
-    "TaskResult": "rhtc.client.maprun",
+    "TaskResult": "rhtc.client.tasks",
     "RemoteError": "rhtc.client.errors", "MapCancelled": "rhtc.client.errors",
     "BrokerLost": "rhtc.client.errors", "BrokerFull": "rhtc.client.errors",
     "KeyMismatch": "rhtc.client.errors",

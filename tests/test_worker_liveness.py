@@ -292,3 +292,42 @@ def test_heartbeat_publishes_incarnation_key_fingerprint_and_versions(broker, wo
     assert broker.config.key.hex() not in storage.r.get(storage.keys.heartbeat(name)).decode()
     assert len(w.incarnation) == 16 and w.pid == workers.procs[name].pid and w.task_pid not in (None, w.pid)
     assert w.versions["python"].count(".") == 2 and "cloudpickle" in w.versions
+
+
+# -- a broker that refuses the password, or is not there --------------------------------------
+def _worker_env(url: str, broker) -> dict:
+    from rhtc.broker.config import ENV_URL
+    env = dict(os.environ, **broker.config.env())
+    env[ENV_URL] = url
+    env.pop("RHTC_CONFIG", None)
+    return env
+
+
+def test_a_wrong_password_stops_the_worker_naming_the_broker(broker):
+    from urllib.parse import urlsplit, urlunsplit
+    parts = urlsplit(broker.config.url)
+    wrong = urlunsplit(parts._replace(netloc=f":not-the-password@{parts.hostname}:{parts.port}"))
+    proc = subprocess.run([sys.executable, "-m", "rhtc.worker", "--name", "wrong-pw"], cwd=str(ROOT),
+                          env=_worker_env(wrong, broker), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "refused the password" in proc.stderr and "wrong-pw" in proc.stderr
+    assert "not-the-password" not in proc.stderr + proc.stdout
+
+
+def test_sigterm_stops_a_worker_still_waiting_for_its_broker(broker):
+    import socket
+    with socket.socket() as s:                      # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = broker.config.url.replace(f":{broker.port}", f":{port}")
+    proc = subprocess.Popen([sys.executable, "-m", "rhtc.worker", "--name", "no-broker"], cwd=str(ROOT),
+                            env=_worker_env(url, broker), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        time.sleep(3)                               # it is backing off, waiting for the broker
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -102,7 +102,6 @@ class TaskProcess:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         self._publish()
-        self.shared.b.ready = 1
         backoff = Backoff(f"worker {self.name} (task process {self.pid})")
         while not self.stopping:
             try:
@@ -122,7 +121,8 @@ class TaskProcess:
                 # never exit on a broker error: what was leased but not run is reconciled
                 # by the supervisor; results not handed in are kept and sent again
                 self.storage.reset_connection()
-                self.shared.set_held([])
+                self.shared.set_held([])        # what was leased but not handed in is reconciled
+                self.shared.set_task(None)      # (a lost lease reply after the task ran, too)
                 backoff.wait(err, redact(self.config.url))
         self._shutdown()
         return 0
@@ -150,6 +150,7 @@ class TaskProcess:
         n = 0 if self.stopping else max(1, min(self.max_batch, int(BATCH_SECONDS / max(self._ewma, 1e-6))))
         holding, batch = self.storage.take(self.name, self.incarnation, n, self._unflushed)
         self._unflushed = []
+        self.shared.set_held([])        # the results are in: the last batch is no longer held
         evicted = self.cache.drain_evicted()
         if evicted:
             self.storage.advertise(self.name, removed=evicted)
@@ -158,12 +159,12 @@ class TaskProcess:
     def _run_batch(self, batch: list[tuple[bytes, str | None]]) -> None:
         ids = [protocol.task_id(f) for f, _ in batch]
         self.shared.set_held(ids)
-        for i, (frame, nonce) in enumerate(batch):
+        for frame, nonce in batch:
             if self.stopping:
                 break                      # the rest is still leased: the supervisor hands it back
             self._run_frame(frame, nonce)
-            self.shared.done_with(i + 1)
-        self.shared.set_held([])
+        # the batch stays held until the next take hands its results in: a finished task
+        # whose result waits here must not look like a lease that nobody runs
 
     def _flush(self) -> None:
         if self._unflushed:

@@ -28,9 +28,7 @@ class _Block(ctypes.Structure):
         ("tasks_done", ctypes.c_int64), ("errors", ctypes.c_int64),
         ("cache_bytes", ctypes.c_int64), ("cache_entries", ctypes.c_int64), ("cache_limit", ctypes.c_int64),
         ("bytes_read", ctypes.c_int64), ("bytes_from_cache", ctypes.c_int64),
-        ("ready", ctypes.c_int32),
         ("n_held", ctypes.c_int32),
-        ("held_from", ctypes.c_int32),               # the first ``held_from`` ids are done
         ("held", ctypes.c_ubyte * (TASK_ID_LEN * MAX_HELD)),
     ]
 
@@ -64,12 +62,7 @@ class SharedState:
         self.b.seq += 1
         ctypes.memmove(ctypes.addressof(self.b) + _Block.held.offset, data, len(data))
         self.b.n_held = len(data) // TASK_ID_LEN
-        self.b.held_from = 0
         self.b.seq += 1
-
-    def done_with(self, n: int) -> None:
-        """The first ``n`` tasks of the batch are no longer held (their results are kept)."""
-        self.b.held_from = n
 
     def set_counters(self, **values: int) -> None:
         for name, value in values.items():
@@ -100,9 +93,9 @@ class SharedState:
     def held(self) -> list[bytes]:
         """Task ids the task process holds (its current batch), read consistently."""
         def snapshot():
-            n, first = self.b.n_held, self.b.held_from
+            n = self.b.n_held
             raw = ctypes.string_at(ctypes.addressof(self.b) + _Block.held.offset, n * TASK_ID_LEN)
-            return [raw[i * TASK_ID_LEN:(i + 1) * TASK_ID_LEN] for i in range(first, n)]
+            return [raw[i * TASK_ID_LEN:(i + 1) * TASK_ID_LEN] for i in range(n)]
         return self._read(snapshot, [])
 
     def counters(self) -> dict[str, int]:
@@ -114,4 +107,3 @@ class SharedState:
         """Before a fresh task process starts: no task, nothing held (counters stay)."""
         self.b.task_index = -1
         self.set_held([])
-        self.b.ready = 0

@@ -26,6 +26,8 @@ import socket
 import sys
 import time
 
+import redis
+
 from rhtc.broker import protocol
 
 from rhtc.broker import messages
@@ -41,6 +43,7 @@ log = logging.getLogger("rhtc.worker")
 
 _PR_SET_PDEATHSIG = 1
 EXIT_NAME_HELD = 3         # the exit code when another live process holds the name
+EXIT_REFUSED = 2           # the exit code when the broker refuses the password
 STOP_GRACE = 10.0          # seconds a task process gets to hand back its task on SIGTERM
 
 
@@ -117,8 +120,10 @@ class Supervisor:
 
     # -- claiming the name -----------------------------------------------------------------
     def claim(self) -> None:
-        """Claim the name; raise :class:`NameHeld` if another live process holds it."""
-        while True:
+        """Claim the name; raise :class:`NameHeld` if another live process holds it, and
+        :class:`PermissionError` if the broker refuses the password (waiting cannot cure
+        that). Gives up quietly when the worker is told to stop meanwhile."""
+        while not self.stopping:
             try:
                 got = self.storage.claim(self.name, self.incarnation, self.status())
                 if got.ok:
@@ -135,17 +140,19 @@ class Supervisor:
                     log.warning("worker %s: took over the name from a dead predecessor (incarnation %s); "
                                 "what it held was requeued", self.name, holder.incarnation if holder else "?")
                     return
+            except redis.AuthenticationError:
+                self.storage.ping()             # raises PermissionError, naming the broker
+                raise
             except BrokerTrouble as err:
                 self.backoff.wait(err, redact(self.config.url))
 
     def _holder_renews(self) -> bool:
         """Watch the holder's claim for up to 2.5 heartbeats: a live holder renews it."""
-        key = self.storage.keys.incarnation(self.name)
         deadline = time.monotonic() + 2.5 * self.settings.heartbeat
-        last = self.storage.r.pttl(key)
+        last = self.storage.claim_ms_left(self.name)
         while time.monotonic() < deadline:
             time.sleep(0.05)
-            now = self.storage.r.pttl(key)
+            now = self.storage.claim_ms_left(self.name)
             if now == -2:
                 return False
             if now > last + 20:
@@ -163,6 +170,11 @@ class Supervisor:
         except NameHeld as err:
             print(f"rhtc worker: {err}", file=sys.stderr, flush=True)
             return EXIT_NAME_HELD
+        except PermissionError as err:
+            print(f"rhtc worker {self.name}: {err}", file=sys.stderr, flush=True)
+            return EXIT_REFUSED
+        if self.stopping:
+            return 0
         log.info("worker %s (incarnation %s) serving %s (namespace %s)", self.name, self.incarnation,
                  redact(self.config.url), self.config.namespace)
         self._start_task_process()
@@ -216,9 +228,7 @@ class Supervisor:
         self.metrics = NodeMetrics(pid=self.proc.pid)
 
     def _reconcile(self) -> None:
-        task, _ = self.shared.current()
-        held = self.shared.held() + ([task.task_id] if task else [])
-        n, _ = self.storage.reconcile(self.name, self.incarnation, held)
+        n, _ = self.storage.reconcile(self.name, self.incarnation, self.shared.held())
         if n:
             log.warning("worker %s: %d leased task(s) were not running here (a lost reply?); requeued",
                         self.name, n)
@@ -234,7 +244,8 @@ class Supervisor:
             pass    # the main loop's next beat publishes it
         why = (f"the task process of worker {self.name} (pid {self.proc.pid}) died with {describe_exit(code)}"
                + (f" while running task {task}" if task else ""))
-        while True:
+        fate = ""
+        while not self.stopping:         # on the way out, retire() hands everything back
             try:
                 _, fate = self.storage.reconcile(self.name, self.incarnation, gone=True,
                                                  crashed=task.task_id if task else b"", why=why)

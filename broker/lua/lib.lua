@@ -11,7 +11,6 @@ end
 
 local function frame_map(f) return string.sub(f, MAP_FROM, MAP_TO) end
 local function frame_tid(f) return string.sub(f, MAP_FROM, IDX_TO) end
-local function frame_nonce(f) return string.sub(f, NONCE_FROM, NONCE_TO) end
 local function tid_map(tid) return string.sub(tid, 1, MAP_ID_LEN) end
 local function tid_index(tid) return string.sub(tid, MAP_ID_LEN + 1, TID_LEN) end
 
