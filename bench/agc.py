@@ -195,21 +195,20 @@ def agc_command(workers, events, chunk_size, systematics, data_dir, systems, rep
     from coffea import processor
     from rhtc.bench.agcgen import ANALYSIS_BRANCHES, make_agc_data
     from rhtc.examples.agc_ttbar import agc_fileset
+    from rhtc.bench.dimuon_runs import read_into_page_cache
 
     paths = make_agc_data(data_dir, events=events)
     warm_paths = make_agc_data(os.path.join(data_dir, "warm-up"), events=900, min_events=100, lean=True,
                                progress=False, samples=[("ttbar", "nominal"), ("wjets", "nominal")])
-    for p in paths:                                    # the page cache: every system reads from memory
-        with open(p, "rb") as fh:
-            while fh.read(1 << 24):
-                pass
+    read_into_page_cache(paths)                        # every system reads from memory
     pre = processor.Runner(executor=processor.IterativeExecutor(status=False), chunksize=chunk_size)
     items = list(pre.preprocess(agc_fileset(paths), treename="Events"))
     warmup = list(processor.Runner(executor=processor.IterativeExecutor(status=False), chunksize=100)
                   .preprocess(agc_fileset(warm_paths), treename="Events"))
     n = sum(len(i) for i in items)
     mode = "with systematics" if systematics else "no systematics"
-    click.echo(f"bench agc: {len(paths)} files, {n:,} events, {len(items)} WorkItems of <= {chunk_size:,}; "
+    click.echo(f"bench agc: {len(paths)} files, {n:,} events, {len(items)} WorkItems of up to "
+               f"{max(len(i) for i in items):,} (chunk size {chunk_size:,}); "
                f"{mode}; {workers} workers; {os.cpu_count()} cores; files in the page cache", err=True)
     click.echo(f"{'':34}{'cold s':>8}{'kHz':>9}{'kHz/core':>9}{'warm s':>8}{'kHz':>9}{'kHz/core':>9}"
                f"{'warm/cold':>10}")

@@ -29,6 +29,7 @@ import time
 import click
 
 from rhtc.bench.chaospool import ChaosPool, outliving
+from rhtc.broker.protocol import task_name
 
 FAULT_KINDS = ("cut", "lost replies", "latency", "reset peer", "sigkill + restart")
 TASK_SECONDS = 0.001
@@ -157,7 +158,7 @@ def run_chaos(tasks: int = 5000, workers: int = 4, lease: float = 2.0, seed: int
         t0 = time.monotonic()
         # no backup copies of stragglers: the GIL task must run once, unless taken for dead
         h = submit(chaos_task, args, broker=pool.config, errors="return", label="chaos", stragglers=None)
-        injector = Injector(pool, rng, f"{h.map_id}:{gil_task}", marker) if faults else None
+        injector = Injector(pool, rng, task_name(h.map_id, gil_task), marker) if faults else None
         if injector is not None:
             injector.start()
         try:

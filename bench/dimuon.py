@@ -12,7 +12,7 @@ import click
 
 from rhtc.bench.dimuon_dask import run_dask
 from rhtc.bench.dimuon_runs import (HEADER, Report, _bare, _check_physics, _median_run, _ours,
-                                    _page_cache, auto_chunk_size, row, CHUNKS_PER_WORKER, MAX_CHUNK)
+                                    read_into_page_cache, auto_chunk_size, row, CHUNKS_PER_WORKER, MAX_CHUNK)
 from rhtc.worker.cache import parse_size
 
 
@@ -48,7 +48,7 @@ def dimuon_command(workers, files, events, chunk_size, compression, cache_size, 
     cache_bytes = parse_size(cache_size)
     dask_workers = dask_workers or workers
     paths = make_data(data_dir, files=files, events=events, compression=compression, progress=progress)
-    _page_cache(paths)
+    read_into_page_cache(paths)
     chunk_size = chunk_size or auto_chunk_size(files * events, max(workers, dask_workers if with_dask else 0))
     chunks = make_chunks(paths, step=chunk_size)
     warm = make_chunks(make_data(os.path.join(data_dir, "warm-up"), files=1, events=2000,

@@ -34,7 +34,8 @@ def auto_chunk_size(total_events: int, workers: int) -> int:
     return max(1, min(MAX_CHUNK, math.ceil(total_events / (CHUNKS_PER_WORKER * max(1, workers)))))
 
 
-def _page_cache(paths) -> None:
+def read_into_page_cache(paths) -> None:
+    """Read every file once, so each system reads them from memory."""
     for p in paths:
         with open(p, "rb") as fh:
             while fh.read(1 << 24):

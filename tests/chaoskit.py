@@ -109,14 +109,6 @@ def live_names(storage: Storage) -> set[str]:
     return {w["name"] for w in storage.live_workers(queue_depths=False)}
 
 
-def running_task(storage: Storage, worker: str) -> str | None:
-    """The ``map:index`` label a live worker says it is running, or None."""
-    for w in storage.live_workers(queue_depths=False):
-        if w["name"] == worker:
-            return w.get("task")
-    return None
-
-
 # -- Redis refusing our commands ---------------------------------------------------------
 class Refusal:
     """Make a real redis-server refuse our commands the way it does in production."""
@@ -228,8 +220,6 @@ def documented_patterns(keys_py: Path = KEYS_PY) -> list[re.Pattern]:
         rx = rx.replace(re.escape("{worker}"), "(?P<worker>.+)").replace(re.escape("{map}"), "(?P<map>[0-9A-Za-z]+)")
         rx = re.sub(r"\\\{[a-z_]+\\\}", ".+", rx)
         out.append(re.compile(rx + "$"))
-    # the table's shorthand ``{ns}:bell:shared`` / ``:w:`` names the per-worker bells too
-    out.append(re.compile(r":bell:w:(?P<worker>.+)$"))
     return out
 
 
