@@ -2,7 +2,8 @@
 worker's name and liveness and watches the process that runs the user's code.
 
 It claims the name for a fresh *incarnation* (refusing to start while another live
-process holds it, taking over at once from a dead one), renews the claim and publishes
+process holds it, taking over from a dead one once its claim is seen
+not renewed for about 2.5 heartbeats), renews the claim and publishes
 the status every heartbeat, reconciles the lease with what the task process holds, and
 reaps dead workers. When the task process dies (segfault, OOM kill, ``os._exit``) it
 notices at once, requeues the task it was running (counted as an attempt: after
