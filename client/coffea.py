@@ -43,14 +43,17 @@ except ImportError as err:  # pragma: no cover - depends on the environment
 
 from rhtc.broker import context
 from rhtc.client.api import submit
-from rhtc.client.chunks import Chunk
+from rhtc.client import chunks as _chunks
+from rhtc.client.chunks import Chunk, ChunkFileError
+from rhtc.client.freshness import PreadSource
 from rhtc.client.errors import RemoteError
 
 #: How many of one item's warnings (e.g. coffea's "Skipping bad file") come back to the client.
 MAX_WARNINGS_PER_ITEM = 5
 
-# The routing key of the item this worker process is running, for worker_cache().
-_current_key: str | None = None
+# The chunk (file, tree, range; routing key) of the item this worker process is running,
+# for worker_cache().
+_current_chunk: Chunk | None = None
 _warned_no_stand_in = False
 
 
@@ -124,9 +127,12 @@ class _KeepFilesOpen:
     coffea opens the item's file, parses its tree's metadata (a NanoAOD tree has about a
     thousand branches: 0.3 s) and closes it again, for every item. This hands it instead
     the file from the worker's cache of open files (:meth:`Chunk.open_tree`, checked
-    against the item's file UUID), so the next item of the same file, and every item of a
-    rerun, skips both. Anything but that plain open (other uproot options, another file,
-    a file that fails to open here) goes to uproot itself, so coffea's own errors and
+    against the item's file UUID and against the file as it is now), so the next item of
+    the same file, and every item of a rerun, skips both. A file rewritten since the item
+    was made is a :class:`ChunkFileError` ``changed`` (an OSError: ``skipbadfiles`` skips
+    it). Anything but that plain open (other uproot options, another file, a file that
+    fails to open here) goes to uproot itself, local files read without a memory map (a
+    file that shrinks is then an error, not SIGBUS), so coffea's own errors and
     ``skipbadfiles`` behave as always.
     """
 
@@ -141,10 +147,16 @@ class _KeepFilesOpen:
         if path == self.chunk.file and not args and not set(kwargs) - {"timeout"}:
             try:
                 return _Borrowed(self.chunk.open_tree().file.root_directory)   # counts its own opens
+            except ChunkFileError as err:
+                if err.reason == "changed":
+                    raise
             except OSError:
                 pass
         if context.current is not None:
             context.current.files_opened += 1
+        local = isinstance(path, str) and "://" not in path
+        if local and "handler" not in kwargs and not args:
+            kwargs["handler"] = PreadSource
         return uproot.open(files, *args, **kwargs)
 
 
@@ -179,15 +191,15 @@ class _RunItem:
         self.__name__ = getattr(function, "__name__", "coffea")
 
     def __call__(self, task: CoffeaTask) -> tuple[Any, list[tuple[str, str]]]:
-        global _current_key
-        _current_key = task.routing_key
+        global _current_chunk
+        _current_chunk = _as_chunk(task.item)
         try:
             with warnings.catch_warnings(record=True) as caught, \
                     (_files_kept_open(task.item) if self.keep_files_open else contextlib.nullcontext()):
                 warnings.simplefilter("default")   # each distinct warning once per worker
                 out = self.function(task.item)
         finally:
-            _current_key = None
+            _current_chunk = None
         notes = [(str(w.message), describe_item(task.item)) for w in caught[:MAX_WARNINGS_PER_ITEM]]
         return out, notes
 
@@ -238,8 +250,11 @@ def worker_cache() -> MutableMapping | None:
     ctx = context.current
     if ctx is None or ctx.cache is None:
         return None
-    view = ctx.cache.view(_current_key) if _current_key else ctx.cache
-    return _Buffers(view, ctx)
+    chunk = _current_chunk
+    if chunk is None:
+        return _Buffers(ctx.cache, ctx)
+    # keys of the file's version as it is now: a rewrite (even with the same UUID) misses
+    return _Buffers(ctx.cache.view(chunk.routing_key, _chunks.version_of(chunk.file, chunk.tree)), ctx)
 
 
 class WorkItemFailed(RuntimeError):

@@ -214,3 +214,21 @@ def explain(url: str, error: BaseException | str) -> tuple[str, str]:
 def is_transient(reason: str) -> bool:
     """True for failures a retry may cure (timeouts, an unreachable or dropped server)."""
     return any(reason == r and transient for r, transient, _, _ in _CAUSES)
+
+
+def stat(url: str) -> tuple | None:
+    """What the server reports about a file that changes when it is rewritten: (id, size,
+    mtime, ctime), as far as it reports them; None when the stat fails (the read that
+    follows then fails with the server's own words).
+
+    >>> stat("root://localhost:1094//store/nano/a.root")      # doctest: +SKIP
+    ('2251799813685249', 4230127, 1763900000, 1763900000)
+    """
+    server, path = split_url(url)
+    try:
+        status, info = _filesystem(server).stat(path, timeout=_timeout())
+    except Exception:                     # no client, or the client itself failed
+        return None
+    if not status.ok or info is None:
+        return None
+    return tuple(getattr(info, name, None) for name in ("id", "size", "mtime", "ctime"))
