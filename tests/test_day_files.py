@@ -47,6 +47,10 @@ def read_sum(branch: str, chunk):
     return float(values.sum()), len(values), os.getpid()
 
 
+def task_pid(_) -> int:
+    return os.getpid()
+
+
 def run(branch: str, chunks, broker, **kwargs):
     return remote_map(functools.partial(read_sum, branch), chunks, broker=broker, progress=False,
                       timeout=120, **kwargs)
@@ -110,12 +114,13 @@ def test_a_file_that_shrank_under_a_worker_does_not_crash_its_task_process(broke
     write(path, 100, 3.0, uproot.LZ4(1))
     assert os.path.getsize(path) < 100_000
     assert_changed(run("y", old, broker, errors="return"))
+    pid = remote_map(task_pid, [0], broker=broker, progress=False, timeout=60)[0]
+    assert pid == first[0][2], "the task process died (SIGBUS?) and was restarted"
 
     new = make_chunks(path, step=10 * STEP)
     assert [c.num_entries for c in new] == [100]
     again = run("y", new, broker)
-    assert again[0][:2] == (3000.0, 100)
-    assert again[0][2] == first[0][2], "the task process died and was restarted"
+    assert again[0][:2] == (3000.0, 100) and again[0][2] == pid
 
 
 def test_a_file_read_by_the_client_itself_is_reopened_when_rewritten(tmp_path):
