@@ -122,7 +122,9 @@ class Chunk:
                 out = opened.tree.arrays(list(branches), entry_start=self.entry_start,
                                          entry_stop=self.entry_stop, array_cache=cache, **kwargs)
             except Exception as err:
-                if not _unchanged(self.file, opened):         # rewritten under us: look again
+                remote = xrootd.is_remote(self.file)
+                lost = remote and xrootd.is_transient(xrootd.explain(self.file, err)[0])
+                if not lost and not _unchanged(self.file, opened):   # rewritten under us: look again
                     _forget(self.file, self.tree)
                     if not again:
                         continue
@@ -130,7 +132,7 @@ class Chunk:
                 if not isinstance(err, (OSError, ValueError)):
                     raise
                 where = f"reading {list(branches)} from {self.file} entries {self.entry_start}-{self.entry_stop}"
-                if xrootd.is_remote(self.file):
+                if remote:
                     _forget(self.file, self.tree)
                     reason, message = xrootd.explain(self.file, err)
                     raise ChunkFileError(f"{where} failed: {message}", reason, xrootd.is_transient(reason)) from err
@@ -207,22 +209,9 @@ def _forget(path: str, treename: str) -> None:
             pass
 
 
-def _stamp(path: str, source=None) -> freshness.Stamp | None:
-    """The file's stamp now (local; root:// through ``source``); None: cannot tell."""
-    if xrootd.is_remote(path):
-        return freshness.remote_stamp(path, source) if source is not None else None
-    return freshness.local_stamp(path) if "://" not in path else None
-
-
 def _unchanged(path: str, opened: _OpenFile) -> bool:
     """True when ``path`` is still the file ``opened`` was read from (or we cannot tell)."""
-    if opened.stamp is None:
-        return True
-    try:
-        now = _stamp(path, opened.tree.file.source)
-    except OSError:                      # removed or unreadable now: reopen to say which
-        return False
-    return now is None or now == opened.stamp
+    return freshness.unchanged(path, opened.stamp, opened.tree.file.source)
 
 
 def _changed_error(path: str, file_uuid: str, uuid: str) -> ChunkFileError:
@@ -278,7 +267,7 @@ def _open_file(path: str, treename: str, uuid: str | None) -> _OpenFile:
         raise ChunkFileError(f"{path} has no tree {treename!r}; its trees: {trees or 'none'}",
                              "no such tree") from err
     if xrootd.is_remote(path):
-        stamp = _stamp(path, f.file.source)
+        stamp = freshness.stamp(path, f.file.source)
     opened = _OpenFile(tree, file_uuid, set(tree.keys()), stamp)
     with _open_lock:
         _open_files[key] = opened
@@ -296,7 +285,7 @@ def version_of(path: str, treename: str) -> str | None:
     if hit is not None:
         return hit.version
     try:
-        stamp = _stamp(path)
+        stamp = freshness.stamp(path)
     except OSError:
         return None
     return stamp.version if stamp is not None else None

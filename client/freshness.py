@@ -85,6 +85,27 @@ def remote_stamp(url: str, source) -> Stamp | None:
     return Stamp(identity, header)
 
 
+def stamp(path: str, source=None) -> Stamp | None:
+    """The stamp of ``path`` now: local, or ``root://`` through the open file's ``source``;
+    None when it cannot tell (another protocol, a root:// file not open, no answer)."""
+    from rhtc.client import xrootd
+    if xrootd.is_remote(path):
+        return remote_stamp(path, source) if source is not None else None
+    return local_stamp(path) if "://" not in path else None
+
+
+def unchanged(path: str, opened: Stamp | None, source) -> bool:
+    """True when ``path`` is still the file whose stamp was ``opened`` (or we cannot tell);
+    a file removed or unreadable now counts as changed (reopening it says which)."""
+    if opened is None:
+        return True
+    try:
+        now = stamp(path, source)
+    except OSError:
+        return False
+    return now is None or now == opened
+
+
 class FileShrank(OSError):
     """A local file is shorter than when it was opened: it was truncated or rewritten."""
 
