@@ -11,7 +11,7 @@ compares the file's :class:`Stamp` now with the one taken when it was opened:
   revalidate its attributes) and the first bytes of its ROOT header (end of file, free
   segments, streamer info and UUID), read with one ``pread``: a few microseconds;
 * a ``root://`` file: the server's stat (id, size, mtime, ctime, as far as it reports
-  them) and the header read through the open file: two round trips.
+  them) and the header read through the open file, sent together: one round trip.
 
 The stamp's :attr:`Stamp.version` also prefixes the file's entries in the worker's branch
 cache, so a file rewritten with the same UUID (ROOT's ``UPDATE`` mode keeps it) never gets
@@ -75,14 +75,13 @@ def remote_stamp(url: str, source) -> Stamp | None:
     ``source`` (the open file's uproot source). None when the server does not answer: the
     read that follows will then fail with the server's own error."""
     from rhtc.client import xrootd
-    identity = xrootd.stat(url)
-    if identity is None:
-        return None
+    identity = xrootd.stat_later(url)           # one round trip: the stat overlaps the read
     try:
         header = bytes(source.chunk(0, HEADER_BYTES).raw_data)
     except Exception:          # a broken connection: the read will say so
-        return None
-    return Stamp(identity, header)
+        header = None
+    identity = identity()
+    return Stamp(identity, header) if identity is not None and header is not None else None
 
 
 def stamp(path: str, source=None) -> Stamp | None:
