@@ -42,10 +42,10 @@ except ImportError as err:  # pragma: no cover - depends on the environment
     raise ImportError("rhtc.coffea needs coffea: pip install 'redis-htcondor[coffea]'") from err
 
 from rhtc.broker import context
-from rhtc.client.api import submit
-from rhtc.client import chunks as _chunks
-from rhtc.client.chunks import Chunk, ChunkFileError
 from rhtc.client.freshness import PreadSource
+from rhtc.client.chunks import version_of
+from rhtc.client.api import submit
+from rhtc.client.chunks import Chunk
 from rhtc.client.errors import RemoteError
 
 #: How many of one item's warnings (e.g. coffea's "Skipping bad file") come back to the client.
@@ -147,11 +147,9 @@ class _KeepFilesOpen:
         if path == self.chunk.file and not args and not set(kwargs) - {"timeout"}:
             try:
                 return _Borrowed(self.chunk.open_tree().file.root_directory)   # counts its own opens
-            except ChunkFileError as err:
-                if err.reason == "changed":
+            except OSError as err:
+                if getattr(err, "reason", None) == "changed":      # a ChunkFileError
                     raise
-            except OSError:
-                pass
         if context.current is not None:
             context.current.files_opened += 1
         local = isinstance(path, str) and "://" not in path
@@ -254,7 +252,7 @@ def worker_cache() -> MutableMapping | None:
     if chunk is None:
         return _Buffers(ctx.cache, ctx)
     # keys of the file's version as it is now: a rewrite (even with the same UUID) misses
-    return _Buffers(ctx.cache.view(chunk.routing_key, _chunks.version_of(chunk.file, chunk.tree)), ctx)
+    return _Buffers(ctx.cache.view(chunk.routing_key, version_of(chunk.file, chunk.tree)), ctx)
 
 
 class WorkItemFailed(RuntimeError):
