@@ -51,10 +51,12 @@ from rhtc.client.errors import RemoteError
 #: How many of one item's warnings (e.g. coffea's "Skipping bad file") come back to the client.
 MAX_WARNINGS_PER_ITEM = 5
 
-# The chunk (file, tree, range; routing key) of the item this worker process is running,
-# for worker_cache().
-_current_chunk: Chunk | None = None
+# The routing key of the item this worker process is running, for worker_cache().
+_current_key: str | None = None
 _warned_no_stand_in = False
+# The version of the item's file as the worker holds it open (client.freshness): it
+# prefixes the item's keys in the branch cache, so a rewritten file never gets old buffers.
+_current_version: str | None = None
 
 
 def describe_item(item: Any) -> str:
@@ -146,16 +148,22 @@ class _KeepFilesOpen:
         path = next(iter(files)) if isinstance(files, dict) and list(files.values()) == [None] else files
         if path == self.chunk.file and not args and not set(kwargs) - {"timeout"}:
             try:
-                return _Borrowed(self.chunk.open_tree().file.root_directory)   # counts its own opens
+                return _Borrowed(self._open_checked())
             except OSError as err:
                 if getattr(err, "reason", None) == "changed":      # a ChunkFileError
                     raise
         if context.current is not None:
             context.current.files_opened += 1
-        local = isinstance(path, str) and "://" not in path
-        if local and "handler" not in kwargs and not args:
+        if isinstance(path, str) and "://" not in path and "handler" not in kwargs and not args:
             kwargs["handler"] = PreadSource
         return uproot.open(files, *args, **kwargs)
+
+    def _open_checked(self):
+        """The item's file from the worker's open files (counts its own opens), checked."""
+        global _current_version
+        directory = self.chunk.open_tree().file.root_directory
+        _current_version = version_of(self.chunk.file, self.chunk.tree)
+        return directory
 
 
 @contextlib.contextmanager
@@ -174,11 +182,12 @@ def _files_kept_open(item: Any):
                           RuntimeWarning, stacklevel=2)
         yield
         return
-    _executor_module.uproot = _KeepFilesOpen(chunk)
+    global _current_version
+    _executor_module.uproot, _current_version = _KeepFilesOpen(chunk), None
     try:
         yield
     finally:
-        _executor_module.uproot = uproot
+        _executor_module.uproot, _current_version = uproot, None
 
 
 class _RunItem:
@@ -189,15 +198,15 @@ class _RunItem:
         self.__name__ = getattr(function, "__name__", "coffea")
 
     def __call__(self, task: CoffeaTask) -> tuple[Any, list[tuple[str, str]]]:
-        global _current_chunk
-        _current_chunk = _as_chunk(task.item)
+        global _current_key
+        _current_key = task.routing_key
         try:
             with warnings.catch_warnings(record=True) as caught, \
                     (_files_kept_open(task.item) if self.keep_files_open else contextlib.nullcontext()):
                 warnings.simplefilter("default")   # each distinct warning once per worker
                 out = self.function(task.item)
         finally:
-            _current_chunk = None
+            _current_key = None
         notes = [(str(w.message), describe_item(task.item)) for w in caught[:MAX_WARNINGS_PER_ITEM]]
         return out, notes
 
@@ -248,11 +257,8 @@ def worker_cache() -> MutableMapping | None:
     ctx = context.current
     if ctx is None or ctx.cache is None:
         return None
-    chunk = _current_chunk
-    if chunk is None:
-        return _Buffers(ctx.cache, ctx)
-    # keys of the file's version as it is now: a rewrite (even with the same UUID) misses
-    return _Buffers(ctx.cache.view(chunk.routing_key, version_of(chunk.file, chunk.tree)), ctx)
+    view = ctx.cache.view(_current_key, _current_version) if _current_key else ctx.cache
+    return _Buffers(view, ctx)
 
 
 class WorkItemFailed(RuntimeError):
