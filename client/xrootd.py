@@ -132,6 +132,7 @@ def stat_later(url: str):
         return tuple(getattr(info, name, None) for name in ("id", "size", "mtime", "ctime"))
     return answer
 
+
 def _env_key(name: str) -> str:
     """XRD_CONNECTIONWINDOW -> ConnectionWindow (XrdCl's own spelling)."""
     known = {"CONNECTIONWINDOW": "ConnectionWindow", "CONNECTIONRETRY": "ConnectionRetry",
@@ -245,5 +246,3 @@ def explain(url: str, error: BaseException | str) -> tuple[str, str]:
 def is_transient(reason: str) -> bool:
     """True for failures a retry may cure (timeouts, an unreachable or dropped server)."""
     return any(reason == r and transient for r, transient, _, _ in _CAUSES)
-
-
