@@ -34,12 +34,15 @@ memory-mapped file that shrinks kills the reading process with SIGBUS, while a s
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import os
 import queue
 
 import numpy
 import uproot
+
+from rhtc.client import xrootd
 
 #: ROOT's file header up to and including the UUID (its large-file form is 75 bytes).
 HEADER_BYTES = 100
@@ -53,7 +56,7 @@ class Stamp:
     identity: tuple
     header: bytes
 
-    @property
+    @functools.cached_property
     def version(self) -> str:
         """A short token naming this version of the file (prefix of its branch-cache keys)."""
         return hashlib.blake2b(repr((self.identity, self.header)).encode(), digest_size=8).hexdigest()
@@ -74,20 +77,18 @@ def remote_stamp(url: str, source) -> Stamp | None:
     """The :class:`Stamp` of a ``root://`` file: the server's stat and the header read through
     ``source`` (the open file's uproot source). None when the server does not answer: the
     read that follows will then fail with the server's own error."""
-    from rhtc.client import xrootd
-    identity = xrootd.stat_later(url)           # one round trip: the stat overlaps the read
+    stat_answer = xrootd.stat_later(url)        # one round trip: the stat overlaps the read
     try:
         header = bytes(source.chunk(0, HEADER_BYTES).raw_data)
     except Exception:          # a broken connection: the read will say so
         header = None
-    identity = identity()
+    identity = stat_answer()
     return Stamp(identity, header) if identity is not None and header is not None else None
 
 
 def stamp(path: str, source=None) -> Stamp | None:
     """The stamp of ``path`` now: local, or ``root://`` through the open file's ``source``;
     None when it cannot tell (another protocol, a root:// file not open, no answer)."""
-    from rhtc.client import xrootd
     if xrootd.is_remote(path):
         return remote_stamp(path, source) if source is not None else None
     return local_stamp(path) if "://" not in path else None
