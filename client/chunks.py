@@ -7,6 +7,9 @@
 
 A chunk carries the file's UUID, so a cache can never confuse two files that share a
 name, and its ``routing_key`` lets the client send it back to the worker that read it.
+Files stay open between tasks, but every read first checks that the file is still the one
+that was opened (:mod:`rhtc.client.freshness`): a file rewritten after ``make_chunks`` is
+never read stale.
 Files may be local paths or XRootD URLs (``root://host//path``); :mod:`rhtc.client.xrootd`
 holds the XRootD specifics (settings, directory listing for globs, error messages).
 """
