@@ -7,6 +7,9 @@
 
 A chunk carries the file's UUID, so a cache can never confuse two files that share a
 name, and its ``routing_key`` lets the client send it back to the worker that read it.
+Files stay open between tasks, but every read first checks that the file is still the one
+that was opened (:mod:`rhtc.client.freshness`): a file rewritten after ``make_chunks`` is
+never read stale.
 Files may be local paths or XRootD URLs (``root://host//path``); :mod:`rhtc.client.xrootd`
 holds the XRootD specifics (settings, directory listing for globs, error messages).
 """
@@ -19,15 +22,15 @@ import glob
 import os
 import threading
 import time
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from rhtc.broker import context
 from rhtc.broker.config import settings
-from rhtc.client import xrootd
+from rhtc.client import freshness, xrootd
 
 # the files this process has open, least recently used first, at most Settings.open_files:
 # an open NanoAOD tree's metadata (about a thousand branches) stays in memory with it
-_open_files: collections.OrderedDict = collections.OrderedDict()
+_open_files: collections.OrderedDict[tuple[str, str], "_OpenFile"] = collections.OrderedDict()
 _open_lock = threading.Lock()
 
 
@@ -54,6 +57,21 @@ class ChunkFileError(OSError):
 
     def __reduce__(self):
         return (ChunkFileError, (self.args[0], self.reason, self.transient))
+
+
+@dataclasses.dataclass(frozen=True)
+class _OpenFile:
+    """One open file's tree, as this process keeps it between tasks."""
+
+    tree: Any
+    uuid: str
+    branches: set
+    stamp: freshness.Stamp | None      # None: a protocol we cannot stat (not local, not root://)
+
+    @property
+    def version(self) -> str | None:
+        """Names the version of the file the tree was read from (branch-cache key prefix)."""
+        return self.stamp.version if self.stamp is not None else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,40 +103,56 @@ class Chunk:
         if isinstance(branches, str):
             branches = [branches]
         ctx = context.current
-        cache = ctx.cache.view(self.routing_key) if ctx is not None and ctx.cache is not None else None
         retries = xrootd.READ_RETRIES if xrootd.is_remote(self.file) else 0
         for attempt in range(retries + 1):
             try:
-                return self._read(branches, cache, ctx, kwargs)
+                return self._read(branches, ctx, kwargs)
             except ChunkFileError as err:
                 if not err.transient or attempt == retries:
                     raise
                 _forget(self.file, self.tree)          # reopen: the connection may be gone
                 time.sleep(0.5 * 2 ** attempt)
 
-    def _read(self, branches: Sequence[str], cache, ctx, kwargs: dict):
-        tree = self.open_tree()
-        _check_branches(tree, branches, self)
-        source = tree.file.source
-        before = getattr(source, "num_requested_bytes", 0)
-        try:
-            out = tree.arrays(list(branches), entry_start=self.entry_start, entry_stop=self.entry_stop,
-                              array_cache=cache, **kwargs)
-        except (OSError, ValueError) as err:
-            where = f"reading {list(branches)} from {self.file} entries {self.entry_start}-{self.entry_stop}"
-            if xrootd.is_remote(self.file):
-                _forget(self.file, self.tree)
-                reason, message = xrootd.explain(self.file, err)
-                raise ChunkFileError(f"{where} failed: {message}", reason, xrootd.is_transient(reason)) from err
-            raise ChunkFileError(f"{where} failed: {type(err).__name__}: {err}. "
-                                 "Is the file complete and readable?") from err
-        if ctx is not None:
-            ctx.bytes_from_file += getattr(source, "num_requested_bytes", 0) - before
-        return out
+    def _read(self, branches: Sequence[str], ctx, kwargs: dict):
+        for again in (False, True):   # once more when the file changed while it was read
+            opened = _open_file(self.file, self.tree, self.uuid)
+            _check_branches(opened, branches, self)
+            cache = ctx.cache.view(self.routing_key, opened.version) \
+                if ctx is not None and ctx.cache is not None else None
+            source = opened.tree.file.source
+            before = getattr(source, "num_requested_bytes", 0)
+            try:
+                out = opened.tree.arrays(list(branches), entry_start=self.entry_start,
+                                         entry_stop=self.entry_stop, array_cache=cache, **kwargs)
+            except Exception as err:
+                remote = xrootd.is_remote(self.file)
+                lost = remote and xrootd.is_transient(xrootd.explain(self.file, err)[0])
+                if not lost and not _unchanged(self.file, opened):   # rewritten under us: look again
+                    _forget(self.file, self.tree)
+                    if not again:
+                        continue
+                    raise _changed_while_read(self.file) from err
+                if not isinstance(err, (OSError, ValueError)):
+                    raise
+                where = f"reading {list(branches)} from {self.file} entries {self.entry_start}-{self.entry_stop}"
+                if remote:
+                    _forget(self.file, self.tree)
+                    reason, message = xrootd.explain(self.file, err)
+                    raise ChunkFileError(f"{where} failed: {message}", reason, xrootd.is_transient(reason)) from err
+                raise ChunkFileError(f"{where} failed: {type(err).__name__}: {err}. "
+                                     "Is the file complete and readable?") from err
+            if not xrootd.is_remote(self.file) and not _unchanged(self.file, opened):
+                _forget(self.file, self.tree)                 # what we read may mix two versions
+                if not again:
+                    continue
+                raise _changed_while_read(self.file)
+            if ctx is not None:
+                ctx.bytes_from_file += getattr(source, "num_requested_bytes", 0) - before
+            return out
 
     def open_tree(self):
         """The uproot TTree, from this process's cache of open files."""
-        return _tree(self.file, self.tree, self.uuid)
+        return _open_file(self.file, self.tree, self.uuid).tree
 
     def __repr__(self) -> str:
         return f"Chunk({os.path.basename(self.file)!r}, {self.tree!r}, {self.entry_start}-{self.entry_stop})"
@@ -134,8 +168,8 @@ def _open(path: str):
         if magic != b"root":
             raise ChunkFileError(f"{path} is not a ROOT file (it starts with {magic!r}, not b'root')")
     try:
-        if "://" not in path:        # local: memory-mapped, no I/O threads competing for cores
-            return uproot.open(path, handler=uproot.source.file.MemmapSource)
+        if "://" not in path:        # local: pread, no I/O threads competing for cores, no mmap
+            return uproot.open(path, handler=freshness.PreadSource)   # (a shrunk file is no SIGBUS)
         return uproot.open(path)
     except FileNotFoundError as err:
         raise ChunkFileError(f"{path}: no such file. Check the path (make_chunks takes paths, "
@@ -173,27 +207,61 @@ def _forget(path: str, treename: str) -> None:
         xrootd.forget_connections()
     if hit is not None:
         try:
-            hit[0].file.close()
+            hit.tree.file.close()
         except Exception:                  # closing a broken XRootD file may raise
             pass
 
 
-def _tree(path: str, treename: str, uuid: str | None):
+def _unchanged(path: str, opened: _OpenFile) -> bool:
+    """True when ``path`` is still the file ``opened`` was read from (or we cannot tell)."""
+    return freshness.unchanged(path, opened.stamp, opened.tree.file.source)
+
+
+def _changed_error(path: str, file_uuid: str, uuid: str) -> ChunkFileError:
+    return ChunkFileError(f"{path} has changed since the chunks were made (UUID {file_uuid}, "
+                          f"expected {uuid}): call make_chunks again", "changed")
+
+
+def _changed_while_read(path: str) -> ChunkFileError:
+    return ChunkFileError(f"{path} changed while it was being read, twice: it is being rewritten; "
+                          "wait until it is complete, then call make_chunks again", "changed")
+
+
+def _open_file(path: str, treename: str, uuid: str | None) -> _OpenFile:
+    """The open file's tree from this process's cache, checked against the file as it is now
+    (:mod:`client.freshness`) before it is served: a file changed since it was opened is
+    opened again, and a chunk of another version of the file is a ChunkFileError ``changed``."""
     key = (path, treename)
     with _open_lock:
         hit = _open_files.get(key)
         if hit is not None:
             _open_files.move_to_end(key)
-    if hit is not None and (uuid is None or hit[1] == uuid):
-        return hit[0]
-    f = _open(path)
+    if hit is not None:
+        if _unchanged(path, hit):
+            if uuid is not None and hit.uuid != uuid:
+                raise _changed_error(path, hit.uuid, uuid)
+            return hit
+        _forget(path, treename)
+    stamp = None
+    if "://" not in path:
+        try:
+            stamp = freshness.local_stamp(path)       # before opening: a later change shows
+        except OSError:
+            pass                                      # _open says what is wrong
+    try:
+        f = _open(path)
+    except ChunkFileError as err:
+        if hit is None or err.transient or err.reason in ("no such file", "permission denied"):
+            raise
+        raise ChunkFileError(f"{path} changed since it was opened and cannot be opened now ({err}): "
+                             "if it is being rewritten, wait until it is complete, then call "
+                             "make_chunks again", "changed") from err
     if context.current is not None:
         context.current.files_opened += 1
     file_uuid = str(f.file.uuid)
     if uuid is not None and file_uuid != uuid:
         f.close()
-        raise ChunkFileError(f"{path} has changed since the chunks were made (UUID {file_uuid}, "
-                             f"expected {uuid}): call make_chunks again", "changed")
+        raise _changed_error(path, file_uuid, uuid)
     try:
         tree = f[treename]
     except KeyError as err:
@@ -201,19 +269,33 @@ def _tree(path: str, treename: str, uuid: str | None):
         f.close()
         raise ChunkFileError(f"{path} has no tree {treename!r}; its trees: {trees or 'none'}",
                              "no such tree") from err
+    if xrootd.is_remote(path):
+        stamp = freshness.stamp(path, f.file.source)
+    opened = _OpenFile(tree, file_uuid, set(tree.keys()), stamp)
     with _open_lock:
-        _open_files[key] = (tree, file_uuid, set(tree.keys()))
+        _open_files[key] = opened
         while len(_open_files) > settings().open_files:
-            _, (old, _, _) = _open_files.popitem(last=False)
-            old.file.close()
-    return tree
+            _, old = _open_files.popitem(last=False)
+            old.tree.file.close()
+    return opened
 
 
-def _check_branches(tree, branches: Sequence[str], chunk: Chunk) -> None:
+def version_of(path: str, treename: str) -> str | None:
+    """The version token (:attr:`freshness.Stamp.version`) of the file as this process has it
+    open, or of the local file as it is now; None when it cannot tell (coffea's cache keys)."""
     with _open_lock:
-        known = _open_files.get((chunk.file, chunk.tree), (None, None, None))[2]
-    if known is None:
-        known = set(tree.keys())
+        hit = _open_files.get((path, treename))
+    if hit is not None:
+        return hit.version
+    try:
+        stamp = freshness.stamp(path)
+    except OSError:
+        return None
+    return stamp.version if stamp is not None else None
+
+
+def _check_branches(opened: _OpenFile, branches: Sequence[str], chunk: Chunk) -> None:
+    known = opened.branches
     for b in branches:
         if b not in known:
             prefix = b.split("_")[0]
@@ -257,16 +339,14 @@ def close_files() -> None:
     """Close every file this process holds open for chunk reading."""
     with _open_lock:
         while _open_files:
-            _, (tree, _, _) = _open_files.popitem()
-            tree.file.close()
+            _, opened = _open_files.popitem()
+            opened.tree.file.close()
 
 
 def file_info(path: str, tree: str = "Events") -> tuple[str, int, str]:
     """(path, number of entries, UUID) of one file's tree; errors name the file."""
-    t = _tree(path, tree, None)
-    with _open_lock:
-        uuid = _open_files[(path, tree)][1]
-    return path, int(t.num_entries), uuid
+    opened = _open_file(path, tree, None)
+    return path, int(opened.tree.num_entries), opened.uuid
 
 
 def make_chunks(files: str | Iterable[str], tree: str = "Events", step: int = 100_000, *,

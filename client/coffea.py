@@ -42,6 +42,8 @@ except ImportError as err:  # pragma: no cover - depends on the environment
     raise ImportError("rhtc.coffea needs coffea: pip install 'redis-htcondor[coffea]'") from err
 
 from rhtc.broker import context
+from rhtc.client.freshness import PreadSource
+from rhtc.client.chunks import version_of
 from rhtc.client.api import submit
 from rhtc.client.chunks import Chunk
 from rhtc.client.errors import RemoteError
@@ -52,6 +54,9 @@ MAX_WARNINGS_PER_ITEM = 5
 # The routing key of the item this worker process is running, for worker_cache().
 _current_key: str | None = None
 _warned_no_stand_in = False
+# The version of the item's file as the worker holds it open (client.freshness): it
+# prefixes the item's keys in the branch cache, so a rewritten file never gets old buffers.
+_current_version: str | None = None
 
 
 def describe_item(item: Any) -> str:
@@ -124,9 +129,12 @@ class _KeepFilesOpen:
     coffea opens the item's file, parses its tree's metadata (a NanoAOD tree has about a
     thousand branches: 0.3 s) and closes it again, for every item. This hands it instead
     the file from the worker's cache of open files (:meth:`Chunk.open_tree`, checked
-    against the item's file UUID), so the next item of the same file, and every item of a
-    rerun, skips both. Anything but that plain open (other uproot options, another file,
-    a file that fails to open here) goes to uproot itself, so coffea's own errors and
+    against the item's file UUID and against the file as it is now), so the next item of
+    the same file, and every item of a rerun, skips both. A file rewritten since the item
+    was made is a :class:`ChunkFileError` ``changed`` (an OSError: ``skipbadfiles`` skips
+    it). Anything but that plain open (other uproot options, another file, a file that
+    fails to open here) goes to uproot itself, local files read without a memory map (a
+    file that shrinks is then an error, not SIGBUS), so coffea's own errors and
     ``skipbadfiles`` behave as always.
     """
 
@@ -140,12 +148,22 @@ class _KeepFilesOpen:
         path = next(iter(files)) if isinstance(files, dict) and list(files.values()) == [None] else files
         if path == self.chunk.file and not args and not set(kwargs) - {"timeout"}:
             try:
-                return _Borrowed(self.chunk.open_tree().file.root_directory)   # counts its own opens
-            except OSError:
-                pass
+                return _Borrowed(self._open_checked())
+            except OSError as err:
+                if getattr(err, "reason", None) == "changed":      # a ChunkFileError
+                    raise
         if context.current is not None:
             context.current.files_opened += 1
+        if isinstance(path, str) and "://" not in path and "handler" not in kwargs and not args:
+            kwargs["handler"] = PreadSource
         return uproot.open(files, *args, **kwargs)
+
+    def _open_checked(self):
+        """The item's file from the worker's open files (counts its own opens), checked."""
+        global _current_version
+        directory = self.chunk.open_tree().file.root_directory
+        _current_version = version_of(self.chunk.file, self.chunk.tree)
+        return directory
 
 
 @contextlib.contextmanager
@@ -164,11 +182,12 @@ def _files_kept_open(item: Any):
                           RuntimeWarning, stacklevel=2)
         yield
         return
-    _executor_module.uproot = _KeepFilesOpen(chunk)
+    global _current_version
+    _executor_module.uproot, _current_version = _KeepFilesOpen(chunk), None
     try:
         yield
     finally:
-        _executor_module.uproot = uproot
+        _executor_module.uproot, _current_version = uproot, None
 
 
 class _RunItem:
@@ -238,7 +257,7 @@ def worker_cache() -> MutableMapping | None:
     ctx = context.current
     if ctx is None or ctx.cache is None:
         return None
-    view = ctx.cache.view(_current_key) if _current_key else ctx.cache
+    view = ctx.cache.view(_current_key, _current_version) if _current_key else ctx.cache
     return _Buffers(view, ctx)
 
 

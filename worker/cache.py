@@ -144,31 +144,43 @@ class BranchCache(MutableMapping):
         out, self.evicted_tags = self.evicted_tags, set()
         return out
 
-    def view(self, tag: str) -> "TaggedView":
-        """A mapping to hand to uproot for one chunk: entries it stores carry ``tag``."""
-        return TaggedView(self, tag)
+    def view(self, tag: str, version: str | None = None) -> "TaggedView":
+        """A mapping to hand to uproot for one chunk: entries it stores carry ``tag``.
+
+        ``version`` names the version of the file the chunk is read from (see
+        :mod:`client.freshness`): it prefixes the view's keys, so a file rewritten in place,
+        even with the same UUID, never gets the entries read from its old version.
+
+        >>> c = BranchCache(limit_bytes=100)
+        >>> c.view("chunk-A", "v1")["k"] = b"old"
+        >>> c.view("chunk-A", "v2").get("k") is None, c.view("chunk-A", "v1").get("k")
+        (True, b'old')
+        """
+        return TaggedView(self, tag, version)
 
 
 class TaggedView(MutableMapping):
-    """What uproot sees as ``array_cache`` while reading one chunk."""
+    """What uproot sees as ``array_cache`` while reading one chunk (of one file version)."""
 
-    def __init__(self, cache: BranchCache, tag: str):
+    def __init__(self, cache: BranchCache, tag: str, version: str | None = None):
         self.cache, self.tag = cache, tag
+        self.prefix = f"{version}|" if version else ""
 
     def __getitem__(self, key):
-        return self.cache[key]
+        return self.cache[self.prefix + key]
 
     def get(self, key, default=None):
-        return self.cache.get_counted(key, default)
+        return self.cache.get_counted(self.prefix + key, default)
 
     def __setitem__(self, key, value):
+        key = self.prefix + key
         fresh = key not in self.cache._data
         self.cache.put(key, value, self.tag)
         if fresh and context.current is not None:
             context.current.routing_keys.add(self.tag)
 
     def __delitem__(self, key):
-        del self.cache[key]
+        del self.cache[self.prefix + key]
 
     def __iter__(self):
         return iter(self.cache)

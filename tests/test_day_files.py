@@ -1,0 +1,221 @@
+"""Over an analyst's day, input files change between maps (issue 16, scenario 3): a skim is
+re-run and rewrites its output in place (same path, new content). A worker keeps files open
+and caches their branches; neither may ever serve the old file. Real parts: ROOT files
+written here with uproot, real workers on a real redis-server, a real xrootd server.
+
+Every rewrite keeps the file's mtime (set back with os.utime, as a rewrite within the same
+second would), so the checks cannot rely on mtime alone.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import tempfile
+import uuid as uuidlib
+import warnings
+
+import numpy as np
+import pytest
+import uproot
+
+from rhtc.client import make_chunks, remote_map
+from rhtc.client.chunks import ChunkFileError
+from rhtc.client.errors import RemoteError
+
+STEP = 10_000
+
+
+def write(path: str, entries: int, value: float, compression=None, uuid: uuidlib.UUID | None = None) -> None:
+    """(Re)write ``path`` in place with branches x = value and y = 10 * value; an existing
+    file keeps its inode and its mtime."""
+    before = os.stat(path) if os.path.exists(path) else None
+    options = {"compression": compression}
+    if uuid is not None:
+        options["uuid_function"] = lambda: uuid
+    with uproot.recreate(path, **options) as f:
+        f["Events"] = {"x": np.full(entries, value), "y": np.full(entries, 10 * value)}
+    if before is not None:
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+        after = os.stat(path)
+        assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+
+
+def read_sum(branch: str, chunk):
+    """(sum of ``branch`` over the chunk, entries read, pid of the task process)."""
+    values = chunk.arrays([branch], library="np")[branch]
+    return float(values.sum()), len(values), os.getpid()
+
+
+def task_pid(_) -> int:
+    return os.getpid()
+
+
+def run(branch: str, chunks, broker, **kwargs):
+    return remote_map(functools.partial(read_sum, branch), chunks, broker=broker, progress=False,
+                      timeout=120, **kwargs)
+
+
+def assert_changed(results) -> None:
+    for r in results:
+        assert isinstance(r, RemoteError) and isinstance(r.exception, ChunkFileError), r
+        assert r.exception.reason == "changed" and "make_chunks again" in str(r.exception), r
+
+
+@pytest.mark.parametrize("compression", [uproot.LZ4(1), None], ids=["LZ4", "uncompressed"])
+def test_a_file_rewritten_in_place_between_two_maps_is_never_read_stale(broker, workers, tmp_path,
+                                                                        compression):
+    path = str(tmp_path / "skim.root")
+    write(path, 3 * STEP, 1.0, compression)
+    workers.start(1)
+    old = make_chunks(path, step=STEP)
+    first = run("x", old, broker)
+    assert [r[:2] for r in first] == [(1.0 * STEP, STEP)] * 3
+
+    write(path, 3 * STEP, 2.0, compression)                   # the skim is re-run
+    assert_changed(run("x", old, broker, errors="return"))    # the old chunks: changed, say so
+
+    new = make_chunks(path, step=STEP)                        # same process: not the cached UUID
+    assert new[0].uuid != old[0].uuid
+    fresh = run("x", new, broker)
+    assert [r[:2] for r in fresh] == [(2.0 * STEP, STEP)] * 3
+    assert {r[2] for r in first + fresh} == {first[0][2]}      # one task process throughout
+
+
+def test_a_file_rewritten_with_the_same_uuid_never_gets_the_old_numbers_from_the_cache(broker, workers,
+                                                                                      tmp_path):
+    """ROOT's UPDATE mode keeps a file's UUID: the chunks stay valid and must read the new
+    numbers, from the file, not the old ones from the worker's branch cache."""
+    from rhtc import last_map
+    path, same = str(tmp_path / "updated.root"), uuidlib.uuid4()
+    write(path, 3 * STEP, 1.0, uuid=same)
+    workers.start(1)
+    chunks = make_chunks(path, step=STEP)
+    assert [r[0] for r in run("x", chunks, broker)] == [1.0 * STEP] * 3
+    assert [r[0] for r in run("x", chunks, broker)] == [1.0 * STEP] * 3
+    assert sum(t.bytes_cache for t in last_map().record().tasks) > 0   # the rerun came from the cache
+
+    write(path, 3 * STEP, 2.0, uuid=same)
+    assert make_chunks(path, step=STEP) == chunks              # same UUID, same entries: same chunks
+    assert [r[0] for r in run("x", chunks, broker)] == [2.0 * STEP] * 3
+    assert [r[0] for r in run("x", chunks, broker)] == [2.0 * STEP] * 3
+
+
+def test_a_file_that_shrank_under_a_worker_does_not_crash_its_task_process(broker, workers, tmp_path):
+    """The worker has the large file open; it is rewritten much smaller. Reading a branch
+    that is not cached yet (y) used to touch bytes past the new end of the file."""
+    path = str(tmp_path / "shrinks.root")
+    write(path, 20 * STEP, 1.0, uproot.LZ4(1))
+    workers.start(1)
+    old = make_chunks(path, step=10 * STEP)
+    first = run("x", old, broker)
+    assert [r[0] for r in first] == [10.0 * STEP] * 2
+
+    write(path, 100, 3.0, uproot.LZ4(1))
+    assert os.path.getsize(path) < 100_000
+    assert_changed(run("y", old, broker, errors="return"))
+    pid = remote_map(task_pid, [0], broker=broker, progress=False, timeout=60)[0]
+    assert pid == first[0][2], "the task process died (SIGBUS?) and was restarted"
+
+    new = make_chunks(path, step=10 * STEP)
+    assert [c.num_entries for c in new] == [100]
+    again = run("y", new, broker)
+    assert again[0][:2] == (3000.0, 100) and again[0][2] == pid
+
+
+def test_a_file_read_by_the_client_itself_is_reopened_when_rewritten(tmp_path):
+    """Outside a worker (a notebook reading a chunk, make_chunks) the same holds."""
+    path = str(tmp_path / "local.root")
+    write(path, 2 * STEP, 1.0, uproot.LZ4(1))
+    old = make_chunks(path, step=STEP)
+    assert old[0].arrays(["x"], library="np")["x"].sum() == STEP
+    write(path, 2 * STEP, 5.0, uproot.LZ4(1))
+    with pytest.raises(ChunkFileError, match="make_chunks again") as info:
+        old[0].arrays(["x"], library="np")
+    assert info.value.reason == "changed" and path in str(info.value)
+    new = make_chunks(path, step=STEP)
+    assert new[0].uuid != old[0].uuid and new[0].arrays(["x"], library="np")["x"].sum() == 5 * STEP
+
+
+def test_coffea_never_serves_a_rewritten_file_from_the_worker(broker, workers, tmp_path):
+    """coffea's items get the file from the worker's open files and their buffers from its
+    branch cache: a rewrite with the same UUID must still give the new numbers."""
+    pytest.importorskip("coffea")
+    from coffea import processor
+    from coffea.nanoevents import BaseSchema
+    from rhtc.client.coffea import RedisExecutor, worker_cache
+
+    path, same = str(tmp_path / "coffea.root"), uuidlib.uuid4()
+    write(path, 3 * STEP, 1.0, uuid=same)
+    workers.start(1)
+
+    def total() -> float:
+        runner = processor.Runner(executor=RedisExecutor(broker=broker.config, status=False),
+                                  schema=BaseSchema, chunksize=STEP, cachestrategy=worker_cache)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return runner({"skim": [path]}, processor_instance=SumX(), treename="Events")["x"]
+
+    assert total() == total() == 3.0 * STEP                   # the second run from the cache
+    write(path, 3 * STEP, 2.0, uuid=same)
+    assert total() == 6.0 * STEP
+
+
+try:
+    from coffea import processor as _processor
+
+    class SumX(_processor.ProcessorABC):
+        def process(self, events):
+            return {"x": float(np.sum(events.x))}
+
+        def postprocess(self, accumulator):
+            return accumulator
+except ImportError:                  # the coffea test skips
+    pass
+
+
+@pytest.fixture
+def xrootd_server():
+    """A real xrootd server on a free port, serving a world-readable temporary directory."""
+    pytest.importorskip("XRootD.client", reason="the [xrootd] extra is not installed")
+    from rhtc.bench.xrootd_server import XRootDServer, XRootDUnavailable
+    if shutil.which("xrootd") is None:
+        pytest.skip("xrootd-server is not installed")
+    root = tempfile.mkdtemp(prefix="rhtc-day-files-")
+    os.chmod(root, 0o755)
+    server = XRootDServer(root)
+    try:
+        server.start()
+    except XRootDUnavailable as err:
+        server.close()
+        shutil.rmtree(root, ignore_errors=True)
+        pytest.fail(str(err))
+    yield server, root
+    server.close()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_file_rewritten_on_an_xrootd_server_is_never_read_stale(xrootd_server):
+    server, root = xrootd_server
+    path = os.path.join(root, "remote.root")
+    write(path, 2 * STEP, 1.0, uproot.LZ4(1))
+    os.chmod(path, 0o644)
+    url = server.url("remote.root")
+    old = make_chunks(url, step=STEP)
+    assert old[0].arrays(["x"], library="np")["x"].sum() == STEP   # the file is now open here
+
+    write(path, 2 * STEP, 4.0, uproot.LZ4(1))
+    with pytest.raises(ChunkFileError, match="make_chunks again") as info:
+        old[0].arrays(["x"], library="np")
+    assert info.value.reason == "changed" and url in str(info.value)
+    new = make_chunks(url, step=STEP)
+    assert new[0].uuid != old[0].uuid
+    assert new[1].arrays(["x"], library="np")["x"].sum() == 4 * STEP
+
+
+@pytest.fixture(autouse=True)
+def _close_files_after():
+    """This process's open files (make_chunks, chunks read here) do not outlive the test."""
+    yield
+    from rhtc.client.chunks import close_files
+    close_files()
