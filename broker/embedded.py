@@ -58,6 +58,10 @@ def find_redis_server() -> str:
     return path
 
 
+class PortInUse(RuntimeError):
+    """The broker's TCP port is taken; the message is one line saying what to do."""
+
+
 class EmbeddedBroker:
     """Start a private redis-server; ``.config`` says how to reach it.
 
@@ -124,7 +128,13 @@ class EmbeddedBroker:
             while True:
                 if self.proc.poll() is not None:
                     log = self.log_tail()
-                    raise RuntimeError(f"redis-server exited at start (code {self.proc.returncode}): {log}")
+                    code = self.proc.returncode
+                    self.stop()
+                    if "Address already in use" in log and not self.unix_socket:
+                        raise PortInUse(f"port {self.port} on {self.host} is already in use (another broker "
+                                        "or program listens there): pick another --port, or leave --port "
+                                        "out for a free one")
+                    raise RuntimeError(f"redis-server exited at start (code {code}): {log}")
                 try:
                     if client.ping():
                         return
