@@ -105,7 +105,7 @@ class Chunk:
                                     f"RHTC_XROOTD_RETRIES={retries}]",)
                     raise
                 _forget(self.file, self.tree)          # reopen: the connection may be gone
-                time.sleep(0.5 * 2 ** attempt)
+                time.sleep(xrootd.retry_pause(attempt))
 
     def _read(self, branches: Sequence[str], cache, ctx, kwargs: dict):
         tree = self.open_tree()

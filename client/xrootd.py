@@ -259,3 +259,25 @@ def explain(url: str, error: BaseException | str) -> tuple[str, str]:
 def is_transient(reason: str) -> bool:
     """True for failures a retry may cure (timeouts, an unreachable or dropped server)."""
     return any(reason == r and transient for r, transient, _, _ in _CAUSES)
+
+
+def retry_pause(attempt: int) -> float:
+    """Seconds to wait before in-task retry ``attempt + 1`` of a read (0.5, 1, 2, ...)."""
+    return 0.5 * 2 ** attempt
+
+
+def transient_failure(url: str, error: BaseException) -> bool:
+    """True if ``error`` (or an error it wraps, as coffea wraps a processor's) is a
+    transient XRootD failure of ``url``: worth an in-task retry."""
+    seen, todo = set(), [error]
+    while todo:
+        err = todo.pop()
+        if err is None or id(err) in seen:
+            continue
+        seen.add(id(err))
+        if isinstance(err, OSError):
+            reason = getattr(err, "reason", None) or explain(url, err)[0]
+            if is_transient(reason):
+                return True
+        todo += [err.__cause__, err.__context__]
+    return False
