@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import errno
 import os
 import secrets
 import shutil
@@ -60,6 +61,25 @@ def find_redis_server() -> str:
 
 class PortInUse(RuntimeError):
     """The broker's TCP port is taken; the message is one line saying what to do."""
+
+
+def _port_in_use(host: str, port: int) -> str:
+    return (f"port {port} on {host} is already in use (another broker or program listens there): "
+            "pick another --port, or leave --port out for a free one")
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """Raise PortInUse if something listens on ``host:port`` (before starting redis-server,
+    which would only say so at the end of its log)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)    # as redis-server does
+        try:
+            s.bind((host, port))
+        except OSError as err:
+            if err.errno == errno.EADDRINUSE:
+                raise PortInUse(_port_in_use(host, port)) from None
+            raise
 
 
 class EmbeddedBroker:
@@ -111,6 +131,8 @@ class EmbeddedBroker:
             url = f"unix://:{self.password}@{path}"
             self.socket_path = path
         else:
+            if self.port:
+                _check_port_free(self.host, self.port)
             self.port = self.port or free_port(self.host)
             args += ["--bind", self.host, "--port", str(self.port)]
             url = f"redis://:{self.password}@{self.host}:{self.port}/0"
@@ -131,14 +153,12 @@ class EmbeddedBroker:
                     code = self.proc.returncode
                     self.stop()
                     if "Address already in use" in log and not self.unix_socket:
-                        raise PortInUse(f"port {self.port} on {self.host} is already in use (another broker "
-                                        "or program listens there): pick another --port, or leave --port "
-                                        "out for a free one")
+                        raise PortInUse(_port_in_use(self.host, self.port))
                     raise RuntimeError(f"redis-server exited at start (code {code}): {log}")
                 try:
                     if client.ping():
                         return
-                except (redis.ConnectionError, redis.BusyLoadingError):
+                except redis.RedisError:         # not up yet; or another program answering there
                     pass
                 if time.monotonic() > deadline:
                     self.stop()

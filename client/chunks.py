@@ -143,7 +143,7 @@ def _open(path: str):
         with open(path, "rb") as fh:
             magic = fh.read(4)
         if magic != b"root":
-            raise ChunkFileError(f"{path} is not a ROOT file (it starts with {magic!r}, not b'root')")
+            raise ChunkFileError(f"{path} is not a ROOT file (it starts with {magic!r}, not b'root')", "not ROOT")
     try:
         if "://" not in path:        # local: memory-mapped, no I/O threads competing for cores
             return uproot.open(path, handler=uproot.source.file.MemmapSource)
