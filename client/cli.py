@@ -19,6 +19,7 @@ import click
 
 from rhtc.broker.config import (ENV_URL, BrokerConfig, BrokerNotConfigured, KeyNotConfigured, StaleConfig,
                                 default_config_path, redact)
+from rhtc.broker.errors import ConnectionProblem
 
 _PASSTHROUGH = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
 
@@ -50,15 +51,20 @@ def broker(host, port, unix_socket, allow_remote, maxmemory, config_path):
                            maxmemory=maxmemory).start()
     except (ValueError, FileNotFoundError, RuntimeError) as err:
         raise click.ClickException(str(err))
-    path = b.config.write(config_path or default_config_path(), owner="rhtc broker")
-    # never the password or the key on the terminal: they are in the 0600 file only
-    click.echo(f"broker: {redact(b.config.url)}")
-    click.echo(f"config (url with password, signing key, namespace; mode 0600): {path}")
-    click.echo("clients and workers on this machine find it there; elsewhere copy the file and set RHTC_CONFIG.")
-    click.echo("Ctrl-C stops the broker.")
+    _stop_on_signals()
+    path = config_path or default_config_path()
     try:
+        path = b.config.write(path, owner="rhtc broker")
+        # never the password or the key on the terminal: they are in the 0600 file only
+        click.echo(f"broker: {redact(b.config.url)}")
+        click.echo(f"config (url with password, signing key, namespace; mode 0600): {path}")
+        click.echo("clients and workers on this machine find it there; elsewhere copy the file and set RHTC_CONFIG.")
+        click.echo("Ctrl-C stops the broker.")
         _wait_for_signal()
+    except KeyboardInterrupt:
+        pass
     finally:
+        _ignore_signals()
         b.config.remove_if_mine(path)
         b.stop()
 
@@ -103,14 +109,15 @@ def workers(n, cache_size, url):
         raise click.ClickException(str(err))
     cluster = LocalCluster(n, cache_size=cache_size, broker=config)
     path = None
+    _stop_on_signals()
     try:
         try:
             cluster.start()
-        except Exception as err:                 # redis's ConnectionError is not the builtin one
-            if config is None or "connect" not in type(err).__name__.lower() + str(err).lower():
+        except (ConnectionError, *ConnectionProblem) as err:
+            if config is None:
                 raise
             raise click.ClickException(f"cannot reach the broker {redact(config.url)} (from "
-                                       f"{_url_source(url)}): {err}. Start it (`rhtc broker`), pass "
+                                       f"{_url_source(url)}): {str(err).rstrip('.')}. Start it (`rhtc broker`), pass "
                                        "--broker URL, or remove that setting to start a new broker "
                                        "for this pool") from None
         if config is None:
@@ -119,7 +126,10 @@ def workers(n, cache_size, url):
                        f"(url with password and signing key in {path}, mode 0600)")
         click.echo(f"{len(cluster.pids)} workers running (logs in {cluster.log_dir}); Ctrl-C stops them.")
         _wait_for_signal()
+    except KeyboardInterrupt:
+        pass
     finally:
+        _ignore_signals()
         if path is not None:
             cluster.config.remove_if_mine(path)
         cluster.close()
@@ -167,12 +177,30 @@ def _register_optional() -> None:
     main.add_command(timeline_command, "timeline")
 
 
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)      # HUP: the terminal was closed
+
+
+def _interrupt(*_) -> None:
+    raise KeyboardInterrupt
+
+
+def _stop_on_signals() -> None:
+    """From here on SIGTERM and SIGHUP stop the command as Ctrl-C does (its ``finally``
+    cleans up), whenever they arrive."""
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, _interrupt)
+
+
+def _ignore_signals() -> None:
+    """While cleaning up, a second signal must not cut the cleanup short."""
+    for sig in (*_STOP_SIGNALS, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+
+
 def _wait_for_signal() -> None:
-    stop = []
-    for sig in (signal.SIGTERM, signal.SIGHUP):    # HUP: the terminal was closed
-        signal.signal(sig, lambda *a: stop.append(1))
+    """Sleep until Ctrl-C, SIGTERM or SIGHUP (after :func:`_stop_on_signals`)."""
     try:
-        while not stop:
+        while True:
             time.sleep(0.5)
     except KeyboardInterrupt:
         pass

@@ -284,6 +284,16 @@ def test_remote_map_without_broker_starts_the_local_default_past_a_stale_config(
     assert f"points at a broker that is gone (written by `rhtc broker`, pid {gone.pid}" in out.stderr, out.stderr
 
 
+def test_rhtc_workers_on_an_unreachable_broker_says_where_its_url_came_from(tmp_path):
+    config = tmp_path / "old.json"                  # written by hand (or an old version): no pid in it
+    BrokerConfig(url=f"redis://:pw@127.0.0.1:{free_port()}/0", key=b"k" * 32, namespace="rhtc:x").write(config)
+    out = subprocess.run([sys.executable, "-m", "rhtc.client.cli", "workers", "-n", "1"],
+                         env=dict(_cli_env(tmp_path), RHTC_CONFIG=str(config)), cwd=str(ROOT),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert "cannot reach the broker redis://:***@127.0.0.1" in out.stderr and f"(from {config})" in out.stderr
+
+
 @pytest.mark.parametrize("n", ["0", "-1"])
 def test_rhtc_workers_refuses_a_count_below_one(tmp_path, n):
     out = subprocess.run([sys.executable, "-m", "rhtc.client.cli", "workers", "-n", n], env=_cli_env(tmp_path),
