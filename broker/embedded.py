@@ -116,6 +116,8 @@ class EmbeddedBroker:
 
     def start(self, timeout: float = 10.0) -> "EmbeddedBroker":
         exe = find_redis_server()
+        if self.port and not self.unix_socket:
+            _check_port_free(self.host, self.port)
         self._dir = tempfile.mkdtemp(prefix="rhtc-broker-")
         os.chmod(self._dir, 0o700)
         args = [exe, "--save", "", "--appendonly", "no", "--dir", self._dir,
@@ -131,8 +133,6 @@ class EmbeddedBroker:
             url = f"unix://:{self.password}@{path}"
             self.socket_path = path
         else:
-            if self.port:
-                _check_port_free(self.host, self.port)
             self.port = self.port or free_port(self.host)
             args += ["--bind", self.host, "--port", str(self.port)]
             url = f"redis://:{self.password}@{self.host}:{self.port}/0"
