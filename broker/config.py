@@ -30,6 +30,7 @@ import json
 import os
 import re
 import secrets
+import socket
 import stat
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -146,6 +147,11 @@ class BrokerNotConfigured(RuntimeError):
     """No broker URL was given and none is set in the environment or a config file."""
 
 
+class StaleConfig(BrokerNotConfigured):
+    """The config file names a broker whose owner (``rhtc broker`` or ``rhtc workers`` on
+    this host, by pid) is no longer running: the URL in it leads nowhere."""
+
+
 class KeyNotConfigured(RuntimeError):
     """A broker URL is known but no signing key is."""
 
@@ -214,6 +220,26 @@ def _read_config_file(path: Path) -> dict:
     return data
 
 
+def _pid_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:          # alive, another user's
+        return True
+    return True
+
+
+def _check_owner(path: Path, data: dict) -> None:
+    """Raise StaleConfig if the file's writer (pid on this host) is gone."""
+    pid, host = data.get("pid"), data.get("host")
+    if not isinstance(pid, int) or host != socket.gethostname() or _pid_running(pid):
+        return
+    by = data.get("written_by") or "another process"
+    raise StaleConfig(f"{path} points at a broker that is gone (written by `{by}`, pid {pid}, no longer "
+                      f"running): remove it (rm {path}) or start the broker (`rhtc broker`)")
+
+
 def _decode_key(text: str, where: str) -> bytes:
     try:
         key = bytes.fromhex(text.strip())
@@ -243,6 +269,8 @@ class BrokerConfig:
         """
         path = Path(config_file).expanduser() if config_file else default_config_path()
         file_data = _read_config_file(path)
+        if not (url or os.environ.get(ENV_URL)) and file_data.get("url"):
+            _check_owner(path, file_data)
         url = url or os.environ.get(ENV_URL) or file_data.get("url")
         if not url:
             raise BrokerNotConfigured(
@@ -302,15 +330,34 @@ class BrokerConfig:
     def to_json(self) -> str:
         return json.dumps({"url": self.url, "key": self.key.hex(), "namespace": self.namespace})
 
-    def write(self, path: str | os.PathLike) -> Path:
-        """Write this config as a 0600 JSON file that workers and other clients can read."""
+    def write(self, path: str | os.PathLike, owner: str | None = None) -> Path:
+        """Write this config as a 0600 JSON file that workers and other clients can read.
+
+        ``owner`` (e.g. ``"rhtc broker"``) marks the file as belonging to this process: it
+        records the pid and host, so that once the process is gone a client on this host
+        is told the file is stale (:class:`StaleConfig`) instead of failing to connect.
+        The owner removes the file when it stops (:meth:`remove_if_mine`).
+        """
         path = Path(path).expanduser()
         path.parent.mkdir(parents=True, exist_ok=True)
+        data = json.loads(self.to_json())
+        if owner:
+            data.update(written_by=owner, pid=os.getpid(), host=socket.gethostname())
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as fh:
-            fh.write(self.to_json() + "\n")
+            fh.write(json.dumps(data) + "\n")
         os.chmod(path, 0o600)
         return path
+
+    def remove_if_mine(self, path: str | os.PathLike) -> None:
+        """Delete the config file at ``path`` if it still names this broker (another
+        broker may have been written over it since); never raises."""
+        path = Path(path).expanduser()
+        try:
+            if _read_config_file(path).get("url") == self.url:
+                path.unlink()
+        except Exception:
+            pass
 
     def env(self) -> dict[str, str]:
         """Environment variables that make a child process resolve to this config."""

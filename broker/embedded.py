@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import errno
 import os
 import secrets
 import shutil
@@ -58,6 +59,29 @@ def find_redis_server() -> str:
     return path
 
 
+class PortInUse(RuntimeError):
+    """The broker's TCP port is taken; the message is one line saying what to do."""
+
+
+def _port_in_use(host: str, port: int) -> str:
+    return (f"port {port} on {host} is already in use (another broker or program listens there): "
+            "pick another --port, or leave --port out for a free one")
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """Raise PortInUse if something listens on ``host:port`` (before starting redis-server,
+    which would only say so at the end of its log)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)    # as redis-server does
+        try:
+            s.bind((host, port))
+        except OSError as err:
+            if err.errno == errno.EADDRINUSE:
+                raise PortInUse(_port_in_use(host, port)) from None
+            raise
+
+
 class EmbeddedBroker:
     """Start a private redis-server; ``.config`` says how to reach it.
 
@@ -92,6 +116,8 @@ class EmbeddedBroker:
 
     def start(self, timeout: float = 10.0) -> "EmbeddedBroker":
         exe = find_redis_server()
+        if self.port and not self.unix_socket:
+            _check_port_free(self.host, self.port)
         self._dir = tempfile.mkdtemp(prefix="rhtc-broker-")
         os.chmod(self._dir, 0o700)
         args = [exe, "--save", "", "--appendonly", "no", "--dir", self._dir,
@@ -124,11 +150,15 @@ class EmbeddedBroker:
             while True:
                 if self.proc.poll() is not None:
                     log = self.log_tail()
-                    raise RuntimeError(f"redis-server exited at start (code {self.proc.returncode}): {log}")
+                    code = self.proc.returncode
+                    self.stop()
+                    if "Address already in use" in log and not self.unix_socket:
+                        raise PortInUse(_port_in_use(self.host, self.port))
+                    raise RuntimeError(f"redis-server exited at start (code {code}): {log}")
                 try:
                     if client.ping():
                         return
-                except (redis.ConnectionError, redis.BusyLoadingError):
+                except redis.RedisError:         # not up yet; or another program answering there
                     pass
                 if time.monotonic() > deadline:
                     self.stop()

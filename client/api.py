@@ -17,9 +17,10 @@ import atexit
 import logging
 import threading
 import time
+import warnings
 from typing import Any, Callable, Iterable, Iterator
 
-from rhtc.broker.config import BrokerConfig, BrokerNotConfigured
+from rhtc.broker.config import BrokerConfig, BrokerNotConfigured, StaleConfig
 from rhtc.broker.storage import Storage
 from rhtc.client.errors import MapCancelled, RemoteError
 from rhtc.client.maprun import MapRun
@@ -39,8 +40,11 @@ def resolve_config(broker=None) -> BrokerConfig:
     if broker is None:
         try:
             return BrokerConfig.resolve()
-        except BrokerNotConfigured:
+        except BrokerNotConfigured as err:
             from rhtc.client.local import default_cluster
+            if isinstance(err, StaleConfig):
+                warnings.warn(f"{err}; starting a local cluster for this session instead",
+                              RuntimeWarning, stacklevel=3)
             return default_cluster().config
     config = getattr(broker, "config", broker)
     if isinstance(config, BrokerConfig):

@@ -44,9 +44,15 @@ class BranchNotFound(KeyError):
 class ChunkFileError(OSError):
     """A chunk's file is missing, unreadable, not ROOT, or changed since make_chunks.
 
-    ``reason`` says which (``no such file``, ``permission denied``, ``timed out``,
-    ``server unreachable``, ``changed``, ...) and ``transient`` whether a retry may cure it.
+    ``reason`` says which, always one of :attr:`REASONS` (the README lists them too), and
+    ``transient`` whether a retry may cure it. Every error of ``make_chunks`` about its
+    files is one, whether the files were opened here or on the workers (``remote=True``).
     """
+
+    #: every reason a ChunkFileError can carry
+    REASONS = ("no such file", "no such tree", "not ROOT", "permission denied", "bad URL",
+               "server unreachable", "timed out", "read failed", "unreadable", "changed",
+               "no XRootD client")
 
     def __init__(self, message: str, reason: str = "unreadable", transient: bool = False):
         super().__init__(message)
@@ -108,10 +114,15 @@ class Chunk:
             try:
                 return self._read(branches, ctx, kwargs)
             except ChunkFileError as err:
-                if not err.transient or attempt == retries:
+                if not err.transient:
+                    raise
+                if attempt == retries:
+                    if retries:
+                        err.args = (f"{err.args[0]} [{retries + 1} attempts in this task, "
+                                    f"RHTC_XROOTD_RETRIES={retries}]",)
                     raise
                 _forget(self.file, self.tree)          # reopen: the connection may be gone
-                time.sleep(0.5 * 2 ** attempt)
+                time.sleep(xrootd.retry_pause(attempt))
 
     def _read(self, branches: Sequence[str], ctx, kwargs: dict):
         for again in (False, True):   # once more when the file changed while it was read
@@ -166,7 +177,7 @@ def _open(path: str):
         with open(path, "rb") as fh:
             magic = fh.read(4)
         if magic != b"root":
-            raise ChunkFileError(f"{path} is not a ROOT file (it starts with {magic!r}, not b'root')")
+            raise ChunkFileError(f"{path} is not a ROOT file (it starts with {magic!r}, not b'root')", "not ROOT")
     try:
         if "://" not in path:        # local: pread, no I/O threads competing for cores, no mmap
             return uproot.open(path, handler=freshness.PreadSource)   # (a shrunk file is no SIGBUS)
@@ -184,6 +195,7 @@ def _open(path: str):
 
 def _open_remote(url: str):
     import uproot
+    _check_url(url)
     try:
         options = xrootd.open_options()
     except ImportError as err:
@@ -197,6 +209,14 @@ def _open_remote(url: str):
     except OSError as err:
         reason, message = xrootd.explain(url, err)
         raise ChunkFileError(message, reason, xrootd.is_transient(reason)) from err
+
+
+def _check_url(url: str) -> None:
+    """Refuse a malformed root:// URL before any request (reason ``bad URL``)."""
+    try:
+        xrootd.split_url(url)
+    except ValueError as err:
+        raise ChunkFileError(str(err), "bad URL") from None
 
 
 def _forget(path: str, treename: str) -> None:
@@ -314,19 +334,20 @@ def _expand(files: str | Iterable[str]) -> list[str]:
     for f in files:
         f = os.fspath(f)
         if xrootd.is_remote(f):
+            _check_url(f)
             try:
                 matched = xrootd.expand(f)
             except ImportError as err:
                 raise ChunkFileError(f"{f}: {err}", "no XRootD client") from err
-            except OSError as err:
-                raise ChunkFileError(str(err), "listing failed") from err
+            except xrootd.ListingFailed as err:
+                raise ChunkFileError(str(err), err.reason, xrootd.is_transient(err.reason)) from err
             if not matched:
                 raise ChunkFileError(f"{f}: the pattern matches no file on the server", "no such file")
             out += matched
         elif "://" not in f and any(c in f for c in "*?["):
             matched = sorted(glob.glob(os.path.expanduser(f)))
             if not matched:
-                raise ChunkFileError(f"{f}: the pattern matches no file")
+                raise ChunkFileError(f"{f}: the pattern matches no file", "no such file")
             out += matched
         else:
             out.append(f if "://" in f else os.path.abspath(os.path.expanduser(f)))
@@ -376,9 +397,7 @@ def make_chunks(files: str | Iterable[str], tree: str = "Events", step: int = 10
         raise ValueError(f"step must be a positive number of entries, not {step}")
     paths = _expand(files)
     if remote:
-        from rhtc.client.api import remote_map
-        infos = remote_map(_file_info_star, [(p, tree) for p in paths], broker=broker,
-                           progress=True, label="count entries")
+        infos = _file_infos_on_workers(paths, tree, broker)
     else:
         infos = [file_info(p, tree) for p in paths]
     chunks = []
@@ -390,3 +409,23 @@ def make_chunks(files: str | Iterable[str], tree: str = "Events", step: int = 10
 
 def _file_info_star(args):
     return file_info(*args)
+
+
+def _file_infos_on_workers(paths: list[str], tree: str, broker) -> list[tuple[str, int, str]]:
+    """file_info of each path, run on the workers; a file that fails there raises the
+    same ChunkFileError as here, naming the worker (not a RemoteError)."""
+    from rhtc.client.api import remote_map
+    from rhtc.client.errors import RemoteError
+    infos = remote_map(_file_info_star, [(p, tree) for p in paths], broker=broker,
+                       progress=True, label="count entries", errors="return")
+    for path, info in zip(paths, infos):
+        if not isinstance(info, RemoteError):
+            continue
+        where = f" (on worker {info.worker})" if info.worker else ""
+        if isinstance(info.exception, ChunkFileError):
+            raise ChunkFileError(f"{info.exception}{where}", info.exception.reason,
+                                 info.exception.transient) from info
+        raise ChunkFileError(f"{path}: counting its entries failed{where}: {info.remote_type}: "
+                             f"{info.message}. Is the file complete and readable on the workers?",
+                             "unreadable") from info
+    return infos

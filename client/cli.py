@@ -17,7 +17,9 @@ import time
 
 import click
 
-from rhtc.broker.config import BrokerConfig, BrokerNotConfigured, KeyNotConfigured, default_config_path, redact
+from rhtc.broker.config import (ENV_URL, BrokerConfig, BrokerNotConfigured, KeyNotConfigured, StaleConfig,
+                                default_config_path, redact)
+from rhtc.broker.errors import ConnectionProblem
 
 _PASSTHROUGH = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
 
@@ -49,19 +51,22 @@ def broker(host, port, unix_socket, allow_remote, maxmemory, config_path):
                            maxmemory=maxmemory).start()
     except (ValueError, FileNotFoundError, RuntimeError) as err:
         raise click.ClickException(str(err))
-    path = b.config.write(config_path or default_config_path())
-    # never the password or the key on the terminal: they are in the 0600 file only
-    click.echo(f"broker: {redact(b.config.url)}")
-    click.echo(f"config (url with password, signing key, namespace; mode 0600): {path}")
-    click.echo("clients and workers on this machine find it there; elsewhere copy the file and set RHTC_CONFIG.")
-    click.echo("Ctrl-C stops the broker.")
-    _wait_for_signal()
-    b.stop()
+    _stop_on_signals()
+    path = config_path or default_config_path()
     try:
-        if path.exists() and BrokerConfig.resolve(config_file=path).url == b.config.url:
-            path.unlink()
-    except Exception:
+        path = b.config.write(path, owner="rhtc broker")
+        # never the password or the key on the terminal: they are in the 0600 file only
+        click.echo(f"broker: {redact(b.config.url)}")
+        click.echo(f"config (url with password, signing key, namespace; mode 0600): {path}")
+        click.echo("clients and workers on this machine find it there; elsewhere copy the file and set RHTC_CONFIG.")
+        click.echo("Ctrl-C stops the broker.")
+        _wait_for_signal()
+    except KeyboardInterrupt:
         pass
+    finally:
+        _ignore_signals()
+        b.config.remove_if_mine(path)
+        b.stop()
 
 
 @main.command(context_settings=_PASSTHROUGH)
@@ -86,7 +91,8 @@ def pack(ctx):
 
 
 @main.command()
-@click.option("-n", "--workers", "n", type=int, default=None, help="How many (default: CPU count).")
+@click.option("-n", "--workers", "n", type=click.IntRange(min=1), default=None,
+              help="How many, at least 1 (default: CPU count).")
 @click.option("--cache-size", default=None, help="Branch cache cap per worker, e.g. 2GB.")
 @click.option("--broker", "url", default=None, help="Broker URL (default: configured, else start one).")
 def workers(n, cache_size, url):
@@ -94,19 +100,48 @@ def workers(n, cache_size, url):
     from rhtc.client.local import LocalCluster
     try:
         config = BrokerConfig.resolve(url=url)
+    except StaleConfig as err:
+        click.echo(f"{err}; starting a new broker for this pool instead", err=True)
+        config = None
     except BrokerNotConfigured:
         config = None
-    except KeyNotConfigured as err:
+    except (KeyNotConfigured, ValueError, PermissionError) as err:
         raise click.ClickException(str(err))
     cluster = LocalCluster(n, cache_size=cache_size, broker=config)
-    cluster.start()
-    if config is None:
-        path = cluster.config.write(default_config_path())
-        click.echo(f"started a broker for this pool: {redact(cluster.config.url)} "
-                   f"(url with password and signing key in {path}, mode 0600)")
-    click.echo(f"{len(cluster.pids)} workers running (logs in {cluster.log_dir}); Ctrl-C stops them.")
-    _wait_for_signal()
-    cluster.close()
+    path = None
+    _stop_on_signals()
+    try:
+        try:
+            cluster.start()
+        except (ConnectionError, *ConnectionProblem) as err:
+            if config is None:
+                raise
+            raise click.ClickException(f"cannot reach the broker {redact(config.url)} (from "
+                                       f"{_url_source(url)}): {str(err).rstrip('.')}. Start it (`rhtc broker`), pass "
+                                       "--broker URL, or remove that setting to start a new broker "
+                                       "for this pool") from None
+        if config is None:
+            path = cluster.config.write(default_config_path(), owner="rhtc workers")
+            click.echo(f"started a broker for this pool: {redact(cluster.config.url)} "
+                       f"(url with password and signing key in {path}, mode 0600)")
+        click.echo(f"{len(cluster.pids)} workers running (logs in {cluster.log_dir}); Ctrl-C stops them.")
+        _wait_for_signal()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        _ignore_signals()
+        if path is not None:
+            cluster.config.remove_if_mine(path)
+        cluster.close()
+
+
+def _url_source(url: str | None) -> str:
+    """Where the broker URL came from, in the words of the lookup order."""
+    if url:
+        return "--broker"
+    if os.environ.get(ENV_URL):
+        return f"${ENV_URL}"
+    return str(default_config_path())
 
 
 @main.command()
@@ -142,11 +177,30 @@ def _register_optional() -> None:
     main.add_command(timeline_command, "timeline")
 
 
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)      # HUP: the terminal was closed
+
+
+def _interrupt(*_) -> None:
+    raise KeyboardInterrupt
+
+
+def _stop_on_signals() -> None:
+    """From here on SIGTERM and SIGHUP stop the command as Ctrl-C does (its ``finally``
+    cleans up), whenever they arrive."""
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, _interrupt)
+
+
+def _ignore_signals() -> None:
+    """While cleaning up, a second signal must not cut the cleanup short."""
+    for sig in (*_STOP_SIGNALS, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+
+
 def _wait_for_signal() -> None:
-    stop = []
-    signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+    """Sleep until Ctrl-C, SIGTERM or SIGHUP (after :func:`_stop_on_signals`)."""
     try:
-        while not stop:
+        while True:
             time.sleep(0.5)
     except KeyboardInterrupt:
         pass

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import time
 import uuid as _uuid
 import warnings
@@ -45,7 +46,8 @@ from rhtc.broker import context
 from rhtc.client.freshness import PreadSource
 from rhtc.client.chunks import version_of
 from rhtc.client.api import submit
-from rhtc.client.chunks import Chunk
+from rhtc.client import xrootd
+from rhtc.client.chunks import Chunk, _forget
 from rhtc.client.errors import RemoteError
 
 #: How many of one item's warnings (e.g. coffea's "Skipping bad file") come back to the client.
@@ -200,11 +202,21 @@ class _RunItem:
     def __call__(self, task: CoffeaTask) -> tuple[Any, list[tuple[str, str]]]:
         global _current_key
         _current_key = task.routing_key
+        path = getattr(task.item, "filename", "")
+        retries = xrootd.READ_RETRIES if xrootd.is_remote(path) else 0   # as in Chunk.arrays
         try:
-            with warnings.catch_warnings(record=True) as caught, \
-                    (_files_kept_open(task.item) if self.keep_files_open else contextlib.nullcontext()):
-                warnings.simplefilter("default")   # each distinct warning once per worker
-                out = self.function(task.item)
+            for attempt in range(retries + 1):
+                try:
+                    with warnings.catch_warnings(record=True) as caught, \
+                            (_files_kept_open(task.item) if self.keep_files_open else contextlib.nullcontext()):
+                        warnings.simplefilter("default")   # each distinct warning once per worker
+                        out = self.function(task.item)
+                    break
+                except Exception as err:
+                    if attempt == retries or not xrootd.transient_failure(path, err):
+                        raise
+                    _forget(path, getattr(task.item, "treename", ""))   # reopen afresh
+                    time.sleep(xrootd.retry_pause(attempt))
         finally:
             _current_key = None
         notes = [(str(w.message), describe_item(task.item)) for w in caught[:MAX_WARNINGS_PER_ITEM]]
@@ -273,14 +285,28 @@ class WorkItemFailed(RuntimeError):
         self.item, self.remote = item, error
         where = f"worker {error.worker}" + (f" ({error.host})" if error.host else "") if error.worker \
             else "a worker"
+        todo = _missing_tree_advice(item, error) or (
+            "  Fix the processor or the file, or pass skipbadfiles=True to processor.Runner "
+            "to skip unreadable files; rerun just this item with "
+            "processor.IterativeExecutor() on [item] to debug it locally.")
         text = (f"coffea work item failed on {where}: {describe_item(item)}\n"
-                f"  {error.remote_type}: {error.message}\n"
-                "  Fix the processor or the file, or pass skipbadfiles=True to processor.Runner "
-                "to skip unreadable files; rerun just this item with "
-                "processor.IterativeExecutor() on [item] to debug it locally.")
+                f"  {error.remote_type}: {error.message}\n{todo}")
         if error.remote_traceback:
             text += "\n\nRemote traceback:\n" + error.remote_traceback.rstrip()
         super().__init__(text)
+
+
+def _missing_tree_advice(item: Any, error: RemoteError) -> str | None:
+    """What to do when the item's file has no tree of the fileset's name (skipbadfiles
+    cannot help: it skips files that fail to open), naming the trees the file has."""
+    tree = getattr(item, "treename", None)
+    if not tree or f"not found: '{tree}'" not in error.message.replace('\\n', '\n'):
+        return None
+    found = re.search(r"Available keys: (.*?)(?:\\n|\n|$)", error.message)
+    keys = sorted({k.split(";")[0] for k in re.findall(r"'([^']+)'", found.group(1))}) if found else []
+    return (f"  The file has no tree {tree!r}; its trees and other top-level keys: {', '.join(keys) or 'none'}. Pass "
+            "treename=... to processor.Runner's call, or give the file's tree in the fileset "
+            "({'dataset': {'files': {path: tree}}}); skipbadfiles cannot help with a wrong tree name.")
 
 
 def _fold(a: tuple[Any, list], b: tuple[Any, list]) -> tuple[Any, list]:

@@ -11,6 +11,7 @@ import atexit
 import concurrent.futures
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -65,7 +66,7 @@ class LocalCluster:
     """Start an embedded broker (unless ``broker`` is given) and ``n_workers`` workers.
 
     Args:
-        n_workers: worker processes (default: CPU count).
+        n_workers: worker processes, at least 1 (default: CPU count).
         cache_size: each worker's branch cache cap, e.g. ``"2GB"``.
         broker: an existing BrokerConfig to attach the workers to instead.
         log_dir: where worker logs go (default: a temp dir, removed on close).
@@ -74,6 +75,9 @@ class LocalCluster:
     def __init__(self, n_workers: int | None = None, *, cache_size: str | None = None,
                  broker: BrokerConfig | None = None, log_dir: str | None = None,
                  start_timeout: float = 120.0, name_prefix: str = "local"):
+        if n_workers is not None and (not isinstance(n_workers, int) or n_workers < 1):
+            raise ValueError(f"n_workers={n_workers!r}: a cluster needs at least 1 worker "
+                             "(leave it out for one per CPU)")
         self.n_workers = n_workers or os.cpu_count() or 1
         self.cache_size = cache_size
         self.embedded: EmbeddedBroker | None = None
@@ -81,6 +85,7 @@ class LocalCluster:
         self.config: BrokerConfig | None = broker
         self.procs: list[subprocess.Popen] = []
         self.log_dir = log_dir
+        self._own_log_dir = False          # a temp dir of ours, removed on close
         self.start_timeout = start_timeout
         self.name_prefix = name_prefix
         self._serial = 0
@@ -90,7 +95,8 @@ class LocalCluster:
         if self.config is None:
             self.embedded = _launcher.run(EmbeddedBroker().start)
             self.config = self.embedded.config
-        self.log_dir = self.log_dir or tempfile.mkdtemp(prefix="rhtc-workers-")
+        if self.log_dir is None:
+            self.log_dir, self._own_log_dir = tempfile.mkdtemp(prefix="rhtc-workers-"), True
         atexit.register(self.close)
         self.add_workers(self.n_workers)
         return self
@@ -168,6 +174,9 @@ class LocalCluster:
         for f in self._logs:
             f.close()
         self._logs = []
+        if self._own_log_dir:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
+            self.log_dir, self._own_log_dir = None, False
         if self.embedded is not None:
             self.embedded.stop()
             self.embedded = None

@@ -76,9 +76,20 @@ def short_error(error: Any) -> str | None:
     return text
 
 
-def _number(value: Any, default: float | int, kind: type) -> Any:
-    """``kind(value)``, or ``default`` when the value is missing (None)."""
-    return default if value is None else kind(value)
+def _number(value: Any, default: float | int | None, kind: type, name: str = "value") -> Any:
+    """``kind(value)``, ``default`` when missing (None); else a ValueError naming ``name``."""
+    try:
+        return default if value is None else kind(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"field {name!r} is {value!r}, not a number") from None
+
+
+def _entry(build, item: Any, where: str, i: int):
+    """``build(item)`` for entry ``i`` of the record's list ``where``; errors say which."""
+    try:
+        return build(item)
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{where}[{i}]: {exc}") from None
 
 
 @dataclass
@@ -148,22 +159,22 @@ class TaskRecord:
                 f"which chunk it ran and when (got keys {sorted(meta)})"
             )
         host = str(meta.get("host") or "")
-        pid = _number(meta.get("pid"), 0, int)
+        pid = _number(meta.get("pid"), 0, int, "pid")
         worker = meta.get("worker") or (f"{host}-{pid}" if host else f"pid-{pid}")
         events = meta.get("events")
         return cls(
-            index=int(meta["index"]),
+            index=_number(meta["index"], 0, int, "index"),
             worker=str(worker),
-            start=float(meta["start"]),
-            stop=float(meta["stop"]),
+            start=_number(meta["start"], 0.0, float, "start"),
+            stop=_number(meta["stop"], 0.0, float, "stop"),
             host=host,
             pid=pid,
-            bytes_cache=_number(meta.get("bytes_cache"), 0, int),
-            bytes_file=_number(meta.get("bytes_file"), 0, int),
-            files_opened=_number(meta.get("files_opened"), 0, int),
+            bytes_cache=_number(meta.get("bytes_cache"), 0, int, "bytes_cache"),
+            bytes_file=_number(meta.get("bytes_file"), 0, int, "bytes_file"),
+            files_opened=_number(meta.get("files_opened"), 0, int, "files_opened"),
             error=short_error(meta.get("error")),
-            retries=_number(meta.get("retries"), 0, int),
-            events=None if events is None else int(events),
+            retries=_number(meta.get("retries"), 0, int, "retries"),
+            events=_number(events, None, int, "events"),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -197,12 +208,12 @@ class MetricSample:
         """Build from a dict; unknown keys are ignored, missing counters are 0."""
         if data.get("t") is None or not data.get("worker"):
             raise ValueError(f"a metric sample needs 't' and 'worker' (got keys {sorted(data)})")
-        kwargs: dict[str, Any] = {"t": float(data["t"]), "worker": str(data["worker"])}
+        kwargs: dict[str, Any] = {"t": _number(data["t"], 0.0, float, "t"), "worker": str(data["worker"])}
         for f in dataclasses.fields(cls):
             if f.name in kwargs:
                 continue
             kind = float if f.name == "cpu" else int
-            kwargs[f.name] = _number(data.get(f.name), f.default, kind)
+            kwargs[f.name] = _number(data.get(f.name), f.default, kind, f.name)
         return cls(**kwargs)
 
     def to_dict(self) -> dict[str, Any]:
@@ -332,16 +343,17 @@ class RunRecord:
                 f"run record has format version {version}, this redis-htcondor reads up to "
                 f"version {FORMAT_VERSION}: upgrade redis-htcondor to read it"
             )
-        tasks = [TaskRecord.from_meta(task) for task in data.get("tasks") or []]
-        metrics = [MetricSample.from_dict(sample) for sample in data.get("metrics") or []]
+        tasks = [_entry(TaskRecord.from_meta, task, "tasks", i) for i, task in enumerate(data.get("tasks") or [])]
+        metrics = [_entry(MetricSample.from_dict, sample, "metrics", i)
+                   for i, sample in enumerate(data.get("metrics") or [])]
         start = data.get("start")
         end = data.get("end")
         return cls(
             map_id=str(data.get("map_id") or ""),
             function=str(data.get("function") or ""),
-            start=float(start) if start is not None else min((t.start for t in tasks), default=0.0),
-            end=float(end) if end is not None else max((t.stop for t in tasks), default=0.0),
-            n_tasks=int(data.get("n_tasks") or len(tasks)),
+            start=_number(start, min((t.start for t in tasks), default=0.0), float, "start"),
+            end=_number(end, max((t.stop for t in tasks), default=0.0), float, "end"),
+            n_tasks=_number(data.get("n_tasks") or len(tasks), 0, int, "n_tasks"),
             tasks=tasks,
             metrics=metrics,
             version=FORMAT_VERSION,
@@ -388,4 +400,8 @@ class RunRecord:
                 raise ValueError(f"{path} is not a run record (invalid JSON: {exc})") from None
         if not isinstance(data, dict):
             raise ValueError(f"{path} is not a run record (expected a JSON object)")
-        return cls.from_dict(data)
+        try:
+            return cls.from_dict(data)
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}; fix or remove that value (a record written by "
+                             "MapHandle.record().save() has none such)") from None

@@ -9,12 +9,18 @@ by reading a chunk: they are applied to the process before its first XRootD call
     >>> from rhtc.client.xrootd import split_url, is_remote
     >>> split_url("root://eos.cern.ch:1094//eos/cms/store/nano.root")
     ('root://eos.cern.ch:1094', '/eos/cms/store/nano.root')
+    >>> split_url("root://eos.cern.ch/store/nano.root")      # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: root://eos.cern.ch/store/nano.root has one slash after the host...
     >>> is_remote("root://eos.cern.ch//a.root"), is_remote("/data/a.root")
     (True, False)
 
-:data:`SETTINGS` (the XrdCl environment) and :data:`OPEN_OPTIONS` (uproot's) were chosen by
-measurement (README, "NanoAOD over XRootD"); each ``XRD_*`` value yields to the variable of
-the same name in the environment of the client and of the workers.
+:data:`SETTINGS` (the XrdCl environment) were chosen by measurement (README, "NanoAOD over
+XRootD"); each ``XRD_*`` value yields to the variable of the same name in the environment
+of the client and of the workers. The request timeout is one setting,
+``XRD_REQUESTTIMEOUT`` (:func:`request_timeout`): XrdCl, fsspec-xrootd, uproot's source
+and the directory listings of globs all wait that long for one request.
 """
 from __future__ import annotations
 
@@ -31,7 +37,7 @@ SETTINGS: dict[str, str] = {
     "XRD_CONNECTIONWINDOW": "10",     # s for one connection attempt (default 120)
     "XRD_CONNECTIONRETRY": "1",       # attempts (default 5): a refused connection is news at once;
                                       # Chunk.arrays retries (READ_RETRIES, with back-off) instead
-    "XRD_REQUESTTIMEOUT": "60",       # s for one request (default 1800)
+    "XRD_REQUESTTIMEOUT": "60",       # s for one request (default 1800): every reader, see request_timeout()
     "XRD_STREAMTIMEOUT": "60",        # s of silence on a busy stream (default 60)
     "XRD_STREAMERRORWINDOW": "0",     # reconnect at once after a stream error (default 1800 s!)
     "XRD_TIMEOUTRESOLUTION": "1",     # check the timeouts every second (default 15)
@@ -39,9 +45,7 @@ SETTINGS: dict[str, str] = {
 }
 #: How root:// files are read: uproot's fsspec source through fsspec-xrootd (concurrent
 #: reads of coalesced ranges; uproot's XRootDSource failed vector reads of a real 2015
-#: NanoAOD file with "Invalid operation"). ``timeout``: s for each fsspec-xrootd request
-#: and directory listing (fsspec-xrootd's own default is none).
-OPEN_OPTIONS: dict[str, Any] = {"timeout": 60}
+#: NanoAOD file with "Invalid operation"). Their timeout is :func:`request_timeout`.
 #: times a transient failure (server unreachable, timeout, connection dropped) of one read
 #: is retried inside ``Chunk.arrays``, reopening the file, before ChunkFileError is raised.
 READ_RETRIES = int(os.environ.get("RHTC_XROOTD_RETRIES", "2"))
@@ -56,12 +60,42 @@ def is_remote(path: str) -> bool:
 
 
 def split_url(url: str) -> tuple[str, str]:
-    """(server, absolute path) of a ``root://host[:port]//path`` URL."""
+    """(server, absolute path) of a ``root://host[:port]//path`` URL; ValueError saying
+    what to write for anything else (checked before any request is made).
+
+    A single slash after the host makes the path relative, which XRootD servers refuse
+    ("[3010] Opening relative path ... is disallowed"): the URL is refused here instead.
+    """
     scheme, rest = url.split("://", 1)
-    server, _, path = rest.partition("/")
-    if not server or not path:
-        raise ValueError(f"{url} is not an XRootD URL of the form root://host[:port]//path/to/file.root")
+    server, slash, path = rest.partition("/")
+    host = server.rsplit("@", 1)[-1]
+    if not host or host.startswith(":") or not path.strip("/"):
+        raise ValueError(f"{url} is not an XRootD URL of the form {scheme}://host[:port]//path/to/file.root "
+                         "(a host, then two slashes and the absolute path)")
+    if not path.startswith("/"):
+        raise ValueError(f"{url} has one slash after the host, which makes {path!r} a relative path "
+                         f"that XRootD servers refuse: use two slashes after the host, "
+                         f"{scheme}://{server}//{path}")
     return f"{scheme}://{server}", "/" + path.lstrip("/")
+
+
+def request_timeout() -> int:
+    """Seconds one XRootD request may take: ``XRD_REQUESTTIMEOUT`` from this process's
+    environment, else :data:`SETTINGS`' value. XrdCl, fsspec-xrootd (every read, open and
+    listing), uproot's source and the advice in :func:`explain` all use this one number.
+
+    >>> request_timeout() > 0
+    True
+    """
+    raw = os.environ.get("XRD_REQUESTTIMEOUT") or SETTINGS["XRD_REQUESTTIMEOUT"]
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"XRD_REQUESTTIMEOUT={raw!r} is not a whole number of seconds "
+                         f"(default {SETTINGS['XRD_REQUESTTIMEOUT']})") from None
+    if value <= 0:
+        raise ValueError(f"XRD_REQUESTTIMEOUT={raw!r} must be a positive number of seconds")
+    return value
 
 
 def apply_settings() -> None:
@@ -87,7 +121,7 @@ def apply_settings() -> None:
             if value.lstrip("-").isdigit():
                 client.EnvPutInt(_env_key(name), int(value))
         from fsspec_xrootd import XRootDFileSystem
-        XRootDFileSystem.default_timeout = int(OPEN_OPTIONS["timeout"])    # its default: none
+        XRootDFileSystem.default_timeout = request_timeout()    # its default: none
         _applied = True
 
 
@@ -157,7 +191,7 @@ def open_options() -> dict[str, Any]:
     require_client()
     apply_settings()
     import uproot
-    return {"handler": uproot.source.fsspec.FSSpecSource}
+    return {"handler": uproot.source.fsspec.FSSpecSource, "timeout": request_timeout()}
 
 
 def _filesystem(server: str):
@@ -165,10 +199,6 @@ def _filesystem(server: str):
     apply_settings()
     from XRootD import client
     return client.FileSystem(server)
-
-
-def _timeout() -> int:
-    return int(OPEN_OPTIONS["timeout"])
 
 
 def expand(url: str) -> list[str]:
@@ -189,15 +219,24 @@ def expand(url: str) -> list[str]:
             if not any(c in part for c in "*?["):
                 nxt.append(base.rstrip("/") + "/" + part)
                 continue
-            status, listing = fs.dirlist(base, timeout=_timeout())
+            status, listing = fs.dirlist(base, timeout=request_timeout())
             if not status.ok:
                 if len(found) == 1:
-                    raise OSError(f"cannot list {url}: " + explain(f"{server}/{base}", status.message)[1])
+                    reason, message = explain(f"{server}/{base}", status.message)
+                    raise ListingFailed(f"cannot list {url}: {message}", reason)
                 continue
             nxt += [base.rstrip("/") + "/" + e.name for e in listing
                     if fnmatch.fnmatchcase(e.name, part)]
         found = nxt
     return sorted(f"{server}/{p}" for p in found)
+
+
+class ListingFailed(OSError):
+    """A glob's directory could not be listed; ``reason`` as from :func:`explain`."""
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason
 
 
 # (reason, transient, pattern, what to do). Patterns match XrdCl's messages and codes
@@ -208,8 +247,11 @@ _CAUSES = [
      "check the host and port and that the server is up (`xrdfs {server} query config version`); "
      "a transient outage can be retried with remote_map(..., retry_on=(ChunkFileError,))"),
     ("timed out", True, r"operation expired|timed? ?out|socket timeout|\[206\]",
-     "the server is slow or overloaded: retry with remote_map(..., retry_on=(ChunkFileError,)) "
-     "or raise XRD_REQUESTTIMEOUT (now {timeout} s)"),
+     "the server did not answer within XRD_REQUESTTIMEOUT ({timeout} s): it is stalled or overloaded; "
+     "retry with remote_map(..., retry_on=(ChunkFileError,)), or raise XRD_REQUESTTIMEOUT in the "
+     "workers' environment if its answers are merely slow"),
+    ("bad URL", False, r"relative path",
+     "use two slashes after the host ({server}//{relpath}): the path must be absolute"),
     ("no such file", False, r"\[3011\]|no such file",
      "check the path: list the directory with `xrdfs {server} ls {dir}`, or glob it in make_chunks"),
     ("permission denied", False, r"\[3010\]|not authori[sz]ed|permission denied|auth.*failed",
@@ -221,7 +263,8 @@ _CAUSES = [
 def explain(url: str, error: BaseException | str) -> tuple[str, str]:
     """(reason, message) for an XRootD failure on ``url``: the message names the URL,
     says what went wrong and what to do next. Reasons: ``no such file``, ``permission
-    denied``, ``timed out``, ``server unreachable``, or ``read failed``.
+    denied``, ``bad URL`` (a relative path the server refused), ``timed out``, ``server
+    unreachable``, or ``read failed``.
 
     >>> explain("root://h//a.root", "[ERROR] Server responded with an error: [3011] no such file")[0]
     'no such file'
@@ -234,11 +277,13 @@ def explain(url: str, error: BaseException | str) -> tuple[str, str]:
     try:
         server, path = split_url(url)
     except ValueError:
-        server, path = url, "/"
+        scheme, _, rest = url.partition("://")
+        host, _, rel = rest.partition("/")
+        server, path = f"{scheme}://{host}", "/" + rel
     for reason, _, pattern, todo in _CAUSES:
         if re.search(pattern, text, re.IGNORECASE):
-            todo = todo.format(server=server, dir=os.path.dirname(path) or "/",
-                               timeout=os.environ.get("XRD_REQUESTTIMEOUT", SETTINGS["XRD_REQUESTTIMEOUT"]))
+            todo = todo.format(server=server, dir=os.path.dirname(path) or "/", relpath=path.lstrip("/"),
+                               timeout=request_timeout())
             return reason, f"{url}: {reason} ({text}); {todo}"
     return "read failed", f"{url}: XRootD read failed ({text}); retry, or check the file with `xrdfs {server} stat {path}`"
 
@@ -246,3 +291,25 @@ def explain(url: str, error: BaseException | str) -> tuple[str, str]:
 def is_transient(reason: str) -> bool:
     """True for failures a retry may cure (timeouts, an unreachable or dropped server)."""
     return any(reason == r and transient for r, transient, _, _ in _CAUSES)
+
+
+def retry_pause(attempt: int) -> float:
+    """Seconds to wait before in-task retry ``attempt + 1`` of a read (0.5, 1, 2, ...)."""
+    return 0.5 * 2 ** attempt
+
+
+def transient_failure(url: str, error: BaseException) -> bool:
+    """True if ``error`` (or an error it wraps, as coffea wraps a processor's) is a
+    transient XRootD failure of ``url``: worth an in-task retry."""
+    seen, todo = set(), [error]
+    while todo:
+        err = todo.pop()
+        if err is None or id(err) in seen:
+            continue
+        seen.add(id(err))
+        if isinstance(err, OSError):
+            reason = getattr(err, "reason", None) or explain(url, err)[0]
+            if is_transient(reason):
+                return True
+        todo += [err.__cause__, err.__context__]
+    return False
