@@ -153,7 +153,7 @@ def stat_later(url: str):
     try:
         from XRootD.client.utils import AsyncResponseHandler
         handler = AsyncResponseHandler()
-        sent = _filesystem(server).stat(path, timeout=_timeout(), callback=handler)
+        sent = _filesystem(server).stat(path, timeout=request_timeout(), callback=handler)
     except Exception:                     # no client, or the client itself failed
         return lambda: None
     if not sent.ok:
