@@ -44,7 +44,7 @@ except ImportError as err:  # pragma: no cover - depends on the environment
 from rhtc.broker import context
 from rhtc.client.api import submit
 from rhtc.client.chunks import Chunk
-from rhtc.client.errors import RemoteError
+from rhtc.client.errors import RemoteError, WorkItemFailed
 
 #: How many of one item's warnings (e.g. coffea's "Skipping bad file") come back to the client.
 MAX_WARNINGS_PER_ITEM = 5
@@ -242,28 +242,6 @@ def worker_cache() -> MutableMapping | None:
     return _Buffers(view, ctx)
 
 
-class WorkItemFailed(RuntimeError):
-    """A coffea WorkItem failed on a worker: which item, which worker, the remote traceback.
-
-    ``__cause__`` is the worker's exception itself when it could travel (so coffea's
-    ``skipbadfiles``/``use_result_type`` checks see e.g. an ``OSError``), else the
-    :class:`RemoteError`; ``.remote`` is always the :class:`RemoteError`.
-    """
-
-    def __init__(self, item: Any, error: RemoteError):
-        self.item, self.remote = item, error
-        where = f"worker {error.worker}" + (f" ({error.host})" if error.host else "") if error.worker \
-            else "a worker"
-        text = (f"coffea work item failed on {where}: {describe_item(item)}\n"
-                f"  {error.remote_type}: {error.message}\n"
-                "  Fix the processor or the file, or pass skipbadfiles=True to processor.Runner "
-                "to skip unreadable files; rerun just this item with "
-                "processor.IterativeExecutor() on [item] to debug it locally.")
-        if error.remote_traceback:
-            text += "\n\nRemote traceback:\n" + error.remote_traceback.rstrip()
-        super().__init__(text)
-
-
 def _fold(a: tuple[Any, list], b: tuple[Any, list]) -> tuple[Any, list]:
     """Adds one item's output into the running total with coffea's ``accumulate``."""
     (total, notes), (out, more) = a, b
@@ -344,6 +322,6 @@ class RedisExecutor(ExecutorBase):
 
     @staticmethod
     def _failure(error: RemoteError, tasks: list[CoffeaTask]) -> WorkItemFailed:
-        failed = WorkItemFailed(tasks[error.index].item, error)
+        failed = WorkItemFailed(tasks[error.index].item, error, describe_item(tasks[error.index].item))
         failed.__cause__ = error.exception if error.exception is not None else error
         return failed

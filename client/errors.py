@@ -82,6 +82,34 @@ class KeyMismatch(RuntimeError):
     the same config file), then run the map again."""
 
 
+class WorkItemFailed(RuntimeError):
+    """A coffea WorkItem failed on a worker: which item, which worker, the remote traceback
+    (raised by ``rhtc.coffea.RedisExecutor``; defined here so that ``except WorkItemFailed``
+    needs no coffea).
+
+    ``__cause__`` is the processor's own exception when it could travel (so coffea's
+    ``skipbadfiles``/``use_result_type`` checks see e.g. an ``OSError``), else the
+    :class:`RemoteError`; ``.remote`` is always the :class:`RemoteError`.
+
+    >>> e = WorkItemFailed("item", RemoteError(0, "OSError", "gone", worker="w1"), "file a.root")
+    >>> "file a.root" in str(e) and "w1" in str(e)
+    True
+    """
+
+    def __init__(self, item: Any, error: RemoteError, described: str | None = None):
+        self.item, self.remote = item, error
+        where = f"worker {error.worker}" + (f" ({error.host})" if error.host else "") if error.worker \
+            else "a worker"
+        text = (f"coffea work item failed on {where}: {described or describe(item)}\n"
+                f"  {error.remote_type}: {error.message}\n"
+                "  Fix the processor or the file, or pass skipbadfiles=True to processor.Runner "
+                "to skip unreadable files; rerun just this item with "
+                "processor.IterativeExecutor() on [item] to debug it locally.")
+        if error.remote_traceback:
+            text += "\n\nRemote traceback:\n" + error.remote_traceback.rstrip()
+        super().__init__(text)
+
+
 def _top_version(module: str, versions: dict | None = None) -> str | None:
     """Version of the distribution that provides ``module`` (its top-level package)."""
     top = module.split(".")[0]

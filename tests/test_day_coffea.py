@@ -80,3 +80,32 @@ def test_broker_lost_while_collecting_in_the_background_ends_the_map(broker, wor
     assert _until(handle.done), "the map never reported done after its broker went away"
     with pytest.raises(BrokerLost):
         handle.wait(5)
+
+
+# -- case 6: the imports users type ------------------------------------------------------------
+
+def test_imports_users_type_work_and_import_rhtc_stays_without_coffea():
+    code = ("import sys, rhtc\n"
+            "from rhtc import ChunkFileError, BranchNotFound, WorkItemFailed, RemoteError, BrokerLost, "
+            "BrokerFull, MapCancelled, KeyMismatch, BrokerNotConfigured\n"
+            "assert issubclass(ChunkFileError, OSError)\n"
+            "assert 'coffea' not in sys.modules, 'import rhtc (and its errors) imported coffea'\n"
+            "from rhtc.coffea import RedisExecutor, worker_cache, WorkItemFailed as W2\n"
+            "import rhtc.coffea\n"
+            "assert W2 is WorkItemFailed and rhtc.coffea.RedisExecutor is RedisExecutor\n"
+            "print('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=str(ROOT), capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
+
+
+@pytest.mark.parametrize("option", ["--workers", "--dask-workers"])
+def test_bench_dimuon_refuses_zero_workers(tmp_path, option):
+    from click.testing import CliRunner
+    from rhtc.bench.dimuon import dimuon_command
+    result = CliRunner().invoke(dimuon_command, [option, "0", "--files", "1", "--events", "100", "--no-dask",
+                                                 "--repeats", "1", "--data-dir", str(tmp_path / "data"),
+                                                 "--json", str(tmp_path / "b.json"), "--no-progress"])
+    assert result.exit_code == 2, result.output + repr(result.exception)
+    assert option in result.output and "0" in result.output
+    assert not isinstance(result.exception, ZeroDivisionError)
