@@ -109,3 +109,154 @@ def test_bench_dimuon_refuses_zero_workers(tmp_path, option):
     assert result.exit_code == 2, result.output + repr(result.exception)
     assert option in result.output and "0" in result.output
     assert not isinstance(result.exception, ZeroDivisionError)
+
+
+# -- cases 1 and 2 with coffea: ours beside IterativeExecutor on the real samples -------------
+
+coffea_processor = pytest.importorskip("coffea.processor")
+from coffea.nanoevents import NanoAODSchema  # noqa: E402
+from coffea.processor.executor import Err  # noqa: E402
+from coffea.util import _exception_chain  # noqa: E402
+
+SAMPLES = {"ttbar2015": [str(NANOAOD / "nanoAOD_2015_CMS_Open_Data_ttbar.root")],
+           "dy2018": [str(NANOAOD / "nano_dy.root")],
+           "egamma2022": [str(NANOAOD / "EGamma_2022E_v13.root")]}
+
+
+class _Count(coffea_processor.ProcessorABC):
+    """Events and muons per dataset; raises OSError on the datasets in ``bad``, or on the
+    first run of each item while ``flaky_dir`` holds no marker for it."""
+
+    def __init__(self, bad=(), flaky_dir=None, unfoldable=False):
+        self.bad, self.flaky_dir, self.unfoldable = tuple(bad), flaky_dir, unfoldable
+
+    def process(self, events):
+        import numpy as np
+        meta = events.metadata
+        if meta["dataset"] in self.bad:
+            raise OSError(f"unreadable basket in {meta['filename']}")
+        if self.flaky_dir is not None:
+            marker = os.path.join(self.flaky_dir, f"{meta['dataset']}-{meta['entrystart']}")
+            if not os.path.exists(marker):
+                open(marker, "w").close()
+                raise OSError(f"flaky read at entry {meta['entrystart']}")
+        if self.unfoldable:              # arrays of different shapes: coffea cannot add them
+            return {"shape": np.zeros(1 + meta["entrystart"] // 50)}
+        import awkward as ak
+        return {meta["dataset"]: {"events": len(events), "muons": int(ak.sum(ak.num(events.Muon)))}}
+
+    def postprocess(self, accumulator):
+        return accumulator
+
+
+def _runner(executor, **options):
+    return coffea_processor.Runner(executor=executor, schema=NanoAODSchema, chunksize=50, **options)
+
+
+def _ours(broker, **kwargs):
+    from rhtc.coffea import RedisExecutor
+    return RedisExecutor(broker=broker.config, status=False, timeout=240, **kwargs)
+
+
+def _run_recording(run, fileset, processor_instance):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = run(fileset, processor_instance=processor_instance, treename="Events")
+    return out, caught
+
+
+@needs_nanoaod
+def test_coffea_accumulate_failing_raises_like_iterative(broker, storage, workers):
+    workers.start(1)
+    fileset = {"ttbar2015": SAMPLES["ttbar2015"]}
+    with pytest.raises(ValueError):
+        _runner(coffea_processor.IterativeExecutor(status=False))(
+            fileset, processor_instance=_Count(unfoldable=True), treename="Events")
+    with pytest.raises(ValueError) as info:          # before: TimeoutError after 240 s
+        _runner(_ours(broker))(fileset, processor_instance=_Count(unfoldable=True), treename="Events")
+    notes = "\n".join(getattr(info.value, "__notes__", []))
+    assert "while folding the result of task" in notes and "nanoAOD_2015" in notes and "entries" in notes
+    assert _until(lambda: map_keys(storage) == [], 30), map_keys(storage)
+
+
+@needs_nanoaod
+def test_skipbadfiles_warning_reaches_the_client_as_with_iterative(broker, workers):
+    workers.start(1)
+    proc = _Count(bad=("dy2018",))
+    theirs, their_warnings = _run_recording(
+        _runner(coffea_processor.IterativeExecutor(status=False, retries=0), skipbadfiles=True), SAMPLES, proc)
+    ours, our_warnings = _run_recording(_runner(_ours(broker), skipbadfiles=True), SAMPLES, proc)
+    assert ours == theirs and "dy2018" not in ours
+    for caught in (their_warnings, our_warnings):
+        skips = [w for w in caught if "Skipping bad file" in str(w.message)]
+        assert skips and all(issubclass(w.category, UserWarning) for w in skips), \
+            [str(w.message)[:120] for w in caught]
+        assert "nano_dy.root" in str(skips[0].message)
+
+
+@needs_nanoaod
+def test_use_result_type_gives_err_as_with_iterative(broker, workers):
+    workers.start(1)
+    proc = _Count(bad=("dy2018",))
+    options = dict(skipbadfiles=True, use_result_type=True)
+    theirs = _runner(coffea_processor.IterativeExecutor(status=False, retries=0), **options)(
+        SAMPLES, processor_instance=proc, treename="Events")
+    ours = _runner(_ours(broker), **options)(SAMPLES, processor_instance=proc, treename="Events")
+    for result in (theirs, ours):
+        assert isinstance(result, Err), result
+        assert any(isinstance(e, OSError) for e in _exception_chain(result.exception))
+
+
+@needs_nanoaod
+def test_retry_on_matches_the_processors_own_exception(broker, workers, tmp_path):
+    workers.start(1)
+    fileset = {"ttbar2015": SAMPLES["ttbar2015"]}
+    (tmp_path / "iterative").mkdir()
+    (tmp_path / "ours").mkdir()
+    theirs = _runner(coffea_processor.IterativeExecutor(status=False, retries=1))(
+        fileset, processor_instance=_Count(flaky_dir=str(tmp_path / "iterative")), treename="Events")
+    ours = _runner(_ours(broker, task_retries=1, retry_on=(OSError,)))(
+        fileset, processor_instance=_Count(flaky_dir=str(tmp_path / "ours")), treename="Events")
+    assert ours == theirs == {"ttbar2015": {"events": 200, "muons": theirs["ttbar2015"]["muons"]}}
+    assert len(os.listdir(tmp_path / "ours")) == 4          # every item failed once, then ran again
+
+
+@needs_nanoaod
+def test_coffea_retries_as_with_iterative(broker, workers, tmp_path):
+    workers.start(1)
+    fileset = {"ttbar2015": SAMPLES["ttbar2015"]}
+    (tmp_path / "iterative").mkdir()
+    (tmp_path / "ours").mkdir()
+    theirs, their_warnings = _run_recording(_runner(coffea_processor.IterativeExecutor(status=False, retries=1)),
+                                            fileset, _Count(flaky_dir=str(tmp_path / "iterative")))
+    ours, our_warnings = _run_recording(_runner(_ours(broker, retries=1)), fileset,
+                                        _Count(flaky_dir=str(tmp_path / "ours")))
+    assert ours == theirs
+    for caught in (their_warnings, our_warnings):
+        assert any("Performed attempt 1 out of 2" in str(w.message) for w in caught)
+    with pytest.raises(ValueError, match="retries"):
+        _ours(broker, retries=-1)
+
+
+@needs_nanoaod
+def test_savemetrics_and_maxchunks_as_with_iterative_and_per_item_bytes(broker, workers):
+    from rhtc.coffea import worker_cache
+    import rhtc
+    workers.start(1)
+    options = dict(savemetrics=True, maxchunks=2)
+    (theirs, their_metrics), _ = _run_recording(
+        _runner(coffea_processor.IterativeExecutor(status=False), **options), SAMPLES, _Count())
+    ours_executor = _ours(broker)
+    (cold, cold_metrics), _ = _run_recording(_runner(ours_executor, cachestrategy=worker_cache, **options),
+                                             SAMPLES, _Count())
+    (warm, warm_metrics), _ = _run_recording(_runner(ours_executor, cachestrategy=worker_cache, **options),
+                                             SAMPLES, _Count())
+    warm_record = rhtc.last_map().record()
+    assert cold == warm == theirs
+    for metrics in (cold_metrics, warm_metrics):
+        assert metrics["chunks"] == their_metrics["chunks"] == 5    # maxchunks=2 (dy2018 has only 1)
+        assert metrics["entries"] == their_metrics["entries"]
+        assert sorted(metrics["columns"]) == sorted(their_metrics["columns"])
+    assert 0 < cold_metrics["bytesread"] <= their_metrics["bytesread"]
+    assert sum(t.bytes_file for t in warm_record.tasks) == 0
+    assert warm_metrics["bytesread"] == 0, "a warm rerun read nothing from the files"
