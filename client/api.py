@@ -263,6 +263,8 @@ def record_of(run: MapRun):
     for meta in run.metas:
         if "start" in meta and "stop" in meta:
             rec.add_task(meta, received=meta.get("received"))
+    for attempt in run.ledger.attempts:
+        rec.add_attempt(attempt)
     for sample in run.metric_samples:
         rec.add_metric(sample)
     rec.end = run.end or rec.end
