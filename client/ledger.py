@@ -92,13 +92,13 @@ class Ledger:
             self._errors[index] = error[:200]
 
     def attempt(self, index: int, meta: ResultMeta | None, error: str, outcome: str,
-                backoff: float = 0.0) -> None:
+                backoff: float = 0.0, worker: str | None = None) -> None:
         """Note a failed attempt of task ``index``: ``outcome`` ``"retried"`` (its function
         raised and it runs again after ``backoff`` s) or ``"lost"`` (the process running it
         died). The task's own row is added by :meth:`add` when it ends."""
         if len(self.attempts) >= MAX_ATTEMPTS_KEPT:
             return
-        row = {"index": index, "error": error[:200], "outcome": outcome, "backoff": backoff}
+        row = {"index": index, "error": error[:200], "outcome": outcome, "backoff": backoff, "worker": worker}
         if meta is not None:
             row.update(worker=meta.worker, host=meta.host, pid=meta.pid, start=meta.start, stop=meta.stop)
         self.attempts.append(row)
@@ -112,8 +112,9 @@ class Ledger:
         self._histories_read.add(index)
         runs = [parse_lost_run(line) for line in history.splitlines() if line.strip()]
         last = runs.pop() if final and runs else None
-        for run in runs:
-            self.attempt(index, _run_meta(run), run["why"], "lost")
+        for run in runs:           # a run its line gives no times for is counted, not drawn
+            self.attempt(index, _run_meta(run) if "start" in run else None, run["why"], "lost",
+                         worker=run["worker"])
         return _run_meta(last) if last else None
 
     def __len__(self) -> int:

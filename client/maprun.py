@@ -259,7 +259,8 @@ class MapRun:
             out += self._take()
             if self.end is None:
                 self.end = time.time()
-                self._read_lost_runs()
+                if self.end - self.start > 0.5:     # a task process restart takes longer
+                    self._read_lost_runs()
         return out
 
     def _read_lost_runs(self) -> None:

@@ -214,6 +214,8 @@ def _draw_numbers(ax: "Axes", record: RunRecord, numbers: dict[str, Any]) -> Non
         rows.append(("files opened", str(numbers["files_opened"])))
     rows.append(("failed tasks", str(numbers["errors"])))
     rows.append(("failed attempts", f"{numbers['failed_attempts']} ({numbers['lost_attempts']} lost)"))
+    if numbers["backoff"]:
+        rows.append(("retry back-off", f"{numbers['backoff']:.1f} s"))
     if record.metrics:
         mean_cpu = sum(s.cpu for s in record.metrics) / len(record.metrics)
         rows.append(("mean CPU", f"{mean_cpu:.0f} %"))

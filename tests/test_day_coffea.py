@@ -330,3 +330,26 @@ def test_failed_attempts_retries_and_lost_runs_are_on_the_record_and_timeline(br
     assert any("failed attempt, retried (2)" in t for t in legend)
     assert any(f"attempt lost with its process ({len(lost)})" in t for t in legend)
     assert png.stat().st_size > 0
+
+
+def _crash_first_time(marker):
+    import os as _os
+    if not _os.path.exists(marker):
+        open(marker, "w").close()
+        _os._exit(1)
+    return "ok"
+
+
+@pytest.mark.timeout(120)
+def test_a_task_process_restart_is_on_the_record_of_a_map_that_succeeded(broker, workers, tmp_path):
+    import rhtc
+    from rhtc.client.efficiency import efficiency
+    (name,) = workers.start(1)
+    marker = str(tmp_path / "crashed")
+    assert rhtc.remote_map(_crash_first_time, [marker], broker=broker.config, progress=False,
+                           timeout=100) == ["ok"]
+    record = rhtc.last_map().record()
+    (lost,) = record.attempts
+    assert lost.outcome == "lost" and lost.worker == name and lost.timed and "exit code 1" in lost.error
+    numbers = efficiency(record)
+    assert numbers["errors"] == 0 and numbers["failed_attempts"] == numbers["lost_attempts"] == 1
