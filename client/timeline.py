@@ -77,12 +77,12 @@ def _headline(record: RunRecord, numbers: dict[str, Any]) -> str:
 
 
 def _failures(numbers: dict[str, Any]) -> str:
-    """'2 failed tasks, 5 failed attempts (3 lost), back-off 3.1 s'."""
+    """'2 failed tasks, 5 failed attempts (3 lost), back-off 3.1 s' (lost: with their process)."""
     text = f"{numbers['errors']} failed tasks"
     if numbers.get("failed_attempts"):
         text += f", {numbers['failed_attempts']} failed attempts"
         if numbers.get("lost_attempts"):
-            text += f" ({numbers['lost_attempts']} lost with their process)"
+            text += f" ({numbers['lost_attempts']} lost)"
         if numbers.get("backoff"):
             text += f", back-off {numbers['backoff']:.1f} s"
     return text
