@@ -23,6 +23,7 @@ import numpy as np
 
 import time
 
+from rhtc.broker.errors import ConnectionProblem
 from rhtc.broker.messages import ResultMeta, parse_lost_run
 
 _NONE = -1
@@ -116,6 +117,15 @@ class Ledger:
             self.attempt(index, _run_meta(run) if "start" in run else None, run["why"], "lost",
                          worker=run["worker"])
         return _run_meta(last) if last else None
+
+    def read_lost_runs(self, storage, map_id: str) -> None:
+        """Every run of the map that died with its process, from the broker's histories
+        (read once, when the map ends, before its keys go)."""
+        try:
+            for index, history in storage.attempt_histories(map_id).items():
+                self.lost_runs(index, history)
+        except ConnectionProblem:
+            pass            # the record lacks them; the results are whole
 
     def __len__(self) -> int:
         return len(self._index)

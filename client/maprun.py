@@ -260,16 +260,8 @@ class MapRun:
             if self.end is None:
                 self.end = time.time()
                 if self.end - self.start > 0.5:     # a task process restart takes longer
-                    self._read_lost_runs()
+                    self.ledger.read_lost_runs(self.storage, self.map_id)
         return out
-
-    def _read_lost_runs(self) -> None:
-        """The runs that died with their process, for the run record (before the keys go)."""
-        try:
-            for index, history in self.storage.attempt_histories(self.map_id).items():
-                self.ledger.lost_runs(index, history)
-        except ConnectionProblem:
-            pass
 
     def _take(self) -> list[TaskResult]:
         out, self._outbox = self._outbox, []
