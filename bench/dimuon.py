@@ -17,9 +17,10 @@ from rhtc.worker.cache import parse_size
 
 
 @click.command("dimuon")
-@click.option("--workers", default=2, show_default=True, help="Workers (each system).")
-@click.option("--files", default=8, show_default=True, help="Generated files.")
-@click.option("--events", default=1_000_000, show_default=True, help="Events per file.")
+@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Workers (each system; at least 1).")
+@click.option("--files", type=click.IntRange(min=1), default=8, show_default=True, help="Generated files.")
+@click.option("--events", type=click.IntRange(min=1), default=1_000_000, show_default=True, help="Events per file.")
 @click.option("--chunk-size", type=int, default=None,
               help=f"Entries per chunk [default: >= {CHUNKS_PER_WORKER} chunks per worker, at most {MAX_CHUNK:,}].")
 @click.option("--compression", default="LZ4", show_default=True, help="LZMA, ZLIB, LZ4 or ZSTD.")
@@ -28,7 +29,7 @@ from rhtc.worker.cache import parse_size
 @click.option("--broker", "broker_url", default=None,
               help="Use the workers already on this broker (a cluster) instead of starting them.")
 @click.option("--dask/--no-dask", "with_dask", default=True, show_default=True)
-@click.option("--dask-workers", type=int, default=None, help="dask workers (default: --workers).")
+@click.option("--dask-workers", type=click.IntRange(min=1), default=None, help="dask workers (default: --workers).")
 @click.option("--dask-timeout", type=float, default=None,
               help="Seconds dask may take to start and to warm up [each 60 + 2 per worker] and for "
                    "each run [max(120, 20x ours)]; past them it is stopped and reported in one line.")

@@ -168,6 +168,13 @@ class Storage(Leases):
         raw = self.r.hget(self.keys.tries(map_id), task_id[protocol.MAP_ID_LEN:protocol.TASK_ID_LEN])
         return raw.decode() if raw else ""
 
+    def attempt_histories(self, map_id: str) -> dict[int, str]:
+        """Every task of the map whose runs killed their worker: index -> its history (one
+        line per such run; a few entries: only tasks that crashed have one)."""
+        raw = self.r.hgetall(self.keys.tries(map_id))
+        return {protocol.TaskRef.from_task_id(map_id.encode("ascii") + k).index: v.decode()
+                for k, v in raw.items()}
+
     def end_map(self, map_id: str, lazy: bool = False) -> None:
         """Delete every key a map owns. ``lazy``: with this client's next command instead
         (the keys expire anyway); its queued tasks are dropped by whoever takes them."""

@@ -132,7 +132,10 @@ class MapHandle:
                     if self.values is not None:
                         self.values[r.index] = r.error
                 elif self.reducer is not None:
-                    self.reducer.add(r.value)
+                    try:
+                        self.reducer.add(r.value)
+                    except Exception as err:
+                        raise _folding_failed(err, self.run, r.index)
                 else:
                     self.values[r.index] = r.value
         if self._bar is not None and results:
@@ -151,8 +154,12 @@ class MapHandle:
     def _background(self) -> None:
         try:
             self._collect()
-        except BaseException as err:  # handed to wait()
+        except BaseException as err:  # handed to wait(); the map ends now, its keys go
             self._exc = err
+            try:
+                self.run.cancel()
+            except Exception as also:     # the broker is gone too: the keys expire by themselves
+                log.warning("map %s: could not remove its keys after %r: %s", self.map_id, err, also)
 
     def start_background(self) -> "MapHandle":
         self._thread = threading.Thread(target=self._background, name=f"map-{self.map_id}", daemon=True)
@@ -164,6 +171,10 @@ class MapHandle:
         return self.received, self.run.n
 
     def done(self) -> bool:
+        """True once every result is in, or the collecting thread ended with an error
+        (``wait()`` raises it)."""
+        if self._exc is not None:
+            return True
         return self.run.done and (self._thread is None or not self._thread.is_alive())
 
     def wait(self, timeout: float | None = None):
@@ -184,7 +195,8 @@ class MapHandle:
         except TimeoutError:
             raise
         except BaseException:
-            self.cancel()
+            if not self.run.closed:
+                self.cancel()
             raise
         return self._finish()
 
@@ -224,6 +236,14 @@ class MapHandle:
         return f"<MapHandle {self.map_id} {self.run.label}: {self.received}/{self.run.n} results>"
 
 
+def _folding_failed(err: Exception, run: MapRun, index: int) -> Exception:
+    """The reduce function's own error, noted with the task whose result it was folding."""
+    err.add_note(f"while folding the result of task {index} of map {run.map_id} ({run.label}) into "
+                 f"the reduction; argument: {run.describe_argument(index)}. The map was cancelled: "
+                 "fix the reduce function (or what the function returns) and run it again.")
+    return err
+
+
 class Plot:
     """A matplotlib figure that a notebook shows inline (as PNG) without pyplot."""
 
@@ -247,6 +267,8 @@ def record_of(run: MapRun):
     for meta in run.metas:
         if "start" in meta and "stop" in meta:
             rec.add_task(meta, received=meta.get("received"))
+    for attempt in run.ledger.attempts:
+        rec.add_attempt(attempt)
     for sample in run.metric_samples:
         rec.add_metric(sample)
     rec.end = run.end or rec.end

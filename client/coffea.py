@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import re
 import time
 import uuid as _uuid
 import warnings
@@ -48,10 +47,15 @@ from rhtc.client.chunks import version_of
 from rhtc.client.api import submit
 from rhtc.client import xrootd
 from rhtc.client.chunks import Chunk, _forget
-from rhtc.client.errors import RemoteError
+from rhtc.client.errors import RemoteError, WorkItemFailed
 
-#: How many of one item's warnings (e.g. coffea's "Skipping bad file") come back to the client.
+#: How many of one item's warnings (e.g. coffea's "Skipping bad file") come back to the client,
+#: after the libraries' own noise (:data:`NOISY_LIBRARIES`) is left out.
 MAX_WARNINGS_PER_ITEM = 5
+#: Where the warnings come from that are left on the worker: the schema's notes about its
+#: own cross-references and the readers' (e.g. NanoAODSchema's "Missing cross-reference
+#: index"), the same for every file and not about the user's run.
+NOISY_LIBRARIES = ("coffea/nanoevents/", "uproot/", "awkward/")
 
 # The routing key of the item this worker process is running, for worker_cache().
 _current_key: str | None = None
@@ -142,6 +146,7 @@ class _KeepFilesOpen:
 
     def __init__(self, chunk: Chunk):
         self.chunk = chunk
+        self.bytes_before: int | None = None   # the kept-open file's read counter when lent
 
     def __getattr__(self, name: str):
         return getattr(uproot, name)
@@ -150,10 +155,13 @@ class _KeepFilesOpen:
         path = next(iter(files)) if isinstance(files, dict) and list(files.values()) == [None] else files
         if path == self.chunk.file and not args and not set(kwargs) - {"timeout"}:
             try:
-                return _Borrowed(self._open_checked())
+                directory = self._open_checked()
             except OSError as err:
                 if getattr(err, "reason", None) == "changed":      # a ChunkFileError
                     raise
+            else:
+                self.bytes_before = _bytes_requested(directory)
+                return _Borrowed(directory)
         if context.current is not None:
             context.current.files_opened += 1
         if isinstance(path, str) and "://" not in path and "handler" not in kwargs and not args:
@@ -168,12 +176,43 @@ class _KeepFilesOpen:
         return directory
 
 
+def _bytes_requested(directory) -> int:
+    """The read counter of an open file's source (what coffea's ``savemetrics`` reports)."""
+    return int(getattr(getattr(directory.file, "source", None), "num_requested_bytes", 0) or 0)
+
+
+def _per_item_bytes(out: Any, stand_in: "_KeepFilesOpen | None") -> None:
+    """coffea's ``savemetrics`` reads ``bytesread`` off the file's counter; a kept-open
+    file's counter spans every item since it was opened: report this item's bytes only."""
+    if stand_in is None or stand_in.bytes_before is None or not isinstance(out, dict):
+        return
+    metrics = out.get("metrics")
+    if isinstance(metrics, dict) and "bytesread" in metrics:
+        metrics["bytesread"] = max(0, metrics["bytesread"] - stand_in.bytes_before)
+
+
+def _processor_error(err: BaseException) -> BaseException:
+    """The processor's (or the reader's) own exception: coffea wraps it in a plain
+    ``Exception("Failed processing file: ...")``, which ``retry_on`` cannot match."""
+    own = err
+    while type(own) is Exception and own.__cause__ is not None:
+        own = own.__cause__
+    return own
+
+
+def _worth_sending(w: warnings.WarningMessage) -> bool:
+    """A warning the user would see with IterativeExecutor, not a library's noise."""
+    where = str(w.filename).replace("\\", "/")
+    return not any(lib in where for lib in NOISY_LIBRARIES)
+
+
 @contextlib.contextmanager
 def _files_kept_open(item: Any):
-    """While coffea runs ``item`` here, its file comes from the worker's open files."""
+    """While coffea runs ``item`` here, its file comes from the worker's open files; yields
+    the stand-in (None when coffea opens the file itself)."""
     chunk = _as_chunk(item)
     if chunk is None:
-        yield
+        yield None
         return
     if getattr(_executor_module, "uproot", None) is not uproot:
         global _warned_no_stand_in
@@ -182,24 +221,27 @@ def _files_kept_open(item: Any):
             warnings.warn("this coffea does not open files through coffea.processor.executor.uproot: "
                           "the worker cannot keep files open for it (files_opened counts nothing)",
                           RuntimeWarning, stacklevel=2)
-        yield
+        yield None
         return
     global _current_version
-    _executor_module.uproot, _current_version = _KeepFilesOpen(chunk), None
+    stand_in = _KeepFilesOpen(chunk)
+    _executor_module.uproot, _current_version = stand_in, None
     try:
-        yield
+        yield stand_in
     finally:
         _executor_module.uproot, _current_version = uproot, None
 
 
 class _RunItem:
-    """Runs coffea's per-item function on a worker; returns (output, warnings)."""
+    """Runs coffea's per-item function on a worker; returns (output, warnings), each warning
+    as (text, item described, category). A failing item raises the processor's own
+    exception (see :func:`_processor_error`)."""
 
     def __init__(self, function: Callable, keep_files_open: bool = True):
         self.function, self.keep_files_open = function, keep_files_open
         self.__name__ = getattr(function, "__name__", "coffea")
 
-    def __call__(self, task: CoffeaTask) -> tuple[Any, list[tuple[str, str]]]:
+    def __call__(self, task: CoffeaTask) -> tuple[Any, list[tuple[str, str, type]]]:
         global _current_key
         _current_key = task.routing_key
         path = getattr(task.item, "filename", "")
@@ -208,9 +250,17 @@ class _RunItem:
             for attempt in range(retries + 1):
                 try:
                     with warnings.catch_warnings(record=True) as caught, \
-                            (_files_kept_open(task.item) if self.keep_files_open else contextlib.nullcontext()):
+                            (_files_kept_open(task.item) if self.keep_files_open else contextlib.nullcontext()) as lent:
                         warnings.simplefilter("default")   # each distinct warning once per worker
-                        out = self.function(task.item)
+                        try:
+                            out = self.function(task.item)
+                        except Exception as err:
+                            own = _processor_error(err)
+                            if own is err:
+                                raise
+                            own.add_note(f"(coffea: {err})")
+                            raise own
+                        _per_item_bytes(out, lent)
                     break
                 except Exception as err:
                     if attempt == retries or not xrootd.transient_failure(path, err):
@@ -219,8 +269,8 @@ class _RunItem:
                     time.sleep(xrootd.retry_pause(attempt))
         finally:
             _current_key = None
-        notes = [(str(w.message), describe_item(task.item)) for w in caught[:MAX_WARNINGS_PER_ITEM]]
-        return out, notes
+        kept = [w for w in caught if _worth_sending(w)][:MAX_WARNINGS_PER_ITEM]
+        return out, [(str(w.message), describe_item(task.item), w.category) for w in kept]
 
 
 class _Buffers(MutableMapping):
@@ -273,42 +323,6 @@ def worker_cache() -> MutableMapping | None:
     return _Buffers(view, ctx)
 
 
-class WorkItemFailed(RuntimeError):
-    """A coffea WorkItem failed on a worker: which item, which worker, the remote traceback.
-
-    ``__cause__`` is the worker's exception itself when it could travel (so coffea's
-    ``skipbadfiles``/``use_result_type`` checks see e.g. an ``OSError``), else the
-    :class:`RemoteError`; ``.remote`` is always the :class:`RemoteError`.
-    """
-
-    def __init__(self, item: Any, error: RemoteError):
-        self.item, self.remote = item, error
-        where = f"worker {error.worker}" + (f" ({error.host})" if error.host else "") if error.worker \
-            else "a worker"
-        todo = _missing_tree_advice(item, error) or (
-            "  Fix the processor or the file, or pass skipbadfiles=True to processor.Runner "
-            "to skip unreadable files; rerun just this item with "
-            "processor.IterativeExecutor() on [item] to debug it locally.")
-        text = (f"coffea work item failed on {where}: {describe_item(item)}\n"
-                f"  {error.remote_type}: {error.message}\n{todo}")
-        if error.remote_traceback:
-            text += "\n\nRemote traceback:\n" + error.remote_traceback.rstrip()
-        super().__init__(text)
-
-
-def _missing_tree_advice(item: Any, error: RemoteError) -> str | None:
-    """What to do when the item's file has no tree of the fileset's name (skipbadfiles
-    cannot help: it skips files that fail to open), naming the trees the file has."""
-    tree = getattr(item, "treename", None)
-    if not tree or f"not found: '{tree}'" not in error.message.replace('\\n', '\n'):
-        return None
-    found = re.search(r"Available keys: (.*?)(?:\\n|\n|$)", error.message)
-    keys = sorted({k.split(";")[0] for k in re.findall(r"'([^']+)'", found.group(1))}) if found else []
-    return (f"  The file has no tree {tree!r}; its trees and other top-level keys: {', '.join(keys) or 'none'}. Pass "
-            "treename=... to processor.Runner's call, or give the file's tree in the fileset "
-            "({'dataset': {'files': {path: tree}}}); skipbadfiles cannot help with a wrong tree name.")
-
-
 def _fold(a: tuple[Any, list], b: tuple[Any, list]) -> tuple[Any, list]:
     """Adds one item's output into the running total with coffea's ``accumulate``."""
     (total, notes), (out, more) = a, b
@@ -334,9 +348,15 @@ class RedisExecutor(ExecutorBase):
         timeout: seconds before the run is cancelled with TimeoutError.
         status, desc, unit: coffea's progress bar.
 
-    coffea's in-task ``retries`` is 0 here: our queue does the retrying, and
-    ``skipbadfiles`` works as with coffea's executors (a bad file's item returns nothing
-    and its warning is repeated on the client, naming the item).
+        retries: coffea's own in-task retries, as for IterativeExecutor (whose default is 3;
+            ours is 0, as ``task_retries`` reruns through the queue): the Runner reruns a
+            failing item this many times inside its task before ``skipbadfiles`` decides.
+
+    The Runner's options behave as with IterativeExecutor: ``skipbadfiles`` (a bad item
+    returns nothing; its "Skipping bad file" warning is repeated on the client, naming
+    the item), ``use_result_type`` (an ``Err``), ``savemetrics`` (``bytesread`` counts
+    each item's own reads, also from a kept-open file), ``maxchunks``. ``retry_on`` and
+    ``skipbadfiles`` match the processor's own exception, not coffea's wrapper.
 
     >>> from coffea import processor
     >>> run = processor.Runner(executor=RedisExecutor(), cachestrategy=worker_cache)  # doctest: +SKIP
@@ -349,11 +369,14 @@ class RedisExecutor(ExecutorBase):
     stragglers: float | None = 3.0
     keep_files_open: bool = True
     timeout: float | None = None
+    retries: int = 0
 
-    @property
-    def retries(self) -> int:
-        """What coffea's Runner retries inside a task: nothing, our queue retries."""
-        return 0
+    def __post_init__(self) -> None:
+        for name in ("retries", "task_retries"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise ValueError(f"RedisExecutor({name}={value!r}): give a whole number >= 0 "
+                                 "(how many times a failing item runs again)")
 
     def __call__(self, items: Iterable, function: Callable, accumulator: Any) -> tuple[Any, int]:
         tasks = [CoffeaTask(item, routing_key(item) if self.routing else None) for item in items]
@@ -382,13 +405,15 @@ class RedisExecutor(ExecutorBase):
         if handle.failures:
             raise self._failure(sorted(handle.failures, key=lambda e: e.index)[0], tasks)
         total, notes = value if value is not None else (None, [])
-        first_seen = dict(reversed(notes))          # each distinct warning once, with the first item
-        for text, item in first_seen.items():
-            warnings.warn(f"{text} (on a worker, in {item})", RuntimeWarning, stacklevel=2)
+        first_seen = {text: (item, category) for text, item, category in reversed(notes)}
+        for text, (item, category) in first_seen.items():   # each distinct warning once, first item
+            if not (isinstance(category, type) and issubclass(category, Warning)):
+                category = RuntimeWarning
+            warnings.warn(f"{text} (on a worker, in {item})", category, stacklevel=2)
         return accumulate([total], accumulator), 0
 
     @staticmethod
     def _failure(error: RemoteError, tasks: list[CoffeaTask]) -> WorkItemFailed:
-        failed = WorkItemFailed(tasks[error.index].item, error)
+        failed = WorkItemFailed(tasks[error.index].item, error, describe_item(tasks[error.index].item))
         failed.__cause__ = error.exception if error.exception is not None else error
         return failed

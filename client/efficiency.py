@@ -3,7 +3,8 @@
 Definitions (all times from the record, in seconds):
 
 * a worker's *busy* time is the union of its tasks' ``[start, stop]`` intervals
-  (overlapping tasks count once);
+  (overlapping tasks count once), failed attempts included (a run that raised and was
+  retried, or that died with its process, kept the worker busy);
 * its *span* runs from its first task start to its last task stop, as in the seed's
   plot: time before its first task (the job had not started) and after its last one
   (nothing left to take) is not counted; what is counted is the gaps the queue left
@@ -54,13 +55,20 @@ def _busy_seconds(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
+def _runs(record: RunRecord) -> list[tuple[str, float, float]]:
+    """(worker, start, stop) of every task's row and of every timed failed attempt."""
+    return [(t.worker, t.start, t.stop) for t in record.tasks] + \
+        [(a.worker, a.start, a.stop) for a in record.attempts if a.timed]
+
+
 def time_range(record: RunRecord) -> tuple[float, float]:
     """Map start and end, widened to cover every task (clocks of nodes may disagree).
 
     A ``start`` of 0 means "not recorded" and falls back to the first task start.
     """
-    first = min((t.start for t in record.tasks), default=record.start)
-    last = max((t.stop for t in record.tasks), default=record.end)
+    runs = _runs(record)
+    first = min((start for _, start, _ in runs), default=record.start)
+    last = max((stop for _, _, stop in runs), default=record.end)
     t0 = min(record.start, first) if record.start > 0 else first
     return t0, max(record.end, last, t0)
 
@@ -75,7 +83,9 @@ def efficiency(record: RunRecord) -> dict[str, Any]:
     95% of tasks were done), ``events`` and ``events_per_s`` (None if no task reported
     events), ``cache_hit`` (fraction of bytes read from cache, None if nothing was
     read), ``files_opened`` (files the tasks had to open: 0 on a warm rerun),
-    ``errors`` (tasks that raised).
+    ``errors`` (tasks that failed, whatever ended them), ``failed_attempts`` (attempts
+    before a task's end that failed: ``retried`` after an error, ``lost`` with their
+    process), ``lost_attempts`` and ``backoff`` (seconds of retry pauses, summed).
 
     Example::
 
@@ -89,8 +99,8 @@ def efficiency(record: RunRecord) -> dict[str, Any]:
     """
     t0, end = time_range(record)
     intervals: dict[str, list[tuple[float, float]]] = defaultdict(list)
-    for task in record.tasks:
-        intervals[task.worker].append((task.start, max(task.start, task.stop)))
+    for worker, start, stop in _runs(record):
+        intervals[worker].append((start, max(start, stop)))
 
     per_worker: dict[str, float] = {}
     total_busy = total_span = total_to_end = 0.0
@@ -132,4 +142,7 @@ def efficiency(record: RunRecord) -> dict[str, Any]:
         "cache_hit": cache / read if read > 0 else None,
         "files_opened": sum(task.files_opened for task in record.tasks),
         "errors": sum(1 for task in record.tasks if task.error),
+        "failed_attempts": len(record.attempts),
+        "lost_attempts": sum(1 for a in record.attempts if a.outcome == "lost"),
+        "backoff": sum(a.backoff for a in record.attempts),
     }

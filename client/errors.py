@@ -1,6 +1,8 @@
 """Errors a map can raise on the client, carrying what the worker saw."""
 from __future__ import annotations
 
+import re
+
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -80,6 +82,48 @@ class KeyMismatch(RuntimeError):
     """The live workers hold another signing key than this client: they cannot verify
     its tasks, and it cannot verify their results. Give both the same ``RHTC_KEY`` (or
     the same config file), then run the map again."""
+
+
+class WorkItemFailed(RuntimeError):
+    """A coffea WorkItem failed on a worker: which item, which worker, the remote traceback
+    (raised by ``rhtc.coffea.RedisExecutor``; defined here so that ``except WorkItemFailed``
+    needs no coffea).
+
+    ``__cause__`` is the processor's own exception when it could travel (so coffea's
+    ``skipbadfiles``/``use_result_type`` checks see e.g. an ``OSError``), else the
+    :class:`RemoteError`; ``.remote`` is always the :class:`RemoteError`.
+
+    >>> e = WorkItemFailed("item", RemoteError(0, "OSError", "gone", worker="w1"), "file a.root")
+    >>> "file a.root" in str(e) and "w1" in str(e)
+    True
+    """
+
+    def __init__(self, item: Any, error: RemoteError, described: str | None = None):
+        self.item, self.remote = item, error
+        where = f"worker {error.worker}" + (f" ({error.host})" if error.host else "") if error.worker \
+            else "a worker"
+        todo = _missing_tree_advice(item, error) or (
+            "  Fix the processor or the file, or pass skipbadfiles=True to processor.Runner "
+            "to skip unreadable files; rerun just this item with "
+            "processor.IterativeExecutor() on [item] to debug it locally.")
+        text = (f"coffea work item failed on {where}: {described or describe(item)}\n"
+                f"  {error.remote_type}: {error.message}\n{todo}")
+        if error.remote_traceback:
+            text += "\n\nRemote traceback:\n" + error.remote_traceback.rstrip()
+        super().__init__(text)
+
+
+def _missing_tree_advice(item: Any, error: RemoteError) -> str | None:
+    """What to do when the item's file has no tree of the fileset's name (skipbadfiles
+    cannot help: it skips files that fail to open), naming the trees the file has."""
+    tree = getattr(item, "treename", None)
+    if not tree or f"not found: '{tree}'" not in error.message.replace('\\n', '\n'):
+        return None
+    found = re.search(r"Available keys: (.*?)(?:\\n|\n|$)", error.message)
+    keys = sorted({k.split(";")[0] for k in re.findall(r"'([^']+)'", found.group(1))}) if found else []
+    return (f"  The file has no tree {tree!r}; its trees and other top-level keys: {', '.join(keys) or 'none'}. Pass "
+            "treename=... to processor.Runner's call, or give the file's tree in the fileset "
+            "({'dataset': {'files': {path: tree}}}); skipbadfiles cannot help with a wrong tree name.")
 
 
 def _top_version(module: str, versions: dict | None = None) -> str | None:

@@ -21,10 +21,15 @@ from array import array
 
 import numpy as np
 
-from rhtc.broker.messages import ResultMeta
+import time
+
+from rhtc.broker.errors import ConnectionProblem
+from rhtc.broker.messages import ResultMeta, parse_lost_run
 
 _NONE = -1
 _NAN = float("nan")
+#: Failed attempts kept per map (each task has at most a few: retries, max_attempts).
+MAX_ATTEMPTS_KEPT = 100_000
 
 
 class Ledger:
@@ -49,6 +54,8 @@ class Ledger:
         self._errors: dict[int, str] = {}
         self._names: list[str] = []
         self._name_ids: dict[str, int] = {}
+        self.attempts: list[dict] = []          # failed attempts: retried, or lost with their process
+        self._histories_read: set[int] = set()
 
     def _name(self, name: str | None) -> int:
         if name is None:
@@ -84,6 +91,41 @@ class Ledger:
         self._backup.append(backup)
         if error is not None:
             self._errors[index] = error[:200]
+
+    def attempt(self, index: int, meta: ResultMeta | None, error: str, outcome: str,
+                backoff: float = 0.0, worker: str | None = None) -> None:
+        """Note a failed attempt of task ``index``: ``outcome`` ``"retried"`` (its function
+        raised and it runs again after ``backoff`` s) or ``"lost"`` (the process running it
+        died). The task's own row is added by :meth:`add` when it ends."""
+        if len(self.attempts) >= MAX_ATTEMPTS_KEPT:
+            return
+        row = {"index": index, "error": error[:200], "outcome": outcome, "backoff": backoff, "worker": worker}
+        if meta is not None:
+            row.update(worker=meta.worker, host=meta.host, pid=meta.pid, start=meta.start, stop=meta.stop)
+        self.attempts.append(row)
+
+    def lost_runs(self, index: int, history: str, final: bool = False) -> ResultMeta | None:
+        """Note the runs of task ``index`` that died with their process, from its history
+        (one line per run, see :func:`broker.messages.lost_run_line`). ``final``: the task
+        failed with them (WorkerLost): its last run is returned as the task's own row."""
+        if index in self._histories_read:
+            return None
+        self._histories_read.add(index)
+        runs = [parse_lost_run(line) for line in history.splitlines() if line.strip()]
+        last = runs.pop() if final and runs else None
+        for run in runs:           # a run its line gives no times for is counted, not drawn
+            self.attempt(index, _run_meta(run) if "start" in run else None, run["why"], "lost",
+                         worker=run["worker"])
+        return _run_meta(last) if last else None
+
+    def read_lost_runs(self, storage, map_id: str) -> None:
+        """Every run of the map that died with its process, from the broker's histories
+        (read once, when the map ends, before its keys go)."""
+        try:
+            for index, history in storage.attempt_histories(map_id).items():
+                self.lost_runs(index, history)
+        except ConnectionProblem:
+            pass            # the record lacks them; the results are whole
 
     def __len__(self) -> int:
         return len(self._index)
@@ -123,3 +165,11 @@ class Ledger:
                 if self._events[k] != _NONE:
                     d["events"] = self._events[k]
             yield d
+
+
+def _run_meta(run: dict) -> ResultMeta | None:
+    """A lost run as the metadata of a result (times of the run when its line says them)."""
+    if "start" not in run:
+        now = time.time()
+        return ResultMeta(worker=run["worker"], host="", pid=0, start=now, stop=now)
+    return ResultMeta(worker=run["worker"], host="", pid=0, start=run["start"], stop=run["stop"])

@@ -178,6 +178,8 @@ class MapRun:
         if not self.tasks.move(index, TaskState.FAILED):
             return False
         note = self.tasks.notes.get(index)
+        if meta is None and error.remote_type == "WorkerLost":      # its last run is its row
+            meta = self.ledger.lost_runs(index, error.history, final=True)
         self.ledger.add(index, meta, error=f"{error.remote_type}: {error.message}",
                         retries=note.user_attempts if note else 0, received=time.time())
         self.last_progress = time.monotonic()
@@ -257,6 +259,8 @@ class MapRun:
             out += self._take()
             if self.end is None:
                 self.end = time.time()
+                if self.end - self.start > 0.5:     # a task process restart takes longer
+                    self.ledger.read_lost_runs(self.storage, self.map_id)
         return out
 
     def _take(self) -> list[TaskResult]:
@@ -294,7 +298,7 @@ class MapRun:
             if self.tasks.state(index) is TaskState.BACKOFF:
                 return                    # a second copy's error: the retry is already planned
             if self.policy.retry_user_error(self.tasks.note(index), value):
-                self._retry_later(index, value)
+                self._retry_later(index, value, meta)
                 return
             self.fail(index, self._remote_error(index, value, meta), meta)
             return
@@ -304,10 +308,12 @@ class MapRun:
         self.last_progress = time.monotonic()
         self._outbox.append(TaskResult(index, value, meta))
 
-    def _retry_later(self, index: int, info: dict) -> None:
+    def _retry_later(self, index: int, info: dict, meta: ResultMeta) -> None:
         """Send a task whose function raised again, after the policy's pause."""
         note = self.tasks.note(index)
         pause = self.policy.delay(note)
+        self.ledger.attempt(index, meta, f"{info.get('type', 'Error')}: {info.get('message', '')}", "retried",
+                            backoff=pause)
         log.info("map %s: task %d raised %s; retry %d of %d in %.1f s", self.map_id, index,
                  info.get("type", "an error"), note.user_attempts, self.policy.retries, pause)
         if pause > 0 and self.tasks.move(index, TaskState.BACKOFF):

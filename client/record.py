@@ -12,6 +12,8 @@ metadata every worker attaches to its result, and can save it as JSON::
                 "start": 1700000001.2, "stop": 1700000003.9,
                 "bytes_cache": 0, "bytes_file": 123456, "files_opened": 1,
                 "error": null, "retries": 0, "events": 500000}, ...],
+     "attempts": [{"index": 7, "worker": "node2-99", "start": 1700000002.0, "stop": 1700000002.4,
+                   "error": "OSError: flaky", "outcome": "retried", "backoff": 1.1}, ...],
      "metrics": [{"t": 1700000002.0, "worker": "node1-1234", "cpu": 97.0,
                   "rss": 123456789, "cache_bytes": 0, "cache_entries": 0,
                   "bytes_read": 0, "net_recv": 0, "net_sent": 0, "disk_read": 0}, ...]}
@@ -20,7 +22,9 @@ metadata every worker attaches to its result, and can save it as JSON::
 ``events`` is ``null`` when the function does not report how many events it saw;
 ``files_opened`` counts the files the task had to open (0 when the worker had them
 open already; records written before it existed read as 0);
-``metrics`` may be empty.
+``attempts`` are the failed attempts before each task's own row (:mod:`client.attempts`:
+retried after an error, or lost with the process that ran them; records written before
+it existed have none); ``metrics`` may be empty.
 
 Example::
 
@@ -45,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from rhtc.client.attempts import AttemptRecord
 from rhtc.client.efficiency import efficiency
 
 FORMAT_VERSION = 1
@@ -244,6 +249,7 @@ class RunRecord:
     n_tasks: int = 0
     tasks: list[TaskRecord] = field(default_factory=list)
     metrics: list[MetricSample] = field(default_factory=list)
+    attempts: list[AttemptRecord] = field(default_factory=list)
     version: int = FORMAT_VERSION
     _positions: dict[int, int] = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -286,12 +292,17 @@ class RunRecord:
         """
         self.metrics.append(MetricSample.from_dict(sample))
 
+    def add_attempt(self, meta: Mapping[str, Any]) -> None:
+        """Record one failed attempt (keys as in :class:`~client.attempts.AttemptRecord`)."""
+        self.attempts.append(AttemptRecord.from_meta(meta))
+
     @property
     def workers(self) -> list[str]:
-        """Names of the workers that ran at least one task, in order of first task start."""
+        """Names of the workers that ran at least one task or attempt, in order of first start."""
         first: dict[str, float] = {}
-        for task in self.tasks:
-            first[task.worker] = min(first.get(task.worker, task.start), task.start)
+        runs = [(t.worker, t.start) for t in self.tasks] + [(a.worker, a.start) for a in self.attempts if a.timed]
+        for worker, start in runs:
+            first[worker] = min(first.get(worker, start), start)
         return sorted(first, key=lambda name: (first[name], name))
 
     def summary(self) -> dict[str, Any]:
@@ -326,6 +337,7 @@ class RunRecord:
             "n_tasks": self.n_tasks,
             "tasks": [task.to_dict() for task in self.tasks],
             "metrics": [sample.to_dict() for sample in self.metrics],
+            "attempts": [attempt.to_dict() for attempt in self.attempts],
         }
 
     @classmethod
@@ -346,6 +358,8 @@ class RunRecord:
         tasks = [_entry(TaskRecord.from_meta, task, "tasks", i) for i, task in enumerate(data.get("tasks") or [])]
         metrics = [_entry(MetricSample.from_dict, sample, "metrics", i)
                    for i, sample in enumerate(data.get("metrics") or [])]
+        attempts = [_entry(AttemptRecord.from_meta, a, "attempts", i)
+                    for i, a in enumerate(data.get("attempts") or [])]
         start = data.get("start")
         end = data.get("end")
         return cls(
@@ -356,6 +370,7 @@ class RunRecord:
             n_tasks=_number(data.get("n_tasks") or len(tasks), 0, int, "n_tasks"),
             tasks=tasks,
             metrics=metrics,
+            attempts=attempts,
             version=FORMAT_VERSION,
         )
 

@@ -44,6 +44,9 @@ LABELS = {
     "compute": "no chunk data read",
     "error": "error",
 }
+#: Failed attempts (client.attempts): their own colour and hatching, under the task blocks.
+ATTEMPT_STYLES = {"retried": ("#f5b7b1", "////", "failed attempt, retried"),
+                  "lost": ("#7f7f7f", "xxxx", "attempt lost with its process")}
 MAX_LABELLED_WORKERS = 40
 
 
@@ -69,8 +72,20 @@ def _headline(record: RunRecord, numbers: dict[str, Any]) -> str:
         parts.append(f"{_si(numbers['events_per_s'])} events/s")
     if numbers["cache_hit"] is not None:
         parts.append(f"cache hit {numbers['cache_hit']:.0%} of bytes, {numbers['files_opened']} files opened")
-    parts.append(f"{numbers['errors']} errors")
+    parts.append(_failures(numbers))
     return first + "\n" + "  |  ".join(parts)
+
+
+def _failures(numbers: dict[str, Any]) -> str:
+    """'2 failed tasks, 5 failed attempts (3 lost), back-off 3.1 s' (lost: with their process)."""
+    text = f"{numbers['errors']} failed tasks"
+    if numbers.get("failed_attempts"):
+        text += f", {numbers['failed_attempts']} failed attempts"
+        if numbers.get("lost_attempts"):
+            text += f" ({numbers['lost_attempts']} lost)"
+        if numbers.get("backoff"):
+            text += f", back-off {numbers['backoff']:.1f} s"
+    return text
 
 
 def _new_figure(figsize: tuple[float, float], headless: bool) -> "Figure":
@@ -116,6 +131,7 @@ def _draw_tasks(ax: "Axes", record: RunRecord, numbers: dict[str, Any], t0: floa
             linewidths=0.4, zorder=2 if source != "error" else 3))
         handles.append(Patch(facecolor=colour, label=f"{LABELS[source]} ({len(tasks)})"))
 
+    handles += _draw_attempts(ax, record, row, t0, height, numbers["wall"])
     wall = numbers["wall"]
     if numbers["tail"] > 0:
         ax.axvspan(numbers["tail_start"], numbers["tail_start"] + numbers["tail"],
@@ -141,6 +157,25 @@ def _draw_tasks(ax: "Axes", record: RunRecord, numbers: dict[str, Any], t0: floa
     ax.set_axisbelow(True)
     ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0, 1.0), ncol=len(handles),
               frameon=False, fontsize=8, handlelength=1.5, borderaxespad=0.2)
+
+
+def _draw_attempts(ax: "Axes", record: RunRecord, row: dict[str, int], t0: float, height: float,
+                   wall: float) -> list:
+    """Failed attempts as hatched blocks in their workers' rows (an instant one still shows,
+    at least 0.4 % of the axis wide); returns legend handles."""
+    from matplotlib.patches import Patch, Rectangle
+
+    handles = []
+    for outcome, (colour, hatch, label) in ATTEMPT_STYLES.items():
+        attempts = [a for a in record.attempts if a.outcome == outcome and a.timed and a.worker in row]
+        for a in attempts:
+            ax.add_patch(Rectangle((a.start - t0, row[a.worker] - height / 2), max(a.duration, 0.004 * wall), height,
+                                   facecolor=colour, hatch=hatch, edgecolor="#d62728" if outcome == "retried"
+                                   else "black", linewidth=0.6, zorder=2.5))
+        n = sum(1 for a in record.attempts if a.outcome == outcome)
+        if n:
+            handles.append(Patch(facecolor=colour, hatch=hatch, edgecolor="black", label=f"{label} ({n})"))
+    return handles
 
 
 def _draw_histogram(ax: "Axes", numbers: dict[str, Any]) -> None:
@@ -177,7 +212,10 @@ def _draw_numbers(ax: "Axes", record: RunRecord, numbers: dict[str, Any]) -> Non
     if numbers["cache_hit"] is not None:
         rows.append(("cache hit", f"{numbers['cache_hit']:.1%} of bytes"))
         rows.append(("files opened", str(numbers["files_opened"])))
-    rows.append(("errors", str(numbers["errors"])))
+    rows.append(("failed tasks", str(numbers["errors"])))
+    rows.append(("failed attempts", f"{numbers['failed_attempts']} ({numbers['lost_attempts']} lost)"))
+    if numbers["backoff"]:
+        rows.append(("retry back-off", f"{numbers['backoff']:.1f} s"))
     if record.metrics:
         mean_cpu = sum(s.cpu for s in record.metrics) / len(record.metrics)
         rows.append(("mean CPU", f"{mean_cpu:.0f} %"))
@@ -297,5 +335,5 @@ def timeline_command(record_path: str, output: str | None, no_metrics: bool) -> 
         click.echo(f"events/s     {numbers['events_per_s']:.4g}")
     if numbers["cache_hit"] is not None:
         click.echo(f"cache hit    {numbers['cache_hit']:.1%} of bytes ({numbers['files_opened']} files opened)")
-    click.echo(f"errors       {numbers['errors']}")
+    click.echo(f"errors       {_failures(numbers)}")
     click.echo(f"wrote {output}")

@@ -38,7 +38,9 @@ _API = {
     "TaskResult": "rhtc.client.tasks",
     "RemoteError": "rhtc.client.errors", "MapCancelled": "rhtc.client.errors",
     "BrokerLost": "rhtc.client.errors", "BrokerFull": "rhtc.client.errors",
-    "KeyMismatch": "rhtc.client.errors",
+    "KeyMismatch": "rhtc.client.errors", "WorkItemFailed": "rhtc.client.errors",
+    "ChunkFileError": "rhtc.client.chunks", "BranchNotFound": "rhtc.client.chunks",
+    "BrokerNotConfigured": "rhtc.broker.config",
     "make_chunks": "rhtc.client.chunks", "Chunk": "rhtc.client.chunks",
     "BrokerConfig": "rhtc.broker.config",
 }
@@ -47,11 +49,11 @@ __all__ = sorted(_API) + ["__version__"]
 
 def __getattr__(name: str):
     module = _API.get(name)
+    import importlib
     if name == "coffea":  # rhtc.coffea: the coffea executor and cache strategy (needs [coffea])
-        return __import__("rhtc.client.coffea", fromlist=["RedisExecutor"])
+        return importlib.import_module("rhtc.coffea")
     if module is None:
         raise AttributeError(f"module 'rhtc' has no attribute {name!r}")
-    import importlib
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

@@ -237,7 +237,7 @@ class Supervisor:
     def _task_process_died(self) -> None:
         self.proc.join(5)
         code = self.proc.exitcode
-        task, _ = self.shared.current()
+        task, since = self.shared.current()
         self.crashes += 1
         try:        # the status says so before the task is handed back and may finish elsewhere
             self.storage.heartbeat(self.name, self.incarnation, self.status())
@@ -245,6 +245,8 @@ class Supervisor:
             pass    # the main loop's next beat publishes it
         why = (f"the task process of worker {self.name} (pid {self.proc.pid}) died with {describe_exit(code)}"
                + (f" while running task {task}" if task else ""))
+        if task and since:
+            why = messages.lost_run_line(why, self.name, since, time.time())
         fate = ""
         while not self.stopping:         # on the way out, retire() hands everything back
             try:

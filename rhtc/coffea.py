@@ -1,0 +1,12 @@
+"""coffea processors on redis-htcondor workers (needs ``pip install 'redis-htcondor[coffea]'``)::
+
+    >>> from rhtc.coffea import RedisExecutor, worker_cache          # doctest: +SKIP
+    >>> run = processor.Runner(executor=RedisExecutor(), cachestrategy=worker_cache)  # doctest: +SKIP
+
+The executor and cache strategy live in :mod:`rhtc.client.coffea`; this module is the
+name users import. ``import rhtc`` alone never imports coffea.
+"""
+from rhtc.client.coffea import (CoffeaTask, RedisExecutor, WorkItemFailed, describe_item,  # noqa: F401
+                                routing_key, worker_cache)
+
+__all__ = ["RedisExecutor", "worker_cache", "WorkItemFailed", "CoffeaTask", "describe_item", "routing_key"]
