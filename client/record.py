@@ -402,12 +402,7 @@ class RunRecord:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> "RunRecord":
-        """Read a record written by :meth:`save`.
-
-        Example::
-
-            >>> RunRecord.load("run.json")  # doctest: +SKIP
-        """
+        """Read a record written by :meth:`save` (see its example)."""
         with open(path) as inp:
             try:
                 data = json.load(inp)
