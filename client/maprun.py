@@ -23,6 +23,7 @@ from rhtc.broker.errors import BrokerOutOfMemory, ConnectionProblem
 from rhtc.broker.messages import Fault, FaultKind, ResultMeta, WorkerStatus
 from rhtc.broker.registry import renew_map_entry
 from rhtc.broker.storage import Storage
+from rhtc.client import beacon
 from rhtc.client.errors import BrokerFull, BrokerLost, RemoteError, describe, undecodable_error
 from rhtc.client.ledger import Ledger
 from rhtc.client.packing import Frames, pack_function
@@ -95,6 +96,7 @@ class MapRun:
         in the same round trip (what makes a one-task map fast)."""
         self.start = time.time()
         self.upkeep.look()
+        beacon.attach(self)               # its tasks are dropped soon after this process dies
         try:
             for lo in range(0, self.n, SUBMIT_BATCH):
                 early = self._enqueue(range(lo, min(self.n, lo + SUBMIT_BATCH)), wait_first if lo == 0 else 0.0)
@@ -132,7 +134,8 @@ class MapRun:
             not self.storage.function_present(self.fn_hash)
         try:
             early = self.storage.enqueue_map(self.map_id, self.fn_hash, self.packed_fn if upload else None,
-                                             self._info(), routed, wait_first=wait_first, nonce=self.nonce)
+                                             self._info(), routed, wait_first=wait_first, nonce=self.nonce,
+                                             client=beacon.client_id())
         except BrokerOutOfMemory as err:
             used, limit = self.memory()
             raise BrokerFull(f"the broker {self.storage.config!r} is out of memory ({used / 1e6:.0f} MB "
@@ -371,6 +374,7 @@ class MapRun:
         self.tasks.move_all(self.tasks.indices(TaskState.QUEUED, TaskState.LEASED, TaskState.REFUSED,
                                                TaskState.BACKOFF), TaskState.CANCELLED)
         self.retry_queue.clear()
+        beacon.detach(self)
         try:
             removed = self.storage.cancel_map(self.map_id)
         except ConnectionProblem:
@@ -382,6 +386,7 @@ class MapRun:
         """Delete the map's keys (results already read)."""
         if not self.closed:
             self.closed = True
+            beacon.detach(self)
             try:
                 if self.tasks.unfinished:
                     self.storage.cancel_map(self.map_id)
