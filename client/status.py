@@ -84,7 +84,7 @@ def render_status(storage: Storage, max_workers: int = 60) -> str:
     for m in maps:
         alive = {True: "alive", False: "dead: its tasks are being dropped", None: "no beacon"}[m.get("client_alive")]
         lines.append(f"  {m['map_id']}  {m.get('label', '?'):<20} {m.get('n', '?'):>6} tasks  "
-                     f"{m.get('queued', 0):>6} queued  {m['unread_results']:>6} unread results  "
+                     f"{m.get('queued', 0):>6} queued unrouted  {m['unread_results']:>6} unread results  "
                      f"client {m.get('client', '?')} ({alive})")
     problems = storage.recent_problems(5)
     if problems:

@@ -30,14 +30,18 @@ BIG_CLIENT = textwrap.dedent("""
     import os, sys, time
     from rhtc.client import submit
 
+    class Piece:                       # routed: each task goes to one worker's own queue
+        def __init__(self, folder, i):
+            self.folder, self.i, self.routing_key = folder, i, f"piece-{i}"
+
     def task(arg):
-        folder, i = arg
+        folder, i = (arg.folder, arg.i) if isinstance(arg, Piece) else arg
         open(os.path.join(folder, str(i)), "w").close()
         time.sleep(0.2)
         return i
 
-    folder, n = sys.argv[1], int(sys.argv[2])
-    h = submit(task, [(folder, i) for i in range(n)])
+    folder, n, routed = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+    h = submit(task, [Piece(folder, i) if routed else (folder, i) for i in range(n)])
     print(h.map_id, flush=True)
     h.wait(timeout=600)
     print("done", flush=True)
@@ -65,12 +69,13 @@ def big_client(broker, tmp_path):
     id, folder of its side effects). Stopped by pid at the end."""
     procs = []
 
-    def start():
+    def start(routed: bool = False):
         folder = tmp_path / "big"
         folder.mkdir()
         env = dict(os.environ, **broker.config.env(), RHTC_CLIENT_TTL="2")
         with open(tmp_path / "big.err", "wb") as err:
-            p = subprocess.Popen([sys.executable, "-c", BIG_CLIENT, str(folder), str(BIG)], env=env,
+            p = subprocess.Popen([sys.executable, "-c", BIG_CLIENT, str(folder), str(BIG), str(int(routed))],
+                                 env=env,
                                  cwd=str(ROOT), stdout=subprocess.PIPE, stderr=err)
         procs.append(p)
         map_id = p.stdout.readline().decode().strip()
@@ -84,14 +89,15 @@ def big_client(broker, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_a_small_map_takes_turns_with_another_clients_big_map(broker, storage, workers, big_client, tmp_path):
+@pytest.mark.parametrize("routed", [False, True], ids=["shared", "routed"])
+def test_a_small_map_takes_turns_with_another_clients_big_map(broker, storage, workers, big_client, tmp_path,
+                                                             routed):
+    """The big map's tasks wait in the shared queue (its backlog), or, routed, in the two
+    workers' own queues; either way the 2-task map gets its turn."""
     workers.start(2)
-    proc, big_id, big_folder = big_client()
-    status = render_status(storage)                     # every client's map, its client and depth
-    line = next((x for x in status.splitlines() if big_id in x), "")
-    assert "client" in line and "queued" in line and "alive" in line, status
-    big = next(m for m in storage.maps_in_flight() if m["map_id"] == big_id)
-    assert big["client_alive"] is True and big["queued"] > BIG // 2, big
+    proc, big_id, big_folder = big_client(routed)
+    if routed:
+        assert sum(w["queued"] for w in storage.live_workers()) > BIG // 2   # really routed
     small = tmp_path / "small"
     small.mkdir()
     assert remote_map(touch, [(str(small), 0), (str(small), 1)], broker=broker, progress=False,
@@ -100,6 +106,13 @@ def test_a_small_map_takes_turns_with_another_clients_big_map(broker, storage, w
     # the 2-task map did not wait behind the other map's queue: most of it is still queued
     assert ran < BIG // 2, f"the small map finished only after {ran} of the big map's {BIG} tasks ran"
     assert proc.poll() is None                          # the big map goes on undisturbed
+    status = render_status(storage)                     # every client's map, its client and depth
+    line = next((x for x in status.splitlines() if x.strip().startswith(big_id)), "")
+    assert "client" in line and "queued" in line and "alive" in line, status
+    big = next(m for m in storage.maps_in_flight() if m["map_id"] == big_id)
+    assert big["client_alive"] is True, big
+    if not routed:
+        assert big["queued"] > BIG // 2, big
 
 
 @pytest.mark.slow
