@@ -210,7 +210,9 @@ class Storage(Leases):
         per script call), so a long queue never blocks Redis."""
         script, step, ns = self._scripts["audit"], self.settings.scan_step, self.keys.ns
         seen: set[int] = set()
-        lists = self._queues() + [self.keys.backlog(map_id), self.keys.dead(map_id), self.keys.results(map_id)]
+        # in the order tasks move (backlog -> shared queue -> lease), so that a task moving
+        # during the walk lands where the walk has not looked yet
+        lists = [self.keys.backlog(map_id)] + self._queues() + [self.keys.dead(map_id), self.keys.results(map_id)]
         for key in lists:
             start = 0
             while start >= 0:
@@ -314,6 +316,13 @@ class Storage(Leases):
 
     def shared_depth(self) -> int:
         return int(self.r.llen(self.keys.shared_queue))
+
+    def unrouted_depth(self, map_id: str) -> int:
+        """Tasks in the shared queue (any map's) plus those in ``map_id``'s backlog."""
+        pipe = self.r.pipeline(transaction=False)
+        pipe.llen(self.keys.shared_queue)
+        pipe.llen(self.keys.backlog(map_id))
+        return sum(pipe.execute())
 
     def locate(self, routing_keys: Sequence[str]) -> tuple[dict[str, str], list[str]]:
         """For each routing key cached on a live worker, that worker's name; and the
