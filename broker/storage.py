@@ -94,7 +94,7 @@ class Storage(Leases):
     # -- maps (client side) ---------------------------------------------------------
     def enqueue_map(self, map_id: str, fn_hash: str, packed_fn: bytes | None, info: dict,
                     routed: dict[str | None, list[bytes]], wait_first: float = 0.0, *,
-                    nonce: str, client: str = "") -> list[bytes]:
+                    nonce: str, client: str = "", fair: bool = True) -> list[bytes]:
         """Register a map, store its function (if given) and queue its tasks.
 
         ``routed`` maps a worker name (or None for the shared queue) to task frames;
@@ -102,7 +102,8 @@ class Storage(Leases):
         ``client`` names the submitting process's beacon (:meth:`renew_client`): when it
         expires, the map and its queued tasks are dropped ('': the map never dies early).
         Unrouted tasks beyond ``settings.fair_window`` wait in the map's backlog, so the
-        maps of all clients take turns in the shared queue.
+        maps of all clients take turns in the shared queue; ``fair=False`` (a resubmission
+        of lost tasks) puts them straight into the shared queue.
         A big map goes in calls of at most ``settings.scan_step`` frames (the first one
         registers the map), sent back to back without waiting for each reply. With
         ``wait_first`` > 0 the same round trip also waits that long for the first
@@ -111,7 +112,8 @@ class Storage(Leases):
         st = self.settings
         flat_info = [x for kv in dict(info, **{MAP_NONCE: nonce}).items() for x in (kv[0], str(kv[1]))]
         finished, self._finished_maps = self._finished_maps, []
-        first: list = [self.keys.ns, map_id, 1, st.fair_window, fn_hash, packed_fn or b"", st.map_ttl,
+        window = st.fair_window if fair else 0
+        first: list = [self.keys.ns, map_id, 1, window, fn_hash, packed_fn or b"", st.map_ttl,
                        st.function_ttl, time.time(), client, int(st.client_ttl * 1000),
                        len(flat_info), *flat_info, len(finished), *finished]
         calls, args, room = [], first, st.scan_step
@@ -120,7 +122,7 @@ class Storage(Leases):
                 part = frames[at:at + st.scan_step]
                 if len(part) > room:
                     calls.append(args)
-                    args, room = [self.keys.ns, map_id, 0, st.fair_window], st.scan_step
+                    args, room = [self.keys.ns, map_id, 0, window], st.scan_step
                 args += [int(worker is not None), worker or "", len(part), *part]
                 room -= len(part)
         calls.append(args)

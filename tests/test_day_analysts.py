@@ -166,3 +166,19 @@ def test_a_client_busy_between_polls_keeps_its_map_alive(broker, workers):
         run.close()
         st.close()
         other.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_map_whose_whole_window_was_lost_still_finishes(broker, storage, workers):
+    """Workers that died right after popping every task of a map's window from the shared
+    queue (before leasing them): the audit resubmits those, straight into the shared
+    queue, and the backlog behind them flows again."""
+    from rhtc.client import submit
+    n, window = 30, storage.settings.fair_window
+    h = submit(nap, range(n), broker=broker)
+    lost = [storage.r.rpop(storage.keys.shared_queue) for _ in range(window)]
+    assert all(lost) and storage.shared_depth() == 0
+    assert storage.r.llen(storage.keys.backlog(h.map_id)) == n - window
+    workers.start(1)
+    assert h.wait(timeout=90) == [2 * i for i in range(n)]
+    assert h.run.resubmissions == window

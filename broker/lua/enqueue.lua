@@ -4,7 +4,9 @@
 -- locating it and this call) go to the shared queue: no queue without an owner.
 -- Fair turns: a map puts at most `window` tasks into the shared queue (only while its
 -- backlog is empty); the rest wait in its backlog, in order, and move in one by one as
--- its tasks are taken (refill in lib.lua).
+-- its tasks are taken (refill in lib.lua). Window 0: a resubmission (tasks lost on the way
+-- from the shared queue to a lease, backups): straight into the shared queue, which also
+-- restores the window of the lost ones.
 -- ARGV: ns, map id, register (1/0), window, [only when registering: function hash,
 --       packed function or '', map ttl, function ttl, start time, client id ('' none),
 --       client ttl ms, n info values, info field/value pairs...,
@@ -42,7 +44,8 @@ elseif redis.call('EXISTS', K.map(mid)) == 0 then
   return 0
 end
 local backlog = K.backlog(mid)
-local room = (redis.call('LLEN', backlog) == 0) and window or 0
+local room = 0
+if window == 0 then room = #ARGV elseif redis.call('LLEN', backlog) == 0 then room = window end
 local function push(q, from, to)
   for j = from, to, 1000 do
     redis.call('LPUSH', q, unpack(ARGV, j, math.min(j + 999, to)))
