@@ -231,7 +231,7 @@ class Storage(Leases):
         returns how many were removed."""
         pipe = self.r.pipeline(transaction=True)
         pipe.llen(self.keys.backlog(map_id))          # deleted with the map's keys
-        pipe.delete(*self.keys.map_keys(map_id))
+        pipe.unlink(*self.keys.map_keys(map_id))      # a long backlog is freed in the background
         pipe.zrem(self.keys.maps, map_id)
         removed = int(pipe.execute()[0])
         script, step = self._scripts["purge"], self.settings.scan_step

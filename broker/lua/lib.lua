@@ -26,7 +26,7 @@ local function lease_frame(v) return string.sub(v, INC_LEN + TIME_LEN + 1) end
 -- A map whose client died: delete its keys (its backlog of queued tasks with them) and
 -- its registry entry; its tasks left in other queues are dropped by whoever pops them.
 local function drop_map(mid)
-  redis.call('DEL', unpack(map_keys(mid)))
+  redis.call('UNLINK', unpack(map_keys(mid)))  -- a long backlog is freed in the background
   redis.call('ZREM', K.maps(), mid)
 end
 
