@@ -106,6 +106,8 @@ class Settings:
     max_result_bytes: int = 64 * 1024 * 1024   # RHTC_MAX_RESULT_BYTES
     broker_patience: float = 300.0    # RHTC_BROKER_PATIENCE: client waits this long for a lost broker
     scan_step: int = 2000             # items one Lua call looks at, at most (C9)
+    fair_window: int = 8              # RHTC_FAIR_WINDOW: tasks of one map in the shared queue at a time
+    client_ttl: float = 10.0          # RHTC_CLIENT_TTL: a client silent this long is dead, its maps dropped (s)
     malloc_tuning: bool = True        # RHTC_MALLOC_TUNING=0 turns it off
 
     @property
@@ -134,6 +136,8 @@ class Settings:
                    leases=e.get("RHTC_LEASES", "1") != "0",
                    max_result_bytes=int(_env_float("RHTC_MAX_RESULT_BYTES", 64 * 1024 * 1024)),
                    broker_patience=_env_float("RHTC_BROKER_PATIENCE", 300.0),
+                   fair_window=max(1, int(_env_float("RHTC_FAIR_WINDOW", 8))),
+                   client_ttl=max(1.0, _env_float("RHTC_CLIENT_TTL", 10.0)),
                    malloc_tuning=e.get("RHTC_MALLOC_TUNING", "1") != "0")
 
 

@@ -9,7 +9,17 @@ key                             type    what / who deletes it
 ==============================  ======  ===============================================
 ``{ns}:q:shared``               list    queued tasks any worker may take (LPUSH in, RPOP out);
                                         owned by the namespace (tasks of ended maps are
-                                        dropped by whoever pops them)
+                                        dropped by whoever pops them). Fair: each map has
+                                        at most ``fair_window`` tasks here, the rest wait
+                                        in its backlog, so maps take turns (round-robin)
+``{ns}:q:m:{map}``              list    a map's backlog: its unrouted tasks beyond its window
+                                        in the shared queue; each task taken from the shared
+                                        queue moves the next one of its map in. Owned by the map
+``{ns}:client:{client}``        string  a client process is alive (set with the map, renewed by
+                                        the client's beacon thread); expires after
+                                        ``client_ttl``: then its maps are dropped with their
+                                        queued tasks by the first worker that meets one
+                                        (take) or by the sweep
 ``{ns}:q:w:{worker}``           list    queued tasks routed to one live worker (the enqueue
                                         script routes to the shared queue instead when the
                                         worker is not live); emptied when it is reaped or
@@ -24,6 +34,7 @@ key                             type    what / who deletes it
 ``{ns}:workers``                set     registered workers; the reaper removes dead ones
 ``{ns}:holds:{worker}``         set     routing keys of chunks the worker has cached; expires
 ``{ns}:reap-due``               string  throttle: one reaper pass per second per namespace; expires
+``{ns}:sweep-due``              string  throttle: one sweep for maps of dead clients per second; expires
 ``{ns}:map:{map}``              hash    a map in flight (function hash, nonce, versions, size);
                                         expires unless its client keeps it alive; deleted when done
 ``{ns}:maps``                   zset    map ids by start time, for ``rhtc status`` (entries of
@@ -43,8 +54,10 @@ A task's states and moves (one table; the client's map keeps the same names)
 =========  ====================================  =========================================
 state      where it is                           moves (who)
 =========  ====================================  =========================================
-queued     ``q:shared`` or ``q:w:{worker}``      -> leased: take (which also steals) / wait_for_task (worker)
-                                                 -> cancelled: purge (client cancels)
+queued     ``q:shared``, ``q:m:{map}``           -> leased: take (which also steals) / wait_for_task (worker)
+           or ``q:w:{worker}``
+                                                 -> cancelled: purge (client cancels), or its
+                                                 client's beacon expired (take, sweep)
 leased     ``lease:{worker}``                    -> done/failed: take hands in its result (worker)
                                                  -> queued: reconcile (entry older than a lease
                                                  that the worker does not run), reap (worker
@@ -80,6 +93,9 @@ TEMPLATES: dict[str, str] = {
     "workers": "{ns}:workers",
     "holds": "{ns}:holds:{worker}",
     "reap_due": "{ns}:reap-due",
+    "sweep_due": "{ns}:sweep-due",
+    "backlog": "{ns}:q:m:{map_id}",
+    "client": "{ns}:client:{client_id}",
     "map": "{ns}:map:{map_id}",
     "maps": "{ns}:maps",
     "results": "{ns}:res:{map_id}",
@@ -95,18 +111,20 @@ TEMPLATES: dict[str, str] = {
 #: the map's field holding its nonce (task frames must carry the same), and its function hash
 MAP_NONCE = "nonce"
 MAP_FN = "fn"
+#: the map's field naming its client's beacon (``client`` key); a map without it never dies early
+MAP_CLIENT = "client_id"
 #: lease values: incarnation (this many chars) | taken-at ms (this many digits) | task frame
 INCARNATION_LEN = 16
 LEASE_TIME_LEN = 13
 #: the map keys whose expiry the client renews while the map runs
-MAP_DATA = ("results", "tries", "attempts", "dead")
+MAP_DATA = ("results", "tries", "attempts", "dead", "backlog")
 
 
 def _key(name: str):
     template = TEMPLATES[name]
 
     def build(self, arg: str | None = None) -> str:
-        return template.format(ns=self.ns, worker=arg, map_id=arg, fn_hash=arg)
+        return template.format(ns=self.ns, worker=arg, map_id=arg, fn_hash=arg, client_id=arg)
     build.__name__ = name
     build.__doc__ = f"``{template}``"
     return build

@@ -73,7 +73,7 @@ class Leases:
     def take(self, worker: str, incarnation: str, max_tasks: int,
              results: Sequence[tuple[str, bytes, bytes]] = ()) -> tuple[bool, list[tuple[bytes, str]]]:
         """Hand in (map id, task id, result frame) triples, then lease up to ``max_tasks``
-        tasks: own queue first, then the shared queue, and when both are empty one task
+        tasks: own queue and shared queue (in turns), and when both are empty one task
         stolen from the tail of a backed-up, stuck or dead worker's queue. One round trip.
         Returns (still holding the name, [(frame, its map's nonce)])."""
         st = self.settings
@@ -93,8 +93,10 @@ class Leases:
         got = self._fast.call("BRPOP", self.keys.queue(worker), self.keys.shared_queue, timeout)
         if not got:
             return None
+        shared = int(got[0] in (self.keys.shared_queue, self.keys.shared_queue.encode()))
         self._fast.script(self._scripts["lease_one"], [],
-                          [self.keys.ns, worker, incarnation, int(self.settings.leases), got[1]], wait=False)
+                          [self.keys.ns, worker, incarnation, int(self.settings.leases), got[1], shared],
+                          wait=False)
         return got[1]
 
     def leased_nonce(self) -> str:

@@ -28,7 +28,7 @@ from rhtc.broker.config import BrokerConfig, Settings, redact
 from rhtc.broker.config import settings as default_settings
 from rhtc.broker.errors import PARSER, ConnectionProblem
 from rhtc.broker.fastlane import FastLane
-from rhtc.broker.keys import MAP_DATA, MAP_NONCE, Keys
+from rhtc.broker.keys import MAP_CLIENT, MAP_DATA, MAP_NONCE, Keys
 from rhtc.broker.leases import Leases
 
 
@@ -94,11 +94,16 @@ class Storage(Leases):
     # -- maps (client side) ---------------------------------------------------------
     def enqueue_map(self, map_id: str, fn_hash: str, packed_fn: bytes | None, info: dict,
                     routed: dict[str | None, list[bytes]], wait_first: float = 0.0, *,
-                    nonce: str) -> list[bytes]:
+                    nonce: str, client: str = "", fair: bool = True) -> list[bytes]:
         """Register a map, store its function (if given) and queue its tasks.
 
         ``routed`` maps a worker name (or None for the shared queue) to task frames;
-        ``nonce`` is the map's nonce (:func:`protocol.new_nonce`) its task frames carry.
+        ``nonce`` is the map's nonce (:func:`protocol.new_nonce`) its task frames carry;
+        ``client`` names the submitting process's beacon (:meth:`renew_client`): when it
+        expires, the map and its queued tasks are dropped ('': the map never dies early).
+        Unrouted tasks beyond ``settings.fair_window`` wait in the map's backlog, so the
+        maps of all clients take turns in the shared queue; ``fair=False`` (a resubmission
+        of lost tasks) puts them straight into the shared queue.
         A big map goes in calls of at most ``settings.scan_step`` frames (the first one
         registers the map), sent back to back without waiting for each reply. With
         ``wait_first`` > 0 the same round trip also waits that long for the first
@@ -107,15 +112,17 @@ class Storage(Leases):
         st = self.settings
         flat_info = [x for kv in dict(info, **{MAP_NONCE: nonce}).items() for x in (kv[0], str(kv[1]))]
         finished, self._finished_maps = self._finished_maps, []
-        first: list = [self.keys.ns, map_id, 1, fn_hash, packed_fn or b"", st.map_ttl, st.function_ttl,
-                       time.time(), len(flat_info), *flat_info, len(finished), *finished]
+        window = st.fair_window if fair else 0
+        first: list = [self.keys.ns, map_id, 1, window, fn_hash, packed_fn or b"", st.map_ttl,
+                       st.function_ttl, time.time(), client, int(st.client_ttl * 1000),
+                       len(flat_info), *flat_info, len(finished), *finished]
         calls, args, room = [], first, st.scan_step
         for worker, frames in routed.items():
             for at in range(0, len(frames), st.scan_step):
                 part = frames[at:at + st.scan_step]
                 if len(part) > room:
                     calls.append(args)
-                    args, room = [self.keys.ns, map_id, 0], st.scan_step
+                    args, room = [self.keys.ns, map_id, 0, window], st.scan_step
                 args += [int(worker is not None), worker or "", len(part), *part]
                 room -= len(part)
         calls.append(args)
@@ -134,6 +141,17 @@ class Storage(Leases):
                     self._fast.script(script, [], args)
                 return []
         return [got[1]] if got else []
+
+    def renew_client(self, client: str) -> None:
+        """Say the client process ``client`` is alive for ``settings.client_ttl`` more seconds
+        (its maps are dropped, queued tasks and all, once it stops saying so)."""
+        self.r.set(self.keys.client(client), 1, px=int(self.settings.client_ttl * 1000))
+
+    def drop_maps_of_dead_clients(self, every: float = 1.0) -> list[str]:
+        """Drop the maps whose client's beacon expired, with their queued tasks (at most
+        once per ``every`` s across all processes). Returns their ids."""
+        got = self._scripts["sweep"](args=[self.keys.ns, int(every * 1000), self.settings.scan_step])
+        return [m.decode() for m in got]
 
     def function_present(self, fn_hash: str) -> bool:
         return bool(self.r.exists(self.keys.function(fn_hash)))
@@ -201,7 +219,9 @@ class Storage(Leases):
         per script call), so a long queue never blocks Redis."""
         script, step, ns = self._scripts["audit"], self.settings.scan_step, self.keys.ns
         seen: set[int] = set()
-        lists = self._queues() + [self.keys.dead(map_id), self.keys.results(map_id)]
+        # in the order tasks move (backlog -> shared queue -> lease), so that a task moving
+        # during the walk lands where the walk has not looked yet
+        lists = [self.keys.backlog(map_id)] + self._queues() + [self.keys.dead(map_id), self.keys.results(map_id)]
         for key in lists:
             start = 0
             while start >= 0:
@@ -216,8 +236,12 @@ class Storage(Leases):
     def cancel_map(self, map_id: str) -> int:
         """End a map and remove its queued tasks from every queue (in bounded steps);
         returns how many were removed."""
-        self.end_map(map_id)
-        script, step, removed = self._scripts["purge"], self.settings.scan_step, 0
+        pipe = self.r.pipeline(transaction=True)
+        pipe.llen(self.keys.backlog(map_id))          # deleted with the map's keys
+        pipe.unlink(*self.keys.map_keys(map_id))      # a long backlog is freed in the background
+        pipe.zrem(self.keys.maps, map_id)
+        removed = int(pipe.execute()[0])
+        script, step = self._scripts["purge"], self.settings.scan_step
         for q in self._queues():
             todo = int(self.r.llen(q))
             while todo > 0:
@@ -227,21 +251,37 @@ class Storage(Leases):
         return removed
 
     def maps_in_flight(self) -> list[dict]:
+        """Every client's maps: their info, ``unread_results``, ``queued`` (tasks in the shared
+        queue and the map's backlog, not counting those routed to a worker) and
+        ``client_alive`` (its client's beacon is current; None for a map without one)."""
         ids = [m.decode() for m in self.r.zrange(self.keys.maps, 0, -1)]
         pipe = self.r.pipeline(transaction=False)
         for m in ids:
             pipe.hgetall(self.keys.map(m))
             pipe.llen(self.keys.results(m))
-        raw = pipe.execute()
+            pipe.llen(self.keys.backlog(m))
+        pipe.lrange(self.keys.shared_queue, 0, self.settings.scan_step - 1)
+        *raw, window = pipe.execute()
+        in_shared: dict[str, int] = {}
+        for frame in window:                  # a few tasks per map (fair turns): cheap to count
+            ref = protocol.frame_ref(frame)
+            if ref is not None:
+                in_shared[ref.map_id] = in_shared.get(ref.map_id, 0) + 1
         out, gone = [], []
-        for m, info, nres in zip(ids, raw[0::2], raw[1::2]):
+        for m, info, nres, nback in zip(ids, raw[0::3], raw[1::3], raw[2::3]):
             if not info:
                 gone.append(m)
                 continue
             d = {a.decode(): b.decode() for a, b in info.items()}
             d.pop(MAP_NONCE, None)
-            d.update(map_id=m, unread_results=nres)
+            d.update(map_id=m, unread_results=nres, queued=nback + in_shared.get(m, 0), client_alive=None)
             out.append(d)
+        beacons = [d[MAP_CLIENT] for d in out if d.get(MAP_CLIENT)]
+        if beacons:
+            alive = dict(zip(beacons, self.r.mget([self.keys.client(c) for c in beacons])))
+            for d in out:
+                if d.get(MAP_CLIENT):
+                    d["client_alive"] = alive[d[MAP_CLIENT]] is not None
         if gone:
             self.r.zrem(self.keys.maps, *gone)
         return out
@@ -285,6 +325,13 @@ class Storage(Leases):
 
     def shared_depth(self) -> int:
         return int(self.r.llen(self.keys.shared_queue))
+
+    def unrouted_depth(self, map_id: str) -> int:
+        """Tasks in the shared queue (any map's) plus those in ``map_id``'s backlog."""
+        pipe = self.r.pipeline(transaction=False)
+        pipe.llen(self.keys.shared_queue)
+        pipe.llen(self.keys.backlog(map_id))
+        return sum(pipe.execute())
 
     def locate(self, routing_keys: Sequence[str]) -> tuple[dict[str, str], list[str]]:
         """For each routing key cached on a live worker, that worker's name; and the

@@ -23,6 +23,7 @@ from rhtc.broker.errors import BrokerOutOfMemory, ConnectionProblem
 from rhtc.broker.messages import Fault, FaultKind, ResultMeta, WorkerStatus
 from rhtc.broker.registry import renew_map_entry
 from rhtc.broker.storage import Storage
+from rhtc.client import beacon
 from rhtc.client.errors import BrokerFull, BrokerLost, RemoteError, describe, undecodable_error
 from rhtc.client.ledger import Ledger
 from rhtc.client.packing import Frames, pack_function
@@ -95,6 +96,7 @@ class MapRun:
         in the same round trip (what makes a one-task map fast)."""
         self.start = time.time()
         self.upkeep.look()
+        beacon.attach(self)               # its tasks are dropped soon after this process dies
         try:
             for lo in range(0, self.n, SUBMIT_BATCH):
                 early = self._enqueue(range(lo, min(self.n, lo + SUBMIT_BATCH)), wait_first if lo == 0 else 0.0)
@@ -108,7 +110,8 @@ class MapRun:
             renew_map_entry(self.storage, self.map_id)    # if this client dies (ticks renew it)
         self.upkeep.schedule()
 
-    def _enqueue(self, indices: Iterable[int], wait_first: float = 0.0, route: bool = True) -> list[bytes]:
+    def _enqueue(self, indices: Iterable[int], wait_first: float = 0.0, route: bool = True,
+                 fair: bool = True) -> list[bytes]:
         indices = list(indices)
         owner: dict[int, str] = {}
         if route and self.routing:
@@ -132,7 +135,8 @@ class MapRun:
             not self.storage.function_present(self.fn_hash)
         try:
             early = self.storage.enqueue_map(self.map_id, self.fn_hash, self.packed_fn if upload else None,
-                                             self._info(), routed, wait_first=wait_first, nonce=self.nonce)
+                                             self._info(), routed, wait_first=wait_first, nonce=self.nonce,
+                                             client=beacon.client_id(), fair=fair)
         except BrokerOutOfMemory as err:
             used, limit = self.memory()
             raise BrokerFull(f"the broker {self.storage.config!r} is out of memory ({used / 1e6:.0f} MB "
@@ -160,9 +164,11 @@ class MapRun:
         """Indices of the tasks still owed an answer (walks the table: not per result)."""
         return self.tasks.indices(TaskState.QUEUED, TaskState.LEASED)
 
-    def requeue(self, indices: Iterable[int], *, route: bool = True, backup: bool = False) -> list[int]:
+    def requeue(self, indices: Iterable[int], *, route: bool = True, backup: bool = False,
+                fair: bool = False) -> list[int]:
         """Send these tasks again (those still waiting); ``backup``: a copy beside a slow
-        one (first result wins). Returns the ones sent."""
+        one (first result wins); ``fair``: behind the map's backlog (a broker that lost
+        everything), else straight into the shared queue. Returns the ones sent."""
         moved = self.tasks.move_all(indices, TaskState.QUEUED)
         if moved:
             if backup:
@@ -170,7 +176,7 @@ class MapRun:
                     self.tasks.note(i).backup = True
             self.resubmissions += len(moved)
             for lo in range(0, len(moved), SUBMIT_BATCH):
-                self._enqueue(moved[lo:lo + SUBMIT_BATCH], route=route)
+                self._enqueue(moved[lo:lo + SUBMIT_BATCH], route=route, fair=fair)
         return moved
 
     def fail(self, index: int, error: RemoteError, meta: ResultMeta | None = None) -> bool:
@@ -190,7 +196,7 @@ class MapRun:
         """The broker lost the map and its function (it restarted): upload the function
         again and resend every task still waiting."""
         self._fn_uploaded = False
-        self.requeue(self.waiting())
+        self.requeue(self.waiting(), fair=True)
 
     def observe(self, statuses: list[WorkerStatus]) -> None:
         """What the live workers say: which of our tasks run where, which key they hold."""
@@ -377,6 +383,7 @@ class MapRun:
         self.tasks.move_all(self.tasks.indices(TaskState.QUEUED, TaskState.LEASED, TaskState.REFUSED,
                                                TaskState.BACKOFF), TaskState.CANCELLED)
         self.retry_queue.clear()
+        beacon.detach(self)
         try:
             removed = self.storage.cancel_map(self.map_id)
         except ConnectionProblem:
@@ -388,6 +395,7 @@ class MapRun:
         """Delete the map's keys (results already read)."""
         if not self.closed:
             self.closed = True
+            beacon.detach(self)
             try:
                 if self.tasks.unfinished:
                     self.storage.cancel_map(self.map_id)

@@ -80,10 +80,12 @@ def render_status(storage: Storage, max_workers: int = 60) -> str:
         lines += ["", "misfits (restart them with this client's key and versions):"]
         lines += [f"  {line}" for line in odd[:max_workers]]
     maps = storage.maps_in_flight()
-    lines += ["", f"{len(maps)} maps in flight"]
+    lines += ["", f"{len(maps)} maps in flight (of every client; they take turns in the shared queue)"]
     for m in maps:
+        alive = {True: "alive", False: "dead: its tasks are being dropped", None: "no beacon"}[m.get("client_alive")]
         lines.append(f"  {m['map_id']}  {m.get('label', '?'):<20} {m.get('n', '?'):>6} tasks  "
-                     f"{m['unread_results']:>6} unread results  client {m.get('client', '?')}")
+                     f"{m.get('queued', 0):>6} queued unrouted  {m['unread_results']:>6} unread results  "
+                     f"client {m.get('client', '?')} ({alive})")
     problems = storage.recent_problems(5)
     if problems:
         lines += ["", "recent problems:"]

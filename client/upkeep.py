@@ -26,7 +26,7 @@ log = logging.getLogger("rhtc.client")
 
 TICK_SECONDS = 1.0            # how often the map renews itself and looks for lost tasks
 AUDIT_SECONDS = 5.0           # how often it checks that every waiting task is somewhere
-AUDIT_MAX_QUEUE = 1000        # ... unless the shared queue is longer and results flow
+AUDIT_MAX_QUEUE = 1000        # ... unless the shared queue and the map's backlog are longer and results flow
 STRAGGLER_MIN_SECONDS = 1.0   # never back up a task that has run less than this
 MAX_METRIC_SAMPLES = 200_000
 KEY_MISMATCH_SECONDS = 3.0    # every live worker holds another key this long: give up
@@ -226,7 +226,7 @@ class Upkeep:
         run = self.run
         self._next_audit = time.monotonic() + AUDIT_SECONDS
         stalled = time.monotonic() - run.last_progress > AUDIT_SECONDS
-        if not stalled and run.storage.shared_depth() > AUDIT_MAX_QUEUE:
+        if not stalled and run.storage.unrouted_depth(run.map_id) > AUDIT_MAX_QUEUE:
             return
         waiting = set(run.waiting())
         if not waiting:

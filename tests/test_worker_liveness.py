@@ -198,11 +198,13 @@ def test_scripts_work_in_bounded_steps(broker, storage):
     arg = protocol.dumps(1)
     frames = [protocol.sign(key, protocol.pack_task_body("a" * 16, i, nonce, fn_hash, arg)) for i in range(n)]
     storage.enqueue_map("a" * 16, fn_hash, fn, {"n": n}, {None: frames}, nonce=nonce)
-    assert storage.shared_depth() == n
+    # fair turns: a few tasks in the shared queue, the rest in the map's backlog
+    assert storage.shared_depth() + storage.r.llen(storage.keys.backlog("a" * 16)) == n
     assert storage.audit_map("a" * 16) == set(range(n))
     assert storage.reap() == [] and storage.cancel_map("a" * 16) == n
     stats = storage.r.info("commandstats")["cmdstat_evalsha"]
-    assert stats["calls"] >= 3 * n // step                 # enqueue, audit and cancel went in steps
+    assert stats["calls"] >= 2 * n // step                 # enqueue and audit went in steps (cancel
+    #                                                        unlinks the backlog: freed in the background)
     assert stats["usec_per_call"] < 50_000
 
 

@@ -200,6 +200,7 @@ class Supervisor:
                 if not self.storage.heartbeat(self.name, self.incarnation, self.status()).ok:
                     return self._superseded()
                 self.storage.reap()
+                self.storage.drop_maps_of_dead_clients()
                 if time.monotonic() >= next_reconcile:
                     next_reconcile = time.monotonic() + self.settings.reconcile
                     self._reconcile()

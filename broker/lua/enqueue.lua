@@ -2,26 +2,37 @@
 -- most a few thousand frames each (only the first registers the map), so no call blocks
 -- Redis for long. Tasks routed to a worker that is not live (reaped between the client
 -- locating it and this call) go to the shared queue: no queue without an owner.
--- ARGV: ns, map id, register (1/0), [only when registering: function hash, packed function or '', map ttl,
---       function ttl, start time, n info values, info field/value pairs...,
+-- Fair turns: a map puts at most `window` tasks into the shared queue (only while its
+-- backlog is empty); the rest wait in its backlog, in order, and move in one by one as
+-- its tasks are taken (refill in lib.lua). Window 0: a resubmission (tasks lost on the way
+-- from the shared queue to a lease, backups): straight into the shared queue, which also
+-- restores the window of the lost ones.
+-- ARGV: ns, map id, register (1/0), window, [only when registering: function hash,
+--       packed function or '', map ttl, function ttl, start time, client id ('' none),
+--       client ttl ms, n info values, info field/value pairs...,
 --       n finished maps, their ids... (deleted here: a client's earlier maps)],
 --       then groups: routed (1/0), worker name ('' when not routed), n frames, frames...
 -- Returns 1, or 0 when a later call finds the map gone (cancelled): nothing is queued.
-local mid, register = ARGV[2], ARGV[3] == '1'
-local i = 4
+local mid, register, window = ARGV[2], ARGV[3] == '1', tonumber(ARGV[4])
+local i = 5
 if register then
-  local fh, blob = ARGV[4], ARGV[5]
-  local mapttl, fnttl, now = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
+  local fh, blob = ARGV[5], ARGV[6]
+  local mapttl, fnttl, now = tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9]
+  local cid, cttl = ARGV[10], tonumber(ARGV[11])
   if blob ~= '' then
     redis.call('SET', K['function'](fh), blob, 'EX', fnttl)
   else
     redis.call('EXPIRE', K['function'](fh), fnttl)
   end
-  local ninfo = tonumber(ARGV[9])
-  redis.call('HSET', K.map(mid), MAP_FN, fh, unpack(ARGV, 10, 9 + ninfo))
+  local ninfo = tonumber(ARGV[12])
+  redis.call('HSET', K.map(mid), MAP_FN, fh, unpack(ARGV, 13, 12 + ninfo))
+  if cid ~= '' then
+    redis.call('SET', K.client(cid), '1', 'PX', cttl)
+    redis.call('HSET', K.map(mid), MAP_CLIENT, cid)
+  end
   redis.call('EXPIRE', K.map(mid), mapttl)
   redis.call('ZADD', K.maps(), now, mid)
-  i = 10 + ninfo
+  i = 13 + ninfo
   local ndel = tonumber(ARGV[i])
   for j = i + 1, i + ndel do
     local old = ARGV[j]
@@ -32,11 +43,27 @@ if register then
 elseif redis.call('EXISTS', K.map(mid)) == 0 then
   return 0
 end
+local backlog = K.backlog(mid)
+local room = 0
+if window == 0 then room = #ARGV elseif redis.call('LLEN', backlog) == 0 then room = window end
+local function push(q, from, to)
+  for j = from, to, 1000 do
+    redis.call('LPUSH', q, unpack(ARGV, j, math.min(j + 999, to)))
+  end
+end
 while i <= #ARGV do
   local routed, who, count = ARGV[i] == '1', ARGV[i + 1], tonumber(ARGV[i + 2])
-  local q = (routed and is_live(who)) and K.queue(who) or K.shared_queue()
-  for j = i + 3, i + 2 + count, 1000 do
-    redis.call('LPUSH', q, unpack(ARGV, j, math.min(j + 999, i + 2 + count)))
+  local first, last = i + 3, i + 2 + count
+  if routed and is_live(who) then
+    push(K.queue(who), first, last)
+  else
+    local now = math.min(room, count)
+    if now > 0 then push(K.shared_queue(), first, first + now - 1) end
+    room = room - now
+    if now < count then
+      push(backlog, first + now, last)
+      redis.call('EXPIRE', backlog, math.max(redis.call('TTL', K.map(mid)), 1))  -- lives as the map
+    end
   end
   i = i + 3 + count
 end

@@ -1,5 +1,6 @@
 -- Lease one task that a worker popped with BRPOP (the idle worker's wake-up).
--- ARGV: ns, worker, incarnation, leases on (1/0), frame.
+-- A task popped from the shared queue lets the next one of its map's backlog in (refill).
+-- ARGV: ns, worker, incarnation, leases on (1/0), frame, popped from the shared queue (1/0).
 -- Returns the map's nonce, or '' when the map is gone (the task is then dropped) or this
 -- incarnation does not hold the name (the task goes back to the shared queue).
 local w, inc, leases, frame = ARGV[2], ARGV[3], ARGV[4] == '1', ARGV[5]
@@ -10,5 +11,6 @@ if redis.call('GET', K.incarnation(w)) ~= inc then
 end
 local nonce = map_nonce(frame_map(frame))
 if not nonce then return '' end
+if ARGV[6] == '1' then refill(frame_map(frame)) end
 if leases then redis.call('HSET', K.lease(w), frame_tid(frame), lease_prefix(inc) .. frame) end
 return nonce

@@ -23,9 +23,34 @@ local function lease_inc(v) return string.sub(v, 1, INC_LEN) end
 local function lease_ms(v) return tonumber(string.sub(v, INC_LEN + 1, INC_LEN + TIME_LEN)) or 0 end
 local function lease_frame(v) return string.sub(v, INC_LEN + TIME_LEN + 1) end
 
--- The map's nonce, or false when the map is gone.
+-- A map whose client died: delete its keys (its backlog of queued tasks with them) and
+-- its registry entry; its tasks left in other queues are dropped by whoever pops them.
+local function drop_map(mid)
+  redis.call('UNLINK', unpack(map_keys(mid)))  -- a long backlog is freed in the background
+  redis.call('ZREM', K.maps(), mid)
+end
+
+-- The map's nonce, or false when the map is gone or its client's beacon expired (the
+-- map is then dropped). One look per map per script call.
+local nonces = {}
 local function map_nonce(mid)
-  return redis.call('HGET', K.map(mid), MAP_NONCE)
+  local known = nonces[mid]
+  if known ~= nil then return known end
+  local got = redis.call('HMGET', K.map(mid), MAP_NONCE, MAP_CLIENT)
+  local nonce = got[1]
+  if nonce and got[2] and redis.call('EXISTS', K.client(got[2])) == 0 then
+    drop_map(mid)
+    nonce = false
+  end
+  nonces[mid] = nonce
+  return nonce
+end
+
+-- A task of map `mid` left the shared queue: the next task of its backlog takes its place
+-- at the back of the shared queue (so each map keeps at most its window there: maps
+-- take turns).
+local function refill(mid)
+  redis.call('LMOVE', K.backlog(mid), K.shared_queue(), 'RIGHT', 'LEFT')
 end
 
 -- Put a leased task back in the shared queue. With a reason (`why` ~= '') the run counts

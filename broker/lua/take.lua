@@ -1,6 +1,8 @@
--- Hand in a worker's results, then lease up to `n` more tasks for it: its own queue first,
--- then the shared one, and when both are empty one task stolen from a backed-up, stuck or
--- dead worker (steal_one in lib.lua). One atomic step, one round trip per batch.
+-- Hand in a worker's results, then lease up to `n` more tasks for it: from its own queue
+-- and the shared one (which comes first is a coin toss when both hold tasks, so routed
+-- work cannot starve other maps' shared tasks), and when both are empty one task stolen
+-- from a backed-up, stuck or dead worker (steal_one in lib.lua). Each task taken from the
+-- shared queue lets the next one of its map's backlog in (refill in lib.lua: fair turns). One atomic step, one round trip per batch.
 -- Each task taken is recorded in the worker's lease hash (task id -> incarnation, time,
 -- frame) in the same step, so a worker killed at any instant leaves its tasks findable.
 -- Results of maps that are gone are dropped, and so are their queued tasks (at most
@@ -28,7 +30,7 @@ if redis.call('GET', K.incarnation(w)) ~= inc then return {0} end
 local out = {1}
 local budget = step
 local prefix = leases and lease_prefix(inc)
-local function take(q)
+local function take(q, shared)
   while #out < 2 * n + 1 and budget > 0 do
     budget = budget - 1
     local item = redis.call('RPOP', q)
@@ -37,8 +39,10 @@ local function take(q)
       out[#out + 1] = item
       out[#out + 1] = ''
     else
-      local nonce = map_nonce(frame_map(item))
+      local mid = frame_map(item)
+      local nonce = map_nonce(mid)
       if nonce then
+        if shared then refill(mid) end
         if leases then redis.call('HSET', lease, frame_tid(item), prefix .. item) end
         out[#out + 1] = item
         out[#out + 1] = nonce
@@ -46,8 +50,13 @@ local function take(q)
     end
   end
 end
-take(K.queue(w))
-take(K.shared_queue())
+if tonumber(redis.call('TIME')[2]) % 2 == 0 then
+  take(K.queue(w), false)
+  take(K.shared_queue(), true)
+else
+  take(K.shared_queue(), true)
+  take(K.queue(w), false)
+end
 if #out == 1 and n > 0 then
   local item, nonce = steal_one(w, inc, minq, stuck, step)
   if item then
