@@ -106,6 +106,10 @@ class Settings:
     broker_patience: float = 300.0    # RHTC_BROKER_PATIENCE: client waits this long for a lost broker
     scan_step: int = 2000             # items one Lua call looks at, at most (C9)
     malloc_tuning: bool = True        # RHTC_MALLOC_TUNING=0 turns it off
+    token_ttl: float = 30.0           # RHTC_TOKEN_TTL: a map's signed liveness token lasts this
+                                      # long (broker clock) unless its client renews it (s)
+    unclaimed_seconds: float = 10.0   # RHTC_UNCLAIMED_SECONDS: tasks sit this long in the queue of
+                                      # a "live" worker that takes none: the client takes them back
 
     @property
     def heartbeat(self) -> float:
@@ -133,7 +137,9 @@ class Settings:
                    leases=e.get("RHTC_LEASES", "1") != "0",
                    max_result_bytes=int(_env_float("RHTC_MAX_RESULT_BYTES", 64 * 1024 * 1024)),
                    broker_patience=_env_float("RHTC_BROKER_PATIENCE", 300.0),
-                   malloc_tuning=e.get("RHTC_MALLOC_TUNING", "1") != "0")
+                   malloc_tuning=e.get("RHTC_MALLOC_TUNING", "1") != "0",
+                   token_ttl=max(2.0, _env_float("RHTC_TOKEN_TTL", 30.0)),
+                   unclaimed_seconds=max(1.0, _env_float("RHTC_UNCLAIMED_SECONDS", 10.0)))
 
 
 @functools.lru_cache(maxsize=1)

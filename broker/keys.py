@@ -24,8 +24,11 @@ key                             type    what / who deletes it
 ``{ns}:workers``                set     registered workers; the reaper removes dead ones
 ``{ns}:holds:{worker}``         set     routing keys of chunks the worker has cached; expires
 ``{ns}:reap-due``               string  throttle: one reaper pass per second per namespace; expires
-``{ns}:map:{map}``              hash    a map in flight (function hash, nonce, versions, size);
+``{ns}:map:{map}``              hash    a map in flight (function hash, versions, size);
                                         expires unless its client keeps it alive; deleted when done
+``{ns}:live:{map}``             string  the map's latest signed liveness token (broker/protocol.py);
+                                        renewed every upkeep tick, same expiry as ``map``,
+                                        deleted with the map
 ``{ns}:maps``                   zset    map ids by start time, for ``rhtc status`` (entries of
                                         maps whose hash is gone are removed by whoever lists them)
 ``{ns}:res:{map}``              list    finished and failed results; expires; deleted when read
@@ -81,6 +84,7 @@ TEMPLATES: dict[str, str] = {
     "holds": "{ns}:holds:{worker}",
     "reap_due": "{ns}:reap-due",
     "map": "{ns}:map:{map_id}",
+    "live": "{ns}:live:{map_id}",
     "maps": "{ns}:maps",
     "results": "{ns}:res:{map_id}",
     "tries": "{ns}:tries:{map_id}",
@@ -92,14 +96,15 @@ TEMPLATES: dict[str, str] = {
     "floor_results": "{ns}:floor:res",
 }
 
-#: the map's field holding its nonce (task frames must carry the same), and its function hash
-MAP_NONCE = "nonce"
+#: the map's field holding its function hash (its nonce travels in its liveness token)
 MAP_FN = "fn"
 #: lease values: incarnation (this many chars) | taken-at ms (this many digits) | task frame
 INCARNATION_LEN = 16
 LEASE_TIME_LEN = 13
 #: the map keys whose expiry the client renews while the map runs
 MAP_DATA = ("results", "tries", "attempts", "dead")
+#: every key a map owns (deleted together when the map ends)
+MAP_OWNED = ("map", "live", *MAP_DATA)
 
 
 def _key(name: str):
@@ -131,7 +136,7 @@ class Keys:
 
     def map_keys(self, map_id: str) -> list[str]:
         """Every key a map owns (deleted together when the map ends)."""
-        return [self.map(map_id)] + [getattr(self, k)(map_id) for k in MAP_DATA]
+        return [getattr(self, k)(map_id) for k in MAP_OWNED]
 
 
 for _name, _template in TEMPLATES.items():

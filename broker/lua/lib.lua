@@ -23,9 +23,9 @@ local function lease_inc(v) return string.sub(v, 1, INC_LEN) end
 local function lease_ms(v) return tonumber(string.sub(v, INC_LEN + 1, INC_LEN + TIME_LEN)) or 0 end
 local function lease_frame(v) return string.sub(v, INC_LEN + TIME_LEN + 1) end
 
--- The map's nonce, or false when the map is gone.
-local function map_nonce(mid)
-  return redis.call('HGET', K.map(mid), MAP_NONCE)
+-- The map's signed liveness token (the worker verifies it), or false when the map is gone.
+local function map_token(mid)
+  return redis.call('GET', K.live(mid))
 end
 
 -- Put a leased task back in the shared queue. With a reason (`why` ~= '') the run counts
@@ -83,7 +83,7 @@ end
 -- (its current task has run more than `stuck` seconds), or it is dead (no incarnation).
 -- A short queue of an owner that is making progress is left alone: those chunks are in
 -- its cache. Work: one LLEN per registered worker, at most `step` pops.
--- Returns frame, nonce; or nil.
+-- Returns frame, the map's token; or nil.
 local function steal_one(me, inc, minq, stuck, step)
   local best, bestlen = nil, 0
   for _, w in ipairs(redis.call('SMEMBERS', K.workers())) do
@@ -112,10 +112,10 @@ local function steal_one(me, inc, minq, stuck, step)
     local item = redis.call('LPOP', K.queue(best))
     if not item then return nil end
     if is_task(item) then
-      local nonce = map_nonce(frame_map(item))
-      if nonce then
+      local token = map_token(frame_map(item))
+      if token then
         redis.call('HSET', K.lease(me), frame_tid(item), lease_prefix(inc) .. item)
-        return item, nonce
+        return item, token
       end
     end
   end
