@@ -88,7 +88,8 @@ class Upkeep:
 
     def look(self) -> None:
         """Before a map is queued: which workers are live and which key they hold (so it
-        routes around misfits from the start and warns even if it ends within a second).
+        routes around misfits and forged workers from the start and warns even if it ends
+        within a second).
         One read of the workers serves every map submitted within :data:`LOOK_SECONDS`."""
         storage = self.run.storage
         seen = _looks.get(storage)
@@ -96,6 +97,7 @@ class Upkeep:
             seen = _looks[storage] = (time.monotonic(), storage.worker_statuses(queue_depths=False))
         self.run.observe(seen[1])
         self._check_keys(seen[1])
+        self._check_forged(seen[1])
 
     def schedule(self) -> None:
         """The first tick comes one period after the map was submitted."""
