@@ -24,7 +24,7 @@ key                             type    what / who deletes it
 ``{ns}:workers``                set     registered workers; the reaper removes dead ones
 ``{ns}:holds:{worker}``         set     routing keys of chunks the worker has cached; expires
 ``{ns}:reap-due``               string  throttle: one reaper pass per second per namespace; expires
-``{ns}:map:{map}``              hash    a map in flight (function hash, versions, size);
+``{ns}:map:{map}``              hash    a map in flight (function hash, nonce, versions, size);
                                         expires unless its client keeps it alive; deleted when done
 ``{ns}:live:{map}``             string  the map's latest signed liveness token (broker/protocol.py);
                                         renewed every upkeep tick, same expiry as ``map``,
@@ -96,8 +96,10 @@ TEMPLATES: dict[str, str] = {
     "floor_results": "{ns}:floor:res",
 }
 
-#: the map's field holding its function hash (its nonce travels in its liveness token)
+#: the map's field holding its function hash; its nonce (the workers read it from the map's
+#: liveness token; the field is kept for workers of earlier releases during an upgrade)
 MAP_FN = "fn"
+MAP_NONCE = "nonce"
 #: lease values: incarnation (this many chars) | taken-at ms (this many digits) | task frame
 INCARNATION_LEN = 16
 LEASE_TIME_LEN = 13

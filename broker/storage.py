@@ -28,7 +28,7 @@ from rhtc.broker.config import BrokerConfig, Settings, redact
 from rhtc.broker.config import settings as default_settings
 from rhtc.broker.errors import PARSER, ConnectionProblem
 from rhtc.broker.fastlane import FastLane
-from rhtc.broker.keys import MAP_DATA, Keys
+from rhtc.broker.keys import MAP_DATA, MAP_NONCE, Keys
 from rhtc.broker.leases import Leases
 
 
@@ -107,7 +107,7 @@ class Storage(Leases):
         results, which are returned.
         """
         st = self.settings
-        flat_info = [x for kv in info.items() for x in (kv[0], str(kv[1]))]
+        flat_info = [x for kv in dict(info, **{MAP_NONCE: nonce}).items() for x in (kv[0], str(kv[1]))]
         token = self.map_token(map_id, nonce)
         finished, self._finished_maps = self._finished_maps, []
         first: list = [self.keys.ns, map_id, 1, fn_hash, packed_fn or b"", st.map_ttl, st.function_ttl,
@@ -123,9 +123,10 @@ class Storage(Leases):
                 room -= len(part)
         calls.append(args)
         script = self._scripts["enqueue"]
+        set_token = ("SET", self.keys.live(map_id), token, "PX", int(st.map_ttl * 1000))
         with self._fast.lock:
             try:
-                self._fast.send("SET", self.keys.live(map_id), token, "PX", int(st.map_ttl * 1000))
+                self._fast.send(*set_token)
                 for args in calls:
                     self._fast.script(script, [], args, wait=False)
                 if wait_first <= 0:
@@ -134,6 +135,7 @@ class Storage(Leases):
                 got = self._fast.call_behind("BLPOP", self.keys.results(map_id), wait_first)
             except redis.exceptions.NoScriptError:
                 self._fast.reset()
+                self._fast.call(*set_token)
                 for args in calls:
                     self._fast.script(script, [], args)
                 return []
@@ -258,6 +260,7 @@ class Storage(Leases):
                 gone.append(m)
                 continue
             d = {a.decode(): b.decode() for a, b in info.items()}
+            d.pop(MAP_NONCE, None)
             d.update(map_id=m, unread_results=nres)
             out.append(d)
         if gone:

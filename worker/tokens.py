@@ -93,7 +93,8 @@ class MapTokens:
                                 f"({(now_ms - tok.valid_until_ms) / 1000:.1f} s ago by the broker's clock): "
                                 "frames replayed after the map ended, or a client that stopped renewing its "
                                 "map for longer than RHTC_TOKEN_TTL; nothing was run")
-        self._remember(self._latest, task.map_id, tok)
+        if self._latest.get(task.map_id) is not tok:
+            self._remember(self._latest, task.map_id, tok)
         return None
 
     def _refuse(self, task: protocol.Task, kind: FaultKind, message: str) -> Refusal:
