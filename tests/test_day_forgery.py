@@ -251,3 +251,24 @@ def test_tasks_in_the_queue_of_a_replayed_heartbeat_are_taken_back(broker, worke
     assert f"worker {dead} looks live but took none" in problems(storage)
     assert storage.r.llen(k.queue(dead)) == 0
     assert os.getpid()            # (the workers fixture stops the live one by pid)
+
+
+@pytest.mark.timeout(180)
+def test_a_client_that_stopped_renewing_its_map_gets_every_result_once_it_polls(broker, workers, tmp_path):
+    """The other side of the token's expiry: a live client that did not renew its map for
+    longer than the token lasts (stopped in a debugger) loses nothing; the tasks the workers
+    refused meanwhile are sent again under a fresh token, and none ran under the stale one."""
+    s = client(broker, token_ttl=TOKEN_TTL)
+    (tmp_path / "runs").mkdir()
+    try:
+        run = MapRun(s, touch, [(str(tmp_path), "c", i) for i in range(5)], stragglers=None)
+        run.submit()
+        wait_after(s, TOKEN_TTL + 0.5)               # no tick: the token expired in Redis
+        workers.start(1)
+        assert wait_for(lambda: s.shared_depth() == 0, 30, "the worker looked at the stale tasks")
+        assert wait_for(lambda: "expired" in problems(s), 20, "the refusal"), problems(s)
+        assert not runs(tmp_path, "c")               # nothing ran under the expired token
+        assert finish(run) == {i: i * i for i in range(5)}
+        assert runs(tmp_path, "c") == {i: 1 for i in range(5)}
+    finally:
+        s.close()
