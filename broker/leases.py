@@ -85,7 +85,11 @@ class Leases:
         got = self._fast.script(self._scripts["take"], [], args)
         if not got[0]:
             return False, 0, []
-        return True, int(got[1]), [(got[i], got[i + 1]) for i in range(2, len(got), 2)]
+        batch, token = [], b""
+        for i in range(2, len(got), 2):
+            token = got[i + 1] or token           # '': the previous frame's token (or foreign bytes)
+            batch.append((got[i], token))
+        return True, int(got[1]), batch
 
     def wait_for_task(self, worker: str, incarnation: str, timeout: float) -> bytes | None:
         """Block until a task arrives in this worker's queue or the shared one; lease it.

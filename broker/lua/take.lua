@@ -11,7 +11,8 @@
 -- Returns {held, broker time ms, frame, token, frame, token, ...}; held = 0 when this
 -- incarnation does not hold the name (another took it over, or it expired: nothing is
 -- leased then, the supervisor claims it again or stops); token = the map's signed
--- liveness token ('' for foreign bytes), judged by the worker against the broker time.
+-- liveness token, judged by the worker against the broker time ('' for foreign bytes, and
+-- for a frame whose token is the previous frame's: each token travels once per reply).
 local w, inc, grace, n = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 local leases, step = ARGV[6] == '1', tonumber(ARGV[7])
 local minq, stuck = tonumber(ARGV[8]), tonumber(ARGV[9])
@@ -29,6 +30,7 @@ if redis.call('GET', K.incarnation(w)) ~= inc then return {0} end
 local out = {1, now_ms()}
 local budget = step
 local prefix = leases and lease_prefix(inc)
+local last = false
 local function take(q)
   while #out < 2 * n + 2 and budget > 0 do
     budget = budget - 1
@@ -42,7 +44,8 @@ local function take(q)
       if token then
         if leases then redis.call('HSET', lease, frame_tid(item), prefix .. item) end
         out[#out + 1] = item
-        out[#out + 1] = token
+        out[#out + 1] = (token == last) and '' or token
+        last = token
       end
     end
   end
