@@ -109,6 +109,10 @@ class Settings:
     fair_window: int = 8              # RHTC_FAIR_WINDOW: tasks of one map in the shared queue at a time
     client_ttl: float = 10.0          # RHTC_CLIENT_TTL: a client silent this long is dead, its maps dropped (s)
     malloc_tuning: bool = True        # RHTC_MALLOC_TUNING=0 turns it off
+    token_ttl: float = 30.0           # RHTC_TOKEN_TTL: a map's signed liveness token lasts this
+                                      # long (broker clock) unless its client renews it (s)
+    unclaimed_seconds: float = 10.0   # RHTC_UNCLAIMED_SECONDS: tasks sit this long in the queue of
+                                      # a "live" worker that takes none: the client takes them back
 
     @property
     def heartbeat(self) -> float:
@@ -138,7 +142,9 @@ class Settings:
                    broker_patience=_env_float("RHTC_BROKER_PATIENCE", 300.0),
                    fair_window=max(1, int(_env_float("RHTC_FAIR_WINDOW", 8))),
                    client_ttl=max(1.0, _env_float("RHTC_CLIENT_TTL", 10.0)),
-                   malloc_tuning=e.get("RHTC_MALLOC_TUNING", "1") != "0")
+                   malloc_tuning=e.get("RHTC_MALLOC_TUNING", "1") != "0",
+                   token_ttl=max(2.0, _env_float("RHTC_TOKEN_TTL", 30.0)),
+                   unclaimed_seconds=max(1.0, _env_float("RHTC_UNCLAIMED_SECONDS", 10.0)))
 
 
 @functools.lru_cache(maxsize=1)

@@ -37,6 +37,9 @@ key                             type    what / who deletes it
 ``{ns}:sweep-due``              string  throttle: one sweep for maps of dead clients per second; expires
 ``{ns}:map:{map}``              hash    a map in flight (function hash, nonce, versions, size);
                                         expires unless its client keeps it alive; deleted when done
+``{ns}:live:{map}``             string  the map's latest signed liveness token (broker/protocol.py);
+                                        renewed every upkeep tick, same expiry as ``map``,
+                                        deleted with the map
 ``{ns}:maps``                   zset    map ids by start time, for ``rhtc status`` (entries of
                                         maps whose hash is gone are removed by whoever lists them)
 ``{ns}:res:{map}``              list    finished and failed results; expires; deleted when read
@@ -97,6 +100,7 @@ TEMPLATES: dict[str, str] = {
     "backlog": "{ns}:q:m:{map_id}",
     "client": "{ns}:client:{client_id}",
     "map": "{ns}:map:{map_id}",
+    "live": "{ns}:live:{map_id}",
     "maps": "{ns}:maps",
     "results": "{ns}:res:{map_id}",
     "tries": "{ns}:tries:{map_id}",
@@ -108,9 +112,10 @@ TEMPLATES: dict[str, str] = {
     "floor_results": "{ns}:floor:res",
 }
 
-#: the map's field holding its nonce (task frames must carry the same), and its function hash
-MAP_NONCE = "nonce"
+#: the map's field holding its function hash; its nonce (the workers read it from the map's
+#: liveness token; the field is kept for workers of earlier releases during an upgrade)
 MAP_FN = "fn"
+MAP_NONCE = "nonce"
 #: the map's field naming its client's beacon (``client`` key); a map without it never dies early
 MAP_CLIENT = "client_id"
 #: lease values: incarnation (this many chars) | taken-at ms (this many digits) | task frame
@@ -118,6 +123,8 @@ INCARNATION_LEN = 16
 LEASE_TIME_LEN = 13
 #: the map keys whose expiry the client renews while the map runs
 MAP_DATA = ("results", "tries", "attempts", "dead", "backlog")
+#: every key a map owns (deleted together when the map ends)
+MAP_OWNED = ("map", "live", *MAP_DATA)
 
 
 def _key(name: str):
@@ -149,7 +156,7 @@ class Keys:
 
     def map_keys(self, map_id: str) -> list[str]:
         """Every key a map owns (deleted together when the map ends)."""
-        return [self.map(map_id)] + [getattr(self, k)(map_id) for k in MAP_DATA]
+        return [getattr(self, k)(map_id) for k in MAP_OWNED]
 
 
 for _name, _template in TEMPLATES.items():

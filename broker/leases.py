@@ -45,7 +45,7 @@ class Leases:
         st = self.settings
         why = f"{worker} was restarted (new incarnation {incarnation}) at {now_text()}"
         ok, info = self._scripts["claim"](args=[
-            self.keys.ns, worker, incarnation, status.encode(), int(st.lease * 1000), mode, expected,
+            self.keys.ns, worker, incarnation, status.encode(self.config.key), int(st.lease * 1000), mode, expected,
             st.max_attempts, st.result_ttl, why, st.holds_ttl, st.scan_step])
         if not ok:
             return Claim(False, info.decode() if isinstance(info, bytes) else str(info))
@@ -71,25 +71,31 @@ class Leases:
 
     # -- taking tasks ----------------------------------------------------------------------
     def take(self, worker: str, incarnation: str, max_tasks: int,
-             results: Sequence[tuple[str, bytes, bytes]] = ()) -> tuple[bool, list[tuple[bytes, str]]]:
+             results: Sequence[tuple[str, bytes, bytes]] = ()) -> tuple[bool, int, list[tuple[bytes, bytes]]]:
         """Hand in (map id, task id, result frame) triples, then lease up to ``max_tasks``
         tasks: own queue and shared queue (in turns), and when both are empty one task
         stolen from the tail of a backed-up, stuck or dead worker's queue. One round trip.
-        Returns (still holding the name, [(frame, its map's nonce)])."""
+        Returns (still holding the name, the broker's clock in ms,
+        [(frame, its map's signed liveness token)])."""
         st = self.settings
         args: list = [self.keys.ns, worker, incarnation, st.result_grace, max_tasks, int(st.leases),
                       st.scan_step, st.steal_min_queue, st.steal_stuck_seconds]
         for map_id, tid, frame in results:
             args += [map_id, tid, frame]
         got = self._fast.script(self._scripts["take"], [], args)
-        return bool(got[0]), [(got[i], got[i + 1].decode()) for i in range(1, len(got), 2)]
+        if not got[0]:
+            return False, 0, []
+        batch, token = [], b""
+        for i in range(2, len(got), 2):
+            token = got[i + 1] or token           # '': the previous frame's token (or foreign bytes)
+            batch.append((got[i], token))
+        return True, int(got[1]), batch
 
     def wait_for_task(self, worker: str, incarnation: str, timeout: float) -> bytes | None:
         """Block until a task arrives in this worker's queue or the shared one; lease it.
 
-        The lease is sent without waiting for its reply, so an idle worker's wake-up costs
-        no extra round trip; :meth:`leased_nonce` reads the reply (the map's nonce) while
-        the caller verifies the frame."""
+        The lease is sent without waiting for its reply; :meth:`leased_token` reads the
+        reply (the map's liveness token) while the caller verifies the frame."""
         got = self._fast.call("BRPOP", self.keys.queue(worker), self.keys.shared_queue, timeout)
         if not got:
             return None
@@ -99,10 +105,11 @@ class Leases:
                           wait=False)
         return got[1]
 
-    def leased_nonce(self) -> str:
-        """The nonce of the map of the task :meth:`wait_for_task` returned ('' if it is gone)."""
-        got = self._fast.collect()
-        return got.decode() if isinstance(got, bytes) else ""
+    def leased_token(self) -> tuple[bytes, int]:
+        """(the liveness token of the map of the task :meth:`wait_for_task` returned, b''
+        if the map is gone; the broker's clock in ms)."""
+        token, now = self._fast.collect()
+        return token, int(now)
 
     def release(self, worker: str, task_ids: Iterable[bytes]) -> None:
         """Drop leases without a result (a frame the worker refused and reported)."""

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import hmac
 import json
 import re
 import struct
 
-from rhtc.broker.protocol import TaskRef
+from rhtc.broker.protocol import TaskRef, key_fingerprint
 
 # -- results ----------------------------------------------------------------------------
 @dataclasses.dataclass
@@ -85,6 +86,8 @@ class FaultKind(str, enum.Enum):
 
     BAD_FRAME = "bad-frame"                  # signature, magic or protocol version wrong
     REPLAYED = "replayed"                    # a task frame whose nonce is not its map's
+    EXPIRED = "expired"                      # the map's liveness token expired (ended map, or a client
+                                             # that stopped renewing it)
     MISSING_FUNCTION = "missing-function"    # the function blob expired or the broker restarted
     FUNCTION_MISMATCH = "function-mismatch"  # the blob is not the function the task names
     VERSION_MISMATCH = "version-mismatch"    # client and worker Python differ
@@ -152,6 +155,7 @@ class WorkerStatus:
     versions: dict = dataclasses.field(default_factory=dict)
     metrics: dict = dataclasses.field(default_factory=dict)
     queued: int | None = None                 # length of its own queue, filled in by the reader
+    forged: str = ""                          # why its heartbeat is not genuine (the reader's verdict)
 
     @property
     def state(self) -> str:
@@ -171,11 +175,15 @@ class WorkerStatus:
         d["state"] = self.state
         return d
 
-    def encode(self) -> str:
+    def encode(self, key: bytes | None = None) -> str:
+        """JSON; with ``key`` (what a worker publishes), signed: :func:`status_forgery`."""
         d = dataclasses.asdict(self)
         d["task"] = list(self.task) if self.task is not None else None
         d.pop("queued")
-        return json.dumps(d)
+        d.pop("forged")
+        text = json.dumps(d)
+        return text if key is None else text[:-1] + _SIG_OPEN + _status_mac(key, text) + '"}'
+
 
     @classmethod
     def decode(cls, raw: bytes | str) -> "WorkerStatus":
@@ -220,3 +228,38 @@ def parse_lost_run(line: str) -> dict:
                 "stop": float(m["stop"])}
     first = line.split(" ", 1)[0] if line.strip() else ""
     return {"why": line.strip(), "worker": first or "?"}
+
+
+# -- signed heartbeats ------------------------------------------------------------------
+_SIG_OPEN = ', "sig": "'
+_SIG_TAIL = len(_SIG_OPEN) + 64 + 2          # the signature field closes the JSON object
+
+
+def _status_mac(key: bytes, text: str) -> str:
+    return hmac.new(key, b"rhtc worker status\0" + text.encode(), "sha256").hexdigest()
+
+
+def status_forgery(key: bytes, raw: bytes | str, name: str, status: WorkerStatus) -> str:
+    """Why the heartbeat ``raw`` published under worker ``name`` is forged, or '' if a holder
+    of ``key`` signed it for that name. A heartbeat claiming another key's fingerprint cannot
+    be judged here: it is a misfit (routed around), not a forgery.
+
+    >>> key = b"k" * 32
+    >>> s = WorkerStatus(name="w1", host="h", pid=1, incarnation="i", key_fingerprint=key_fingerprint(key))
+    >>> status_forgery(key, s.encode(key), "w1", s)
+    ''
+    >>> status_forgery(key, s.encode(key), "w2", s).split(" (")[0]
+    "its heartbeat is a copy of w1's"
+    """
+    text = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+    signed = len(text) > _SIG_TAIL and text[-_SIG_TAIL:].startswith(_SIG_OPEN)
+    if signed and hmac.compare_digest(text[-_SIG_TAIL + len(_SIG_OPEN):-2],
+                                      _status_mac(key, text[:-_SIG_TAIL] + "}")):
+        if status.name == name:
+            return ""
+        return (f"its heartbeat is a copy of {status.name}'s (signed for {status.name}, "
+                f"published under {name})")
+    if status.key_fingerprint and status.key_fingerprint != key_fingerprint(key):
+        return ""
+    return ("its heartbeat claims this key's fingerprint but is " + ("not signed with the key" if signed
+                                                                      else "unsigned"))

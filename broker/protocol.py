@@ -16,6 +16,10 @@ Bodies:
   payload of OK / USER_ERROR: meta length (uint32 BE) | meta JSON (:class:`ResultMeta`)
           | lz4(cloudpickle(value or error dict)); of SYSTEM_ERROR: :class:`Fault` JSON
 * function: lz4(cloudpickle(function)); its name is the hash of the whole signed frame
+* map token: ``rhtc-map-live:`` | map id (16 ascii) | map nonce (16 ascii) | valid-until
+  (13 ascii digits: ms of the broker's clock). The client signs a fresh one every upkeep
+  tick; a worker runs a task only under a token of its map and nonce that has not expired
+  by the broker's clock, so frames copied from a live map are dead soon after it ends.
 
 The map id sits at a fixed offset in every version, so a worker can always say which
 map sent it a frame it cannot read.
@@ -256,6 +260,45 @@ def unpack_task(key: bytes, frame: bytes) -> Task:
                 body[at:at + NONCE_LEN].decode("ascii"),
                 body[at + NONCE_LEN:at + NONCE_LEN + FN_HASH_LEN].decode("ascii"),
                 body[at + NONCE_LEN + FN_HASH_LEN:])
+
+
+# -- map liveness tokens -------------------------------------------------------------------
+TOKEN_TAG = b"rhtc-map-live:"
+UNTIL_LEN = 13
+TOKEN_BODY_LEN = len(TOKEN_TAG) + MAP_ID_LEN + NONCE_LEN + UNTIL_LEN
+
+
+class MapToken(NamedTuple):
+    """A verified map liveness token: the map, its nonce, and until when (ms of the
+    broker's clock) it says the map is alive.
+
+    >>> key = b"k" * 32
+    >>> unpack_map_token(key, pack_map_token(key, "0123456789abcdef", "n" * 16, 1700000000000))
+    MapToken(map_id='0123456789abcdef', nonce='nnnnnnnnnnnnnnnn', valid_until_ms=1700000000000)
+    """
+
+    map_id: str
+    nonce: str
+    valid_until_ms: int
+
+
+def pack_map_token(key: bytes, map_id: str, nonce: str, valid_until_ms: int) -> bytes:
+    """A signed token saying map ``map_id`` (with ``nonce``) is alive until ``valid_until_ms``."""
+    if len(map_id) != MAP_ID_LEN or len(nonce) != NONCE_LEN:
+        raise ValueError(f"map token of {map_id}: map id and nonce must be {MAP_ID_LEN} and {NONCE_LEN} characters")
+    return sign(key, TOKEN_TAG + map_id.encode("ascii") + nonce.encode("ascii")
+                + b"%013d" % int(valid_until_ms))
+
+
+def unpack_map_token(key: bytes, frame: bytes) -> MapToken:
+    """Verify a map token; raise :class:`BadFrame` if it is not one signed with ``key``."""
+    body = verify(key, frame)
+    if len(body) != TOKEN_BODY_LEN or not body.startswith(TOKEN_TAG):
+        raise BadFrame("a signed frame that is not a map liveness token was stored as one")
+    at = len(TOKEN_TAG)
+    return MapToken(body[at:at + MAP_ID_LEN].decode("ascii"),
+                    body[at + MAP_ID_LEN:at + MAP_ID_LEN + NONCE_LEN].decode("ascii"),
+                    int(body[at + MAP_ID_LEN + NONCE_LEN:]))
 
 
 # -- functions --------------------------------------------------------------------------

@@ -58,6 +58,7 @@ class Storage(Leases):
         self._scripts = scripts.load(self.r)
         self._fast = FastLane(self.r)
         self._finished_maps: list[str] = []    # deleted with the next enqueue (or flush)
+        self._clock_offset: float | None = None  # broker clock minus ours (ms), from TIME
 
     # -- connection -----------------------------------------------------------------
     def ping(self) -> bool:
@@ -98,7 +99,8 @@ class Storage(Leases):
         """Register a map, store its function (if given) and queue its tasks.
 
         ``routed`` maps a worker name (or None for the shared queue) to task frames;
-        ``nonce`` is the map's nonce (:func:`protocol.new_nonce`) its task frames carry;
+        ``nonce`` is the map's nonce (:func:`protocol.new_nonce`) its task frames carry: the
+        map's liveness token (signed here, see :meth:`keep_map_alive`) names it;
         ``client`` names the submitting process's beacon (:meth:`renew_client`): when it
         expires, the map and its queued tasks are dropped ('': the map never dies early).
         Unrouted tasks beyond ``settings.fair_window`` wait in the map's backlog, so the
@@ -111,6 +113,7 @@ class Storage(Leases):
         """
         st = self.settings
         flat_info = [x for kv in dict(info, **{MAP_NONCE: nonce}).items() for x in (kv[0], str(kv[1]))]
+        token = self.map_token(map_id, nonce)
         finished, self._finished_maps = self._finished_maps, []
         window = st.fair_window if fair else 0
         first: list = [self.keys.ns, map_id, 1, window, fn_hash, packed_fn or b"", st.map_ttl,
@@ -127,8 +130,10 @@ class Storage(Leases):
                 room -= len(part)
         calls.append(args)
         script = self._scripts["enqueue"]
+        set_token = ("SET", self.keys.live(map_id), token, "PX", int(st.map_ttl * 1000))
         with self._fast.lock:
             try:
+                self._fast.send(*set_token)
                 for args in calls:
                     self._fast.script(script, [], args, wait=False)
                 if wait_first <= 0:
@@ -137,6 +142,7 @@ class Storage(Leases):
                 got = self._fast.call_behind("BLPOP", self.keys.results(map_id), wait_first)
             except redis.exceptions.NoScriptError:
                 self._fast.reset()
+                self._fast.call(*set_token)
                 for args in calls:
                     self._fast.script(script, [], args)
                 return []
@@ -156,15 +162,37 @@ class Storage(Leases):
     def function_present(self, fn_hash: str) -> bool:
         return bool(self.r.exists(self.keys.function(fn_hash)))
 
-    def keep_map_alive(self, map_id: str, fn_hash: str) -> bool:
-        """Renew a map's expiry; False if the map is gone (cancelled, or the broker restarted)."""
+    def keep_map_alive(self, map_id: str, fn_hash: str, nonce: str | None = None) -> bool:
+        """Renew a map's expiry and, given its ``nonce``, its liveness token (a fresh one,
+        valid ``settings.token_ttl`` s by the broker's clock); False if the map is gone
+        (cancelled, or the broker restarted)."""
         k, st = self.keys, self.settings
         pipe = self.r.pipeline(transaction=False)
+        pipe.time()
         pipe.expire(k.map(map_id), st.map_ttl)
         pipe.expire(k.function(fn_hash), st.function_ttl)
         for name in MAP_DATA:
             pipe.expire(getattr(k, name)(map_id), st.result_ttl)
-        return bool(pipe.execute()[0])
+        if nonce is not None:          # XX: never brings back the token of a map that ended
+            pipe.set(k.live(map_id), self.map_token(map_id, nonce), xx=True, px=int(st.map_ttl * 1000))
+        got = pipe.execute()
+        self._set_clock(got[0])
+        return bool(got[1])
+
+    def map_token(self, map_id: str, nonce: str) -> bytes:
+        """A signed token saying the map is alive for ``settings.token_ttl`` s more (broker clock)."""
+        return protocol.pack_map_token(self.config.key, map_id, nonce,
+                                       self.broker_ms() + int(self.settings.token_ttl * 1000))
+
+    def broker_ms(self) -> int:
+        """The broker's clock (ms), estimated from ours and the offset last seen by TIME, so
+        that tokens do not depend on the clocks of the client's and the workers' nodes."""
+        if self._clock_offset is None:
+            self._set_clock(self.r.time())
+        return int(time.time() * 1000 + self._clock_offset)
+
+    def _set_clock(self, t) -> None:
+        self._clock_offset = int(t[0]) * 1000 + int(t[1]) / 1000 - time.time() * 1000
 
     def fetch_results(self, map_id: str, timeout: float, count: int = 1000) -> list[bytes]:
         """Result frames of a map, waiting up to ``timeout`` seconds for the first one."""
@@ -315,6 +343,7 @@ class Storage(Leases):
         for name, blob, depth in zip(names, raw, depths):
             if blob:
                 status = messages.WorkerStatus.decode(blob)
+                status.forged = messages.status_forgery(self.config.key, blob, name, status)
                 status.name, status.queued = name, depth
                 out.append(status)
         return out
@@ -322,6 +351,12 @@ class Storage(Leases):
     def live_workers(self, queue_depths: bool = True) -> list[dict]:
         """:meth:`worker_statuses` as flat dicts (name, host, state, task label...)."""
         return [s.to_dict() for s in self.worker_statuses(queue_depths)]
+
+    def take_back_queue(self, worker: str) -> None:
+        """Move every task queued for ``worker`` to the shared queue (in bounded steps): it
+        looks live but takes none of them."""
+        while int(self._scripts["drain"](args=[self.keys.ns, worker, self.settings.scan_step])):
+            pass
 
     def shared_depth(self) -> int:
         return int(self.r.llen(self.keys.shared_queue))
@@ -335,8 +370,8 @@ class Storage(Leases):
 
     def locate(self, routing_keys: Sequence[str]) -> tuple[dict[str, str], list[str]]:
         """For each routing key cached on a live worker, that worker's name; and the
-        names of the live workers."""
-        live = [w.name for w in self.worker_statuses(queue_depths=False)]
+        names of the live workers (never one whose heartbeat is forged)."""
+        live = [w.name for w in self.worker_statuses(queue_depths=False) if not w.forged]
         if not routing_keys or not live:
             return {}, live
         pipe = self.r.pipeline(transaction=False)

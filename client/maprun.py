@@ -74,6 +74,7 @@ class MapRun:
         self.ledger = Ledger(self.n)
         self.workers: dict[str, WorkerStatus] = {}     # latest status of each live worker
         self.misfits: set[str] = set()                  # live workers holding another key
+        self.shunned: set[str] = set()                  # live-looking workers that took none of their queue
         self.start = self.end = None
         self.last_progress = time.monotonic()
         self.routed_to_workers = 0
@@ -117,7 +118,7 @@ class MapRun:
         if route and self.routing:
             keyed = [i for i in indices if getattr(self.args[i], "routing_key", None)]
             where, live = self.storage.locate([self.args[i].routing_key for i in keyed]) if keyed else ({}, [])
-            live = sorted(set(live) - self.misfits)
+            live = sorted(set(live) - self.misfits - self.shunned)
             owner = {i: where[self.args[i].routing_key] for i in keyed
                      if where.get(self.args[i].routing_key) in live}
             self.routed_to_workers = len(owner)
@@ -208,8 +209,8 @@ class MapRun:
 
     def good_workers(self) -> list[str]:
         """Live workers known to hold this client's key."""
-        return sorted(n for n, s in self.workers.items()
-                      if n not in self.misfits and s.key_fingerprint == self.fingerprint)
+        return sorted(n for n, s in self.workers.items() if n not in self.misfits and n not in self.shunned
+                      and not s.forged and s.key_fingerprint == self.fingerprint)
 
     def durations(self):
         """Run times of the latest finished tasks (numpy array), for the straggler check."""
@@ -354,6 +355,8 @@ class MapRun:
             self.tasks.move(index, TaskState.REFUSED)    # result may still come; wait for it
         elif fault.kind is FaultKind.REPLAYED:
             return                         # a replayed copy: the genuine task is still on its way
+        elif fault.kind is FaultKind.EXPIRED:
+            self.requeue([index])          # we are alive: sent again under a fresh token
         else:
             self.fail(index, err)
 

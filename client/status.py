@@ -79,6 +79,11 @@ def render_status(storage: Storage, max_workers: int = 60) -> str:
     if odd:
         lines += ["", "misfits (restart them with this client's key and versions):"]
         lines += [f"  {line}" for line in odd[:max_workers]]
+    forged = sorted((w.name, w.forged) for w in statuses if w.forged)
+    if forged:
+        lines += ["", "forged workers (no holder of this key published them; never routed to; "
+                      "someone has the Redis password: change it):"]
+        lines += [f"  {name}: {why}" for name, why in forged[:max_workers]]
     maps = storage.maps_in_flight()
     lines += ["", f"{len(maps)} maps in flight (of every client; they take turns in the shared queue)"]
     for m in maps:

@@ -1,6 +1,8 @@
-"""What a map does once a second while it waits for results: keep itself alive, find
-the tasks of dead workers and of a restarted broker, back up stragglers, sample the
-workers' metrics, name workers that hold another key, and notice a full broker.
+"""What a map does once a second while it waits for results: keep itself alive (and
+renew its signed liveness token), find the tasks of dead workers and of a restarted
+broker, take back tasks stranded in the queue of a worker that takes none, back up
+stragglers, sample the workers' metrics, name workers that hold another key or whose
+heartbeat is forged, and notice a full broker.
 
 Upkeep only looks after a map: it reads what the map shows and asks it to act through
 the verbs of :class:`MapVerbs` (requeue these, fail this, the function was lost, this
@@ -21,6 +23,7 @@ from rhtc.broker.messages import ResultMeta, WorkerStatus
 from rhtc.broker.registry import renew_map_entry
 from rhtc.broker.storage import Storage
 from rhtc.client.errors import BrokerFull, KeyMismatch, RemoteError
+from rhtc.client.unclaimed import UnclaimedWatch
 
 log = logging.getLogger("rhtc.client")
 
@@ -42,6 +45,7 @@ class MapVerbs(Protocol):
     storage: Storage
     map_id: str
     fn_hash: str
+    nonce: str
     n: int
     fingerprint: str
     cancelled: bool
@@ -50,6 +54,7 @@ class MapVerbs(Protocol):
     sample_metrics: bool
     metric_samples: list
     misfits: set
+    shunned: set
 
     @property
     def done(self) -> bool: ...
@@ -78,10 +83,13 @@ class Upkeep:
         self._warned_misfits: set[str] = set()
         self._all_misfits_since: float | None = None
         self._full_since: float | None = None
+        self._warned_forged: set[str] = set()
+        self._unclaimed = UnclaimedWatch(run.storage.settings.unclaimed_seconds)
 
     def look(self) -> None:
         """Before a map is queued: which workers are live and which key they hold (so it
-        routes around misfits from the start and warns even if it ends within a second).
+        routes around misfits and forged workers from the start and warns even if it ends
+        within a second).
         One read of the workers serves every map submitted within :data:`LOOK_SECONDS`."""
         storage = self.run.storage
         seen = _looks.get(storage)
@@ -89,6 +97,7 @@ class Upkeep:
             seen = _looks[storage] = (time.monotonic(), storage.worker_statuses(queue_depths=False))
         self.run.observe(seen[1])
         self._check_keys(seen[1])
+        self._check_forged(seen[1])
 
     def schedule(self) -> None:
         """The first tick comes one period after the map was submitted."""
@@ -110,7 +119,7 @@ class Upkeep:
     def _tick(self) -> None:
         run = self.run
         storage = run.storage
-        if not storage.keep_map_alive(run.map_id, run.fn_hash):
+        if not storage.keep_map_alive(run.map_id, run.fn_hash, run.nonce):
             if run.cancelled or run.done:
                 return
             log.warning("map %s vanished from the broker (did it restart?); resubmitting %d tasks",
@@ -121,10 +130,12 @@ class Upkeep:
         storage.reap()
         if time.monotonic() >= self._next_audit:
             self._audit()
-        live = storage.worker_statuses(queue_depths=False)
+        live = storage.worker_statuses()
         _looks[storage] = (time.monotonic(), live)      # fresh for the next map's look
         run.observe(live)
         self._check_keys(live)
+        self._check_forged(live)
+        self._take_back_unclaimed(live)
         if not live and not self._warned_no_workers:
             self._warned_no_workers = True
             log.warning("map %s waits for workers: none is connected to %r (`rhtc workers -n 4`, "
@@ -150,6 +161,7 @@ class Upkeep:
         """Workers holding another key cannot run this map: fail fast when all of them do,
         warn (and let the map route around them) when some do."""
         run = self.run
+        live = [w for w in live if not w.forged]
         misfits = sorted(w.name for w in live if w.name in run.misfits)
         if not misfits:
             self._all_misfits_since = None
@@ -173,6 +185,31 @@ class Upkeep:
                           f"(fingerprint {', '.join(theirs) or '?'}, this client's {run.fingerprint}); "
                           "the map routes around them. Restart them with this client's key.",
                           RuntimeWarning, stacklevel=2)
+
+    def _check_forged(self, live: list[WorkerStatus]) -> None:
+        """Name (once per map) the workers whose heartbeat no holder of our key signed: the
+        map never routes to them (:meth:`Storage.locate` leaves them out)."""
+        run = self.run
+        for w in live:
+            if w.forged and w.name not in self._warned_forged:
+                self._warned_forged.add(w.name)
+                msg = (f"map {run.map_id}: worker {w.name} is forged: {w.forged}. Someone with the Redis "
+                       "password wrote it; the map does not route to it. Change the Redis password.")
+                log.warning(msg)
+                run.storage.report(msg)
+
+    def _take_back_unclaimed(self, live: list[WorkerStatus]) -> None:
+        """Move the queue of a worker that looks live but takes nothing to the shared queue,
+        and route no more tasks to it (:mod:`client.unclaimed`)."""
+        run = self.run
+        for name in self._unclaimed.stranded(live):
+            run.shunned.add(name)
+            run.storage.take_back_queue(name)
+            msg = (f"map {run.map_id}: worker {name} looks live but took none of the tasks in its queue "
+                   f"for {self._unclaimed.seconds:.0f} s (a forged or replayed heartbeat, or a wedged "
+                   "worker); they were moved to the shared queue and the map routes no more tasks to it")
+            log.warning(msg)
+            run.storage.report(msg)
 
     def _check_full(self) -> None:
         """Warn when no result came for a while because Redis is full; give up after the
@@ -203,7 +240,7 @@ class Upkeep:
         waiting = run.unfinished
         if not waiting or waiting > max(2, 0.05 * run.n):
             return
-        idle = sum(w.task is None and w.name not in run.misfits for w in live)
+        idle = sum(w.task is None and not w.forged and w.name not in run.misfits for w in live)
         durations = run.durations()
         if not idle or len(durations) < 3:
             return

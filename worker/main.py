@@ -27,6 +27,7 @@ from rhtc.broker.storage import Storage
 from rhtc.worker.cache import BranchCache
 from rhtc.worker.memory import tune_malloc
 from rhtc.worker.shared import SharedState
+from rhtc.worker.tokens import MapTokens
 
 log = logging.getLogger("rhtc.worker")
 
@@ -82,6 +83,8 @@ class TaskProcess:
         self.storage = Storage(config, self.settings)
         self.cache = BranchCache(cache_bytes)
         self.functions: collections.OrderedDict[str, object] = collections.OrderedDict()
+        self.tokens = MapTokens(self.key, name)
+        self._broker_ms = 0                         # the broker's clock at the last take
         self.max_batch = max_batch
         self.host = socket.gethostname()
         self.pid = os.getpid()
@@ -144,25 +147,27 @@ class TaskProcess:
         log.info("worker %s: task process stopped after %d tasks", self.name, self.tasks_done)
 
     # -- taking and running ------------------------------------------------------------
-    def _take(self) -> tuple[bool, list[tuple[bytes, str | None]]]:
+    def _take(self) -> tuple[bool, list[tuple[bytes, bytes | None]]]:
         """Hand in finished results and lease the next batch, in one round trip; also says
         whether this incarnation still holds the name."""
         n = 0 if self.stopping else max(1, min(self.max_batch, int(BATCH_SECONDS / max(self._ewma, 1e-6))))
-        holding, batch = self.storage.take(self.name, self.incarnation, n, self._unflushed)
+        holding, self._broker_ms, batch = self.storage.take(self.name, self.incarnation, n, self._unflushed)
         self._unflushed = []
+        if holding:
+            self.tokens.saw_clock(self._broker_ms)
         self.shared.set_held([])        # the results are in: the last batch is no longer held
         evicted = self.cache.drain_evicted()
         if evicted:
             self.storage.advertise(self.name, removed=evicted)
         return holding, batch
 
-    def _run_batch(self, batch: list[tuple[bytes, str | None]]) -> None:
+    def _run_batch(self, batch: list[tuple[bytes, bytes | None]]) -> None:
         ids = [protocol.task_id(f) for f, _ in batch]
         self.shared.set_held(ids)
-        for frame, nonce in batch:
+        for frame, token in batch:
             if self.stopping:
                 break                      # the rest is still leased: the supervisor hands it back
-            self._run_frame(frame, nonce)
+            self._run_frame(frame, token)
         # the batch stays held until the next take hands its results in: a finished task
         # whose result waits here must not look like a lease that nobody runs
 
@@ -171,14 +176,16 @@ class TaskProcess:
             self.storage.take(self.name, self.incarnation, 0, self._unflushed)
             self._unflushed = []
 
-    def _run_frame(self, frame: bytes, nonce: str | None) -> None:
-        """Verify a frame (signature, nonce, function hash) and run it. ``nonce`` is the map's
-        nonce from the take (None: read the reply of :meth:`Storage.wait_for_task`)."""
+    def _run_frame(self, frame: bytes, token: bytes | None) -> None:
+        """Verify a frame (signature; its map's liveness token, nonce and expiry; function
+        hash) and run it. ``token`` is the map's token from the take (None: an idle
+        worker's wake-up, whose lease reply brings it: read before the task runs unless a
+        verified token of the map is at hand, see :meth:`MapTokens.fresh`)."""
         ref = protocol.frame_ref(frame)
         map_id, index = (ref.map_id, ref.index) if ref else (None, None)
         if not protocol.is_task_frame(frame):
-            if nonce is None:
-                self.storage.leased_nonce()
+            if token is None:
+                self.storage.leased_token()
             self._problem(f"worker {self.name} dropped {len(frame)} bytes from a queue that are "
                           f"not a task frame: {frame[:40]!r}")
             return
@@ -186,37 +193,46 @@ class TaskProcess:
         try:
             task = protocol.unpack_task(self.key, frame)
         except protocol.BadFrame as err:
-            if nonce is None:
-                self.storage.leased_nonce()
+            if token is None:
+                self.storage.leased_token()
             self._problem(f"worker {self.name} refused task {index} of map {map_id}: {err}")
             self.storage.release(self.name, [tid])
             self._system_error(map_id, index, tid, f"refused by worker {self.name}: {err}",
                                kind=messages.FaultKind.BAD_FRAME)
             return
-        if nonce is not None and nonce != task.nonce:
-            self._replayed(task, tid, nonce)
+        late = token is None and self.tokens.fresh(task)
+        if token is None and not late:
+            token, self._broker_ms = self.storage.leased_token()
+        if not late and not self._alive(task, tid, token, self._broker_ms):
             return
         try:
             fn = self._function(task.fn_hash, task.map_id)
         except _SystemFault as fault:
-            if nonce is None:
-                self.storage.leased_nonce()
+            if late:
+                self.storage.leased_token()
             self._system_error(task.map_id, task.index, tid, str(fault), kind=fault.kind)
             return
-        self._run_task(fn, task, tid, late_check=nonce is None)
+        self._run_task(fn, task, tid, late_check=late)
 
-    def _replayed(self, task: protocol.Task, tid: bytes, nonce: str) -> None:
-        msg = (f"worker {self.name} refused task {task.ref}: its nonce {task.nonce} is not the nonce "
-               f"{nonce} of map {task.map_id} (a task frame replayed from an earlier map)")
-        self._problem(msg)
+    def _alive(self, task: protocol.Task, tid: bytes, token: bytes, broker_ms: int) -> bool:
+        """Whether the task's map is alive (:mod:`worker.tokens`); if not, the refusal is
+        reported (once per map and kind) and sent as the task's result."""
+        refusal = self.tokens.judge(task, token, broker_ms)
+        if refusal is None:
+            return True
+        if refusal.kind is None:            # the map is gone: its task is dropped, nothing to say
+            return False
+        if refusal.report:
+            self._problem(refusal.message)
         self.storage.release(self.name, [tid])
-        self._system_error(task.map_id, task.index, tid, msg, kind=messages.FaultKind.REPLAYED)
+        self._system_error(task.map_id, task.index, tid, refusal.message, kind=refusal.kind)
+        return False
 
     def _run_task(self, fn, task: protocol.Task, tid: bytes, late_check: bool = False) -> None:
         """Run one verified task and keep its signed result for the next take. With
-        ``late_check`` (an idle worker's wake-up) the map's nonce is read while the task
-        runs, so the wake-up costs no extra round trip; a result of a replayed frame or of
-        a map that ended is then dropped instead of handed in."""
+        ``late_check`` (an idle worker's wake-up under a token already verified) the lease's
+        reply is read while the task runs, so the wake-up costs no extra round trip; the
+        result of a map that ended meanwhile is then dropped instead of handed in."""
         ref, packed_arg = task.ref, task.packed_arg
         self.shared.set_task(ref)
         t0 = time.time()
@@ -242,11 +258,9 @@ class TaskProcess:
                                    bytes_file=self.ctx.bytes_from_file, events=_events_of(arg),
                                    files_opened=self.ctx.files_opened)
         if late_check:
-            nonce = self.storage.leased_nonce()
-            if nonce != task.nonce:
+            token, self._broker_ms = self.storage.leased_token()
+            if not self._alive(task, tid, token, self._broker_ms):
                 self.shared.set_task(None)
-                if nonce:                       # '' : the map ended meanwhile, nothing to say
-                    self._replayed(task, tid, nonce)
                 return
         status, payload = self._pack_result(status, value, meta, arg, self.settings.max_result_bytes)
         self._unflushed.append((ref.map_id, tid, protocol.pack_result(self.key, ref.map_id, ref.index,

@@ -1,16 +1,18 @@
 -- Lease one task that a worker popped with BRPOP (the idle worker's wake-up).
 -- A task popped from the shared queue lets the next one of its map's backlog in (refill).
 -- ARGV: ns, worker, incarnation, leases on (1/0), frame, popped from the shared queue (1/0).
--- Returns the map's nonce, or '' when the map is gone (the task is then dropped) or this
--- incarnation does not hold the name (the task goes back to the shared queue).
+-- Returns {the map's signed liveness token, broker time ms}; the token is '' when the map
+-- is gone or its client died (the task is then dropped) or this incarnation does not hold
+-- the name (the task goes back to the shared queue).
 local w, inc, leases, frame = ARGV[2], ARGV[3], ARGV[4] == '1', ARGV[5]
-if not is_task(frame) then return '' end
+local now = now_ms()
+if not is_task(frame) then return {'', now} end
 if redis.call('GET', K.incarnation(w)) ~= inc then
   redis.call('RPUSH', K.shared_queue(), frame)     -- not ours to run: back at the head
-  return ''
+  return {'', now}
 end
-local nonce = map_nonce(frame_map(frame))
-if not nonce then return '' end
+local token = map_token(frame_map(frame))
+if not token then return {'', now} end
 if ARGV[6] == '1' then refill(frame_map(frame)) end
 if leases then redis.call('HSET', K.lease(w), frame_tid(frame), lease_prefix(inc) .. frame) end
-return nonce
+return {token, now}

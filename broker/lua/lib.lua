@@ -30,20 +30,23 @@ local function drop_map(mid)
   redis.call('ZREM', K.maps(), mid)
 end
 
--- The map's nonce, or false when the map is gone or its client's beacon expired (the
--- map is then dropped). One look per map per script call.
-local nonces = {}
-local function map_nonce(mid)
-  local known = nonces[mid]
+-- The map's signed liveness token (the worker verifies it), or false when the map is
+-- gone or its client's beacon expired (the map is then dropped). One look per map per
+-- script call.
+local tokens = {}
+local function map_token(mid)
+  local known = tokens[mid]
   if known ~= nil then return known end
-  local got = redis.call('HMGET', K.map(mid), MAP_NONCE, MAP_CLIENT)
-  local nonce = got[1]
-  if nonce and got[2] and redis.call('EXISTS', K.client(got[2])) == 0 then
-    drop_map(mid)
-    nonce = false
+  local token = redis.call('GET', K.live(mid))
+  if token then
+    local client = redis.call('HGET', K.map(mid), MAP_CLIENT)
+    if client and redis.call('EXISTS', K.client(client)) == 0 then
+      drop_map(mid)
+      token = false
+    end
   end
-  nonces[mid] = nonce
-  return nonce
+  tokens[mid] = token
+  return token
 end
 
 -- A task of map `mid` left the shared queue: the next task of its backlog takes its place
@@ -108,7 +111,7 @@ end
 -- (its current task has run more than `stuck` seconds), or it is dead (no incarnation).
 -- A short queue of an owner that is making progress is left alone: those chunks are in
 -- its cache. Work: one LLEN per registered worker, at most `step` pops.
--- Returns frame, nonce; or nil.
+-- Returns frame, the map's token; or nil.
 local function steal_one(me, inc, minq, stuck, step)
   local best, bestlen = nil, 0
   for _, w in ipairs(redis.call('SMEMBERS', K.workers())) do
@@ -137,10 +140,10 @@ local function steal_one(me, inc, minq, stuck, step)
     local item = redis.call('LPOP', K.queue(best))
     if not item then return nil end
     if is_task(item) then
-      local nonce = map_nonce(frame_map(item))
-      if nonce then
+      local token = map_token(frame_map(item))
+      if token then
         redis.call('HSET', K.lease(me), frame_tid(item), lease_prefix(inc) .. item)
-        return item, nonce
+        return item, token
       end
     end
   end

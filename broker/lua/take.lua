@@ -10,9 +10,11 @@
 -- worker reports them.
 -- ARGV: ns, worker, incarnation, result grace (s), n, leases on (1/0), step,
 --       steal's min queue, steal's stuck seconds, then triples: map id, task id, result frame.
--- Returns {held, frame, nonce, frame, nonce, ...}; held = 0 when this incarnation does
--- not hold the name (another took it over, or it expired: nothing is leased then, the
--- supervisor claims it again or stops); nonce = the map's nonce ('' for foreign bytes).
+-- Returns {held, broker time ms, frame, token, frame, token, ...}; held = 0 when this
+-- incarnation does not hold the name (another took it over, or it expired: nothing is
+-- leased then, the supervisor claims it again or stops); token = the map's signed
+-- liveness token, judged by the worker against the broker time ('' for foreign bytes, and
+-- for a frame whose token is the previous frame's: each token travels once per reply).
 local w, inc, grace, n = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 local leases, step = ARGV[6] == '1', tonumber(ARGV[7])
 local minq, stuck = tonumber(ARGV[8]), tonumber(ARGV[9])
@@ -27,11 +29,12 @@ for i = 10, #ARGV, 3 do
   end
 end
 if redis.call('GET', K.incarnation(w)) ~= inc then return {0} end
-local out = {1}
+local out = {1, now_ms()}
 local budget = step
 local prefix = leases and lease_prefix(inc)
+local last = false
 local function take(q, shared)
-  while #out < 2 * n + 1 and budget > 0 do
+  while #out < 2 * n + 2 and budget > 0 do
     budget = budget - 1
     local item = redis.call('RPOP', q)
     if not item then return end
@@ -40,12 +43,13 @@ local function take(q, shared)
       out[#out + 1] = ''
     else
       local mid = frame_map(item)
-      local nonce = map_nonce(mid)
-      if nonce then
+      local token = map_token(mid)
+      if token then
         if shared then refill(mid) end
         if leases then redis.call('HSET', lease, frame_tid(item), prefix .. item) end
         out[#out + 1] = item
-        out[#out + 1] = nonce
+        out[#out + 1] = (token == last) and '' or token
+        last = token
       end
     end
   end
@@ -57,10 +61,10 @@ else
   take(K.shared_queue(), true)
   take(K.queue(w), false)
 end
-if #out == 1 and n > 0 then
-  local item, nonce = steal_one(w, inc, minq, stuck, step)
+if #out == 2 and n > 0 then
+  local item, token = steal_one(w, inc, minq, stuck, step)
   if item then
-    out[2], out[3] = item, nonce
+    out[3], out[4] = item, token
   end
 end
 return out
