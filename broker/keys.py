@@ -95,6 +95,9 @@ TEMPLATES: dict[str, str] = {
 #: the map's field holding its nonce (task frames must carry the same), and its function hash
 MAP_NONCE = "nonce"
 MAP_FN = "fn"
+#: the map's field holding the sequence number of the last enqueue call it ran (a call
+#: sent again after a broken connection is then not queued twice)
+MAP_SENT = "sent"
 #: lease values: incarnation (this many chars) | taken-at ms (this many digits) | task frame
 INCARNATION_LEN = 16
 LEASE_TIME_LEN = 13

@@ -28,7 +28,7 @@ from rhtc.broker.config import BrokerConfig, Settings, redact
 from rhtc.broker.config import settings as default_settings
 from rhtc.broker.errors import PARSER, ConnectionProblem
 from rhtc.broker.fastlane import FastLane
-from rhtc.broker.keys import MAP_DATA, MAP_NONCE, Keys
+from rhtc.broker.keys import MAP_DATA, MAP_NONCE, MAP_SENT, Keys
 from rhtc.broker.leases import Leases
 
 
@@ -58,6 +58,7 @@ class Storage(Leases):
         self._scripts = scripts.load(self.r)
         self._fast = FastLane(self.r)
         self._finished_maps: list[str] = []    # deleted with the next enqueue (or flush)
+        self._sent = 0                         # sequence number of the last enqueue call
 
     # -- connection -----------------------------------------------------------------
     def ping(self) -> bool:
@@ -107,7 +108,7 @@ class Storage(Leases):
         st = self.settings
         flat_info = [x for kv in dict(info, **{MAP_NONCE: nonce}).items() for x in (kv[0], str(kv[1]))]
         finished, self._finished_maps = self._finished_maps, []
-        first: list = [self.keys.ns, map_id, 1, fn_hash, packed_fn or b"", st.map_ttl, st.function_ttl,
+        first: list = [fn_hash, packed_fn or b"", st.map_ttl, st.function_ttl,
                        time.time(), len(flat_info), *flat_info, len(finished), *finished]
         calls, args, room = [], first, st.scan_step
         for worker, frames in routed.items():
@@ -115,14 +116,17 @@ class Storage(Leases):
                 part = frames[at:at + st.scan_step]
                 if len(part) > room:
                     calls.append(args)
-                    args, room = [self.keys.ns, map_id, 0], st.scan_step
+                    args, room = [], st.scan_step
                 args += [int(worker is not None), worker or "", len(part), *part]
                 room -= len(part)
         calls.append(args)
         script = self._scripts["enqueue"]
-        with self._fast.lock:
+
+        def send() -> list[bytes]:
+            # sent again whole after a broken connection: the calls keep their sequence
+            # numbers, so the broker skips those it already ran (see enqueue.lua)
             try:
-                for args in calls:
+                for args in numbered:
                     self._fast.script(script, [], args, wait=False)
                 if wait_first <= 0:
                     self._fast.drain()
@@ -130,10 +134,17 @@ class Storage(Leases):
                 got = self._fast.call_behind("BLPOP", self.keys.results(map_id), wait_first)
             except redis.exceptions.NoScriptError:
                 self._fast.reset()
-                for args in calls:
+                for args in numbered:
                     self._fast.script(script, [], args)
                 return []
-        return [got[1]] if got else []
+            return [got[1]] if got else []
+
+        with self._fast.lock:
+            numbered = []
+            for k, args in enumerate(calls):
+                self._sent += 1
+                numbered.append([self.keys.ns, map_id, int(k == 0), self._sent, *args])
+            return self._fast.retrying(send, st.broker_patience, f"queue map {map_id}", redact(self.config.url))
 
     def function_present(self, fn_hash: str) -> bool:
         return bool(self.r.exists(self.keys.function(fn_hash)))
@@ -233,6 +244,7 @@ class Storage(Leases):
                 continue
             d = {a.decode(): b.decode() for a, b in info.items()}
             d.pop(MAP_NONCE, None)
+            d.pop(MAP_SENT, None)
             d.update(map_id=m, unread_results=nres)
             out.append(d)
         if gone:
