@@ -70,12 +70,14 @@ class EmbeddedBroker:
             instead of TCP.
         maxmemory: e.g. ``"2gb"``; Redis refuses writes beyond it instead of swapping.
         key: signing key for the session (random by default).
+        appendonly: keep the data in an append-only file, as a production Redis with
+            persistence does, so that :meth:`restart` with ``keep_data`` reloads it.
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int | None = None,
                  unix_socket: str | bool | None = None, maxmemory: str | None = None,
                  key: bytes | None = None, namespace: str | None = None,
-                 allow_remote: bool = False, password: str | None = None):
+                 allow_remote: bool = False, password: str | None = None, appendonly: bool = False):
         if host not in ("127.0.0.1", "localhost", "::1") and not allow_remote:
             raise ValueError(f"refusing to bind the broker to {host}: pass allow_remote=True "
                              "(rhtc broker --host ... --allow-remote) to accept workers from other nodes")
@@ -83,6 +85,7 @@ class EmbeddedBroker:
         self.port = port
         self.unix_socket = unix_socket
         self.maxmemory = maxmemory
+        self.appendonly = appendonly
         self.password = password or secrets.token_urlsafe(24)
         self.key = key or new_key()
         self.namespace = namespace or default_namespace()
@@ -92,9 +95,10 @@ class EmbeddedBroker:
 
     def start(self, timeout: float = 10.0) -> "EmbeddedBroker":
         exe = find_redis_server()
-        self._dir = tempfile.mkdtemp(prefix="rhtc-broker-")
-        os.chmod(self._dir, 0o700)
-        args = [exe, "--save", "", "--appendonly", "no", "--dir", self._dir,
+        if not self._dir:
+            self._dir = tempfile.mkdtemp(prefix="rhtc-broker-")
+            os.chmod(self._dir, 0o700)
+        args = [exe, "--save", "", "--appendonly", "yes" if self.appendonly else "no", "--dir", self._dir,
                 "--requirepass", self.password, "--loglevel", "warning",
                 "--logfile", os.path.join(self._dir, "redis.log"), "--daemonize", "no",
                 "--maxclients", "4000"]
@@ -144,12 +148,23 @@ class EmbeddedBroker:
         except OSError:
             return ""
 
-    def restart(self) -> None:
-        """Kill the server and start an empty one at the same address (fault tests)."""
+    def restart(self, downtime: float = 0.0, keep_data: bool = False) -> None:
+        """Stop the server and start it again at the same address with the same password
+        (fault tests). By default it is killed and comes back empty; with ``keep_data`` (a
+        broker started with ``appendonly=True``) it shuts down cleanly and reloads its data,
+        keys whose expiry ran out meanwhile gone. It stays down ``downtime`` seconds."""
+        if keep_data and not self.appendonly:
+            raise ValueError("restart(keep_data=True) needs a broker started with appendonly=True")
         if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-        self.stop()
+            if keep_data:
+                stop_processes([self.proc], grace=10)      # SIGTERM: Redis writes its file
+            else:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+        if not keep_data:
+            self.stop()
+        time.sleep(downtime)
         self.start()
 
     def stop(self) -> None:

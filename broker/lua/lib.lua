@@ -5,6 +5,22 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- Writes got through now: note it in K.writes() and return now and `since`, the start of
+-- the current stretch of accepted writes. A gap of more than `gap` ms since the last noted
+-- write means the broker refused writes or was down meanwhile (OOM, READONLY, LOADING, a
+-- restart that kept its data while the names' expiry ran on): names may have expired
+-- under workers that are alive, so the stretch starts again. Called first by every
+-- heartbeat and reaper pass (a refused broker refuses this write too).
+local function note_write(gap, ttl_ms)
+  local now = now_ms()
+  local got = redis.call('HMGET', K.writes(), 'last', 'since')
+  local last, since = tonumber(got[1]), tonumber(got[2])
+  if not last or not since or now - last > gap or now < last then since = now end
+  redis.call('HSET', K.writes(), 'last', now, 'since', since)
+  redis.call('PEXPIRE', K.writes(), ttl_ms)
+  return now, since
+end
+
 local function is_task(f)
   return #f >= TASK_MIN_LEN and string.sub(f, 1, #MAGIC) == MAGIC
 end
