@@ -113,14 +113,6 @@ class Settings:
         return max(0.2, min(1.0, self.lease / 4))
 
     @property
-    def write_gap(self) -> float:
-        """No heartbeat or reaper write got through for this long: the broker refused writes
-        or was down, and names may have expired under live workers (see ``reap.lua``).
-        Any refusal that outlasts a live worker's name is longer than lease - 2 heartbeats;
-        at least 1.5 s, above the gaps of a pool whose only writer is a client's reaper."""
-        return max(self.lease - 2 * self.heartbeat, 1.5)
-
-    @property
     def reconcile(self) -> float:
         """How often a worker checks its lease against what it runs (C3): one lease."""
         return self.lease

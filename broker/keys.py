@@ -24,9 +24,9 @@ key                             type    what / who deletes it
 ``{ns}:workers``                set     registered workers; the reaper removes dead ones
 ``{ns}:holds:{worker}``         set     routing keys of chunks the worker has cached; expires
 ``{ns}:reap-due``               string  throttle: one reaper pass per second per namespace; expires
-``{ns}:writes``                 hash    ``last``: ms of the last heartbeat or reaper write that got through,
-                                        ``since``: ms since when writes got through without a gap (a
-                                        gap: the broker refused writes or was down); expires
+``{ns}:refusals``               hash    the reaper's note of the broker: its run id, how many commands it
+                                        has refused (OOM, READONLY, LOADING, BUSY...) and since when (ms)
+                                        it has refused none and not restarted; expires
 ``{ns}:map:{map}``              hash    a map in flight (function hash, nonce, versions, size);
                                         expires unless its client keeps it alive; deleted when done
 ``{ns}:maps``                   zset    map ids by start time, for ``rhtc status`` (entries of
@@ -83,7 +83,7 @@ TEMPLATES: dict[str, str] = {
     "workers": "{ns}:workers",
     "holds": "{ns}:holds:{worker}",
     "reap_due": "{ns}:reap-due",
-    "writes": "{ns}:writes",
+    "refusals": "{ns}:refusals",
     "map": "{ns}:map:{map_id}",
     "maps": "{ns}:maps",
     "results": "{ns}:res:{map_id}",

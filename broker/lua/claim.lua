@@ -6,14 +6,12 @@
 -- expiry; a claim or take-over requeues what a predecessor left in the lease at once
 -- (counted as an attempt: it died with them) and moves up to `step` tasks of its queue
 -- to the shared queue.
--- Every call notes that writes got through (note_write in lib.lua; the reaper reads it).
 -- ARGV: ns, worker, incarnation, status JSON, lease ms, mode, expected holder,
---       max attempts, ttl (s), why text, holds ttl (s), step, write gap ms.
+--       max attempts, ttl (s), why text, holds ttl (s), step.
 -- Returns {1, queued tasks left in its own queue} or {0, holder incarnation}.
 local w, inc, status, ms, mode = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6]
 local expected, maxtries, ttl, why = ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10]
 local holds_ttl, step = tonumber(ARGV[11]), tonumber(ARGV[12])
-note_write(tonumber(ARGV[13]), holds_ttl * 1000)
 local holder = redis.call('GET', K.incarnation(w))
 if holder and holder ~= inc and not (mode == 'force' and holder == expected) then
   return {0, holder}

@@ -5,19 +5,26 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- Writes got through now: note it in K.writes() and return now and `since`, the start of
--- the current stretch of accepted writes. A gap of more than `gap` ms since the last noted
--- write means the broker refused writes or was down meanwhile (OOM, READONLY, LOADING, a
--- restart that kept its data while the names' expiry ran on): names may have expired
--- under workers that are alive, so the stretch starts again. Called first by every
--- heartbeat and reaper pass (a refused broker refuses this write too).
-local function note_write(gap, ttl_ms)
+-- The error codes with which Redis refuses a command that is not ours to fix (the same
+-- as broker/errors.py's): while it answers these, heartbeats are refused too.
+local REFUSALS = {OOM = true, READONLY = true, LOADING = true, BUSY = true, MISCONF = true,
+                  MASTERDOWN = true}
+
+-- Since when (ms) has the broker refused no command and not restarted, as far as the
+-- reapers have looked (K.refusals(): its run id, its count of refusals, that time)?
+-- Returns now, since.
+local function broker_refused_since(ttl_ms)
   local now = now_ms()
-  local got = redis.call('HMGET', K.writes(), 'last', 'since')
-  local last, since = tonumber(got[1]), tonumber(got[2])
-  if not last or not since or now - last > gap or now < last then since = now end
-  redis.call('HSET', K.writes(), 'last', now, 'since', since)
-  redis.call('PEXPIRE', K.writes(), ttl_ms)
+  local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') or ''
+  local count = 0
+  for code, n in string.gmatch(redis.call('INFO', 'errorstats'), 'errorstat_(%u+):count=(%d+)') do
+    if REFUSALS[code] then count = count + tonumber(n) end
+  end
+  local got = redis.call('HMGET', K.refusals(), 'run', 'count', 'since')
+  local since = tonumber(got[3]) or 0
+  if got[1] and (got[1] ~= run or tonumber(got[2]) ~= count) then since = now end
+  redis.call('HSET', K.refusals(), 'run', run, 'count', count, 'since', since)
+  redis.call('PEXPIRE', K.refusals(), ttl_ms)
   return now, since
 end
 

@@ -1,0 +1,174 @@
+"""``bench chaos``'s day: many short maps from one client, with the world changing
+between them as it does over an analyst's day (issue 16).
+
+Between two maps, in turn: every connection to the broker is killed (``CLIENT KILL``:
+the client's, the supervisors', the task processes'; what a NAT that drops idle
+connections or a broker restart does), or the ROOT file the maps read is rewritten in
+place (same path, new content, as a re-run skim does) and chunked again. During a map,
+the broker refuses every write for a few seconds (``maxmemory`` reached), longer than a
+lease, while the workers run their tasks. Every map's results are checked against the
+numbers of the file as it is now: correct, in order, each delivered exactly once; and no
+attempt may be counted against a task (nothing died).
+
+    >>> with ChaosPool(4, 2.0) as pool:                         # doctest: +SKIP
+    ...     run_day(pool, maps=6, seed=1).ok
+    True
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import random
+import time
+
+import numpy as np
+import redis
+
+from rhtc.bench.chaospool import ChaosPool
+
+DAY_FAULTS = ("connection kill", "broker OOM window", "file rewritten")
+TREE, BRANCH = "Events", "x"
+
+
+def day_task(arg):
+    """The day's function: ``(chunk, hold)`` -> (first entry, entries read, sum of x)."""
+    chunk, hold = arg
+    if hold:
+        time.sleep(hold)
+    x = chunk.arrays([BRANCH], how=dict)[BRANCH]
+    return chunk.entry_start, len(x), float(np.sum(x))
+
+
+def write_version(path: str, version: int, rng: random.Random) -> np.ndarray:
+    """Write (in place) version ``version`` of the day's file: a different number of
+    entries and different values each time. Returns its ``x``."""
+    import uproot
+    n = rng.randrange(2_000, 6_000)
+    x = np.arange(n, dtype=np.float64) * (version + 1) + rng.random()
+    with uproot.recreate(path) as f:
+        f[TREE] = {BRANCH: x}
+    return x
+
+
+def expected(chunks, x: np.ndarray) -> list[tuple[int, int, float]]:
+    return [(c.entry_start, c.num_entries, float(np.sum(x[c.entry_start:c.entry_stop]))) for c in chunks]
+
+
+@dataclasses.dataclass
+class DayResult:
+    """What a day of maps did, and what was checked."""
+
+    seed: int
+    maps: int = 0
+    tasks: int = 0
+    correct: int = 0
+    delivered: int = 0
+    seconds: float = 0.0
+    faults: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    stale_maps: int = 0             # maps after a rewrite that returned the old file's numbers
+    attempts_counted: int = 0       # attempts counted against tasks (nothing died: must be 0)
+    problems: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems and self.correct == self.tasks == self.delivered
+
+
+def kill_connections(pool: ChaosPool) -> int:
+    """CLIENT KILL every connection to the pool's broker but this one; returns how many."""
+    r = redis.Redis.from_url(pool.config.url)
+    try:
+        me = r.client_id()
+        ids = [int(c["id"]) for c in r.client_list() if int(c["id"]) != me]
+        for cid in ids:
+            r.client_kill_filter(_id=cid)
+        return len(ids)
+    finally:
+        r.close()
+
+
+class OutOfMemory:
+    """The broker refuses every write (``maxmemory`` 1 byte) from ``begin`` to ``end``."""
+
+    def __init__(self, pool: ChaosPool):
+        self.r = redis.Redis.from_url(pool.config.url)
+
+    def begin(self) -> None:
+        self.r.config_set("maxmemory", 1)
+
+    def end(self) -> None:
+        self.r.config_set("maxmemory", 0)
+        self.r.close()
+
+
+def run_day(pool: ChaosPool, maps: int = 12, seed: int = 0, oom_seconds: float = 7.0,
+            step: int = 500, timeout: float = 120.0) -> DayResult:
+    """Run ``maps`` short maps over one ROOT file on ``pool``; between them the faults of
+    :data:`DAY_FAULTS` in turn (the OOM window falls inside the next map instead)."""
+    from rhtc.client import RemoteError, make_chunks, submit
+    rng = random.Random(seed)
+    result = DayResult(seed)
+    path = os.path.join(pool.log_dir, f"day-{seed}.root")
+    version = 0
+    x = write_version(path, version, rng)
+    chunks = make_chunks(path, tree=TREE, step=step)
+    t0 = time.monotonic()
+    pending = None                                    # the fault that comes before this map
+    old_want: list = []
+    for k in range(maps):
+        oom = pending == "broker OOM window"
+        hold = 0.5 if oom else 0.0                    # the window falls while tasks run
+        rewritten = pending == "file rewritten"
+        h = submit(day_task, [(c, hold) for c in chunks], broker=pool.config, errors="return",
+                   label=f"day-{k}", stragglers=None)
+        if oom:
+            window = OutOfMemory(pool)
+            window.begin()
+            try:
+                time.sleep(oom_seconds)
+            finally:
+                window.end()
+            result.faults[pending] += 1
+        try:
+            values = h.wait(timeout=timeout)
+        except TimeoutError as err:
+            values = None
+            result.problems.append(f"map {k} after {pending or 'no fault'}: {err}")
+            h.cancel()
+        result.maps += 1
+        result.tasks += len(chunks)
+        result.delivered += h.progress()[0]
+        # (the map's keys are deleted with the client's next map: still readable here)
+        counted = pool.storage.r.hgetall(pool.storage.keys.tries(h.map_id))
+        if counted:
+            result.attempts_counted += len(counted)
+            result.problems.append(f"map {k} after {pending or 'no fault'}: attempts counted against "
+                                   f"{len(counted)} task(s) although nothing died: "
+                                   + "; ".join(v.decode().strip() for v in list(counted.values())[:3]))
+        want = expected(chunks, x)
+        if values is not None:
+            good = sum(v == w for v, w in zip(values, want))
+            result.correct += good
+            if good < len(want):
+                bad = next((i, v) for i, (v, w) in enumerate(zip(values, want)) if v != w)
+                kind = "failed" if isinstance(bad[1], RemoteError) else "wrong"
+                result.problems.append(f"map {k} after {pending or 'no fault'}: {len(want) - good} of "
+                                       f"{len(want)} results {kind}, e.g. task {bad[0]}: {bad[1]!s:.300}")
+                if rewritten and any(v == w for v, w in zip(values, old_want)):
+                    result.stale_maps += 1
+        if h.progress()[0] != len(chunks):
+            result.problems.append(f"map {k}: {h.progress()[0]} results delivered for {len(chunks)} tasks")
+        # the fault before the next map
+        pending = DAY_FAULTS[k % len(DAY_FAULTS)] if k + 1 < maps else None
+        if pending == "connection kill":
+            kill_connections(pool)
+            result.faults[pending] += 1
+        elif pending == "file rewritten":
+            old_want = want
+            version += 1
+            x = write_version(path, version, rng)
+            chunks = make_chunks(path, tree=TREE, step=step)
+            result.faults[pending] += 1
+    result.seconds = time.monotonic() - t0
+    return result
