@@ -66,7 +66,7 @@ class DayResult:
     delivered: int = 0
     seconds: float = 0.0
     faults: collections.Counter = dataclasses.field(default_factory=collections.Counter)
-    stale_maps: int = 0             # maps after a rewrite that returned the old file's numbers
+    stale_maps: int = 0             # maps that returned a rewritten file's old numbers
     attempts_counted: int = 0       # attempts counted against tasks (nothing died: must be 0)
     problems: list[str] = dataclasses.field(default_factory=list)
 
@@ -103,9 +103,13 @@ class OutOfMemory:
 
 
 def run_day(pool: ChaosPool, maps: int = 12, seed: int = 0, oom_seconds: float = 7.0,
-            step: int = 500, timeout: float = 120.0) -> DayResult:
-    """Run ``maps`` short maps over one ROOT file on ``pool``; between them the faults of
-    :data:`DAY_FAULTS` in turn (the OOM window falls inside the next map instead)."""
+            faults: tuple[str, ...] = DAY_FAULTS, step: int = 500, timeout: float = 120.0) -> DayResult:
+    """Run ``maps`` short maps over one ROOT file on ``pool``; between them the ``faults``
+    (of :data:`DAY_FAULTS`) in turn; an OOM window of ``oom_seconds`` falls inside the
+    next map instead, while its tasks run."""
+    unknown = set(faults) - set(DAY_FAULTS)
+    if unknown or not faults:
+        raise ValueError(f"faults must be some of {DAY_FAULTS}, not {sorted(unknown) or 'none'}")
     from rhtc.client import RemoteError, make_chunks, submit
     rng = random.Random(seed)
     result = DayResult(seed)
@@ -115,11 +119,10 @@ def run_day(pool: ChaosPool, maps: int = 12, seed: int = 0, oom_seconds: float =
     chunks = make_chunks(path, tree=TREE, step=step)
     t0 = time.monotonic()
     pending = None                                    # the fault that comes before this map
-    old_want: list = []
+    old_wants: list[list] = []                       # the numbers of the file's earlier versions
     for k in range(maps):
         oom = pending == "broker OOM window"
         hold = 0.5 if oom else 0.0                    # the window falls while tasks run
-        rewritten = pending == "file rewritten"
         h = submit(day_task, [(c, hold) for c in chunks], broker=pool.config, errors="return",
                    label=f"day-{k}", stragglers=None)
         if oom:
@@ -155,20 +158,29 @@ def run_day(pool: ChaosPool, maps: int = 12, seed: int = 0, oom_seconds: float =
                 kind = "failed" if isinstance(bad[1], RemoteError) else "wrong"
                 result.problems.append(f"map {k} after {pending or 'no fault'}: {len(want) - good} of "
                                        f"{len(want)} results {kind}, e.g. task {bad[0]}: {bad[1]!s:.300}")
-                if rewritten and any(v == w for v, w in zip(values, old_want)):
+                if any(v == w for old in old_wants for v, w in zip(values, old)):
                     result.stale_maps += 1
         if h.progress()[0] != len(chunks):
             result.problems.append(f"map {k}: {h.progress()[0]} results delivered for {len(chunks)} tasks")
         # the fault before the next map
-        pending = DAY_FAULTS[k % len(DAY_FAULTS)] if k + 1 < maps else None
+        pending = faults[k % len(faults)] if k + 1 < maps else None
         if pending == "connection kill":
             kill_connections(pool)
             result.faults[pending] += 1
         elif pending == "file rewritten":
-            old_want = want
+            old_wants.append(want)
             version += 1
             x = write_version(path, version, rng)
             chunks = make_chunks(path, tree=TREE, step=step)
             result.faults[pending] += 1
     result.seconds = time.monotonic() - t0
     return result
+
+
+def describe_day(r: DayResult) -> list[str]:
+    """The lines ``bench chaos`` prints for a day."""
+    return [f"day: {r.maps} maps in {r.seconds:.1f} s (seed {r.seed}), faults between maps: "
+            + ", ".join(f"{k} {r.faults[k]}" for k in DAY_FAULTS),
+            f"day results checked: {r.correct}/{r.tasks} correct and in order, {r.delivered} delivered "
+            f"for {r.tasks} tasks (exactly once); attempts counted against tasks: {r.attempts_counted}; "
+            f"maps that read a rewritten file stale: {r.stale_maps}"]
