@@ -133,18 +133,19 @@ class FastLane:
                 self.reset()
                 if time.monotonic() + delay > deadline:
                     raise redis.ConnectionError(
-                        f"could not {what}: the broker at {where} did not answer for {patience:.0f} s "
+                        f"could not {what}: the broker at {where} has not taken it for {patience:.0f} s "
                         f"({type(err).__name__}: {err}). Is it running (`rhtc broker`) and reachable? "
                         "Run the call again once it is.") from err
                 if not said:
-                    log.warning("%s: the connection to the broker at %s broke (%s: %s); reconnecting",
-                                what, where, type(err).__name__, err)
+                    log.warning("%s: the broker at %s did not take it (%s: %s); trying again on a "
+                                "fresh connection for up to %.0f s", what, where, type(err).__name__, err,
+                                patience)
                     said = True
                 time.sleep(delay)
                 delay = min(2 * delay, 2.0)
                 continue
             if said:
-                log.warning("%s: reconnected to the broker at %s", what, where)
+                log.warning("%s: done, the broker at %s answers again", what, where)
             return got
 
     def reset(self) -> None:
