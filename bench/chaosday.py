@@ -23,7 +23,6 @@ import random
 import time
 
 import numpy as np
-import redis
 
 from rhtc.bench.chaospool import ChaosPool
 
@@ -75,33 +74,6 @@ class DayResult:
         return not self.problems and self.correct == self.tasks == self.delivered
 
 
-def kill_connections(pool: ChaosPool) -> int:
-    """CLIENT KILL every connection to the pool's broker but this one; returns how many."""
-    r = redis.Redis.from_url(pool.config.url)
-    try:
-        me = r.client_id()
-        ids = [int(c["id"]) for c in r.client_list() if int(c["id"]) != me]
-        for cid in ids:
-            r.client_kill_filter(_id=cid)
-        return len(ids)
-    finally:
-        r.close()
-
-
-class OutOfMemory:
-    """The broker refuses every write (``maxmemory`` 1 byte) from ``begin`` to ``end``."""
-
-    def __init__(self, pool: ChaosPool):
-        self.r = redis.Redis.from_url(pool.config.url)
-
-    def begin(self) -> None:
-        self.r.config_set("maxmemory", 1)
-
-    def end(self) -> None:
-        self.r.config_set("maxmemory", 0)
-        self.r.close()
-
-
 def run_day(pool: ChaosPool, maps: int = 12, seed: int = 0, oom_seconds: float = 7.0,
             faults: tuple[str, ...] = DAY_FAULTS, step: int = 500, timeout: float = 120.0) -> DayResult:
     """Run ``maps`` short maps over one ROOT file on ``pool``; between them the ``faults``
@@ -126,12 +98,11 @@ def run_day(pool: ChaosPool, maps: int = 12, seed: int = 0, oom_seconds: float =
         h = submit(day_task, [(c, hold) for c in chunks], broker=pool.config, errors="return",
                    label=f"day-{k}", stragglers=None)
         if oom:
-            window = OutOfMemory(pool)
-            window.begin()
+            pool.broker.refuse_writes()
             try:
                 time.sleep(oom_seconds)
             finally:
-                window.end()
+                pool.broker.refuse_writes(False)
             result.faults[pending] += 1
         try:
             values = h.wait(timeout=timeout)
@@ -165,7 +136,7 @@ def run_day(pool: ChaosPool, maps: int = 12, seed: int = 0, oom_seconds: float =
         # the fault before the next map
         pending = faults[k % len(faults)] if k + 1 < maps else None
         if pending == "connection kill":
-            kill_connections(pool)
+            pool.broker.kill_connections()
             result.faults[pending] += 1
         elif pending == "file rewritten":
             old_wants.append(want)

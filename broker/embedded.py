@@ -167,6 +167,32 @@ class EmbeddedBroker:
         time.sleep(downtime)
         self.start()
 
+    # -- faults, for the fault tests and `bench chaos` ------------------------------------
+    def _admin(self) -> redis.Redis:
+        return redis.Redis.from_url(self.config.url, socket_connect_timeout=5)
+
+    def kill_connections(self) -> int:
+        """Close every client connection but the one doing it (``CLIENT KILL``: what a
+        firewall or NAT dropping idle connections does to clients); returns how many."""
+        r = self._admin()
+        try:
+            me = r.client_id()
+            ids = [int(c["id"]) for c in r.client_list() if int(c["id"]) != me]
+            for cid in ids:
+                r.client_kill_filter(_id=cid)
+            return len(ids)
+        finally:
+            r.close()
+
+    def refuse_writes(self, refuse: bool = True) -> None:
+        """Make Redis refuse every write with OOM, as it does at ``maxmemory`` (a limit of
+        1 byte), or (``refuse=False``) accept them again under this broker's own limit."""
+        r = self._admin()
+        try:
+            r.config_set("maxmemory", 1 if refuse else (self.maxmemory or 0))
+        finally:
+            r.close()
+
     def stop(self) -> None:
         if self.proc is not None:
             stop_processes([self.proc], grace=5)

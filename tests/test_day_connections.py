@@ -53,19 +53,6 @@ def serving(storage: Storage) -> dict[str, tuple[str, int]]:
     return {s.name: (s.incarnation, s.task_pid) for s in storage.worker_statuses(queue_depths=False)}
 
 
-def kill_every_connection(broker: EmbeddedBroker) -> int:
-    """CLIENT KILL every connection but the one doing it; returns how many."""
-    r = redis.Redis.from_url(broker.config.url)
-    try:
-        me = r.client_id()
-        victims = [int(c["id"]) for c in r.client_list() if int(c["id"]) != me]
-        for cid in victims:
-            r.client_kill_filter(_id=cid)
-        return len(victims)
-    finally:
-        r.close()
-
-
 def runs_per_task(path: Path) -> dict[int, int]:
     counts: dict[int, int] = {}
     for line in path.read_text().split():
@@ -94,7 +81,7 @@ def run_two_maps_around(fault, broker, storage, workers) -> None:
 @pytest.mark.timeout(120)
 def test_client_kill_of_every_connection_between_two_maps(broker, storage, workers):
     killed = []
-    run_two_maps_around(lambda: killed.append(kill_every_connection(broker)), broker, storage, workers)
+    run_two_maps_around(lambda: killed.append(broker.kill_connections()), broker, storage, workers)
     assert killed[0] >= 5           # the client's, both supervisors' and both task processes'
 
 
@@ -190,17 +177,13 @@ def long_tasks_through(refusal, broker, storage, workers, tmp_path, seconds: flo
 @pytest.mark.timeout(180)
 def test_broker_out_of_memory_for_7_s_reaps_no_healthy_worker(broker, storage, workers, tmp_path):
     def oom_window():
-        r = redis.Redis.from_url(broker.config.url)
+        broker.refuse_writes()
         try:
-            r.config_set("maxmemory", 1)                    # every write refused: OOM
-            try:
-                with pytest.raises(redis.exceptions.OutOfMemoryError):
-                    r.set("rhtc-probe", 1)
-                time.sleep(7.0)
-            finally:
-                r.config_set("maxmemory", 0)
+            with pytest.raises(redis.exceptions.OutOfMemoryError):
+                storage.r.set("rhtc-probe", 1)          # every write refused: OOM
+            time.sleep(7.0)
         finally:
-            r.close()
+            broker.refuse_writes(False)
     long_tasks_through(oom_window, broker, storage, workers, tmp_path)
 
 
