@@ -36,6 +36,9 @@ BrokerTrouble = ConnectionProblem + (BrokerRefused,)
 _OURS = {"OOM": BrokerOutOfMemory, "BUSY": BrokerUnavailable, "LOADING": BrokerUnavailable,
          "READONLY": BrokerUnavailable, "MISCONF": BrokerUnavailable, "MASTERDOWN": BrokerUnavailable}
 
+#: the error codes of a broker that says no (the reaper counts them: ``broker/lua/lib.lua``)
+REFUSAL_CODES = tuple(_OURS)
+
 
 def _parser(base):
     def parse_error(cls, response):

@@ -5,13 +5,10 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
--- The error codes with which Redis refuses a command that is not ours to fix (the same
--- as broker/errors.py's): while it answers these, heartbeats are refused too.
-local REFUSALS = {OOM = true, READONLY = true, LOADING = true, BUSY = true, MISCONF = true,
-                  MASTERDOWN = true}
-
 -- Since when (ms) has the broker refused no command and not restarted, as far as the
--- reapers have looked (K.refusals(): its run id, its count of refusals, that time)?
+-- reapers have looked (K.refusals(): its run id, its count of refusals, that time)? A
+-- refusal is an error whose code is in REFUSALS (OOM, READONLY, LOADING, BUSY...: while
+-- Redis answers these, heartbeats are refused too), counted by Redis in INFO errorstats.
 -- Returns now, since.
 local function broker_refused_since(ttl_ms)
   local now = now_ms()
