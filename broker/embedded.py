@@ -152,7 +152,11 @@ class EmbeddedBroker:
         """Stop the server and start it again at the same address with the same password
         (fault tests). By default it is killed and comes back empty; with ``keep_data`` (a
         broker started with ``appendonly=True``) it shuts down cleanly and reloads its data,
-        keys whose expiry ran out meanwhile gone. It stays down ``downtime`` seconds."""
+        keys whose expiry ran out meanwhile gone. It stays down ``downtime`` seconds.
+
+            >>> with EmbeddedBroker(appendonly=True) as b:           # doctest: +SKIP
+            ...     b.restart(downtime=7.0, keep_data=True)
+        """
         if keep_data and not self.appendonly:
             raise ValueError("restart(keep_data=True) needs a broker started with appendonly=True")
         if self.proc is not None:
@@ -173,7 +177,12 @@ class EmbeddedBroker:
 
     def kill_connections(self) -> int:
         """Close every client connection but the one doing it (``CLIENT KILL``: what a
-        firewall or NAT dropping idle connections does to clients); returns how many."""
+        firewall or NAT dropping idle connections does to clients); returns how many.
+
+            >>> with EmbeddedBroker() as b:
+            ...     b.kill_connections()
+            0
+        """
         r = self._admin()
         try:
             me = r.client_id()
@@ -186,7 +195,13 @@ class EmbeddedBroker:
 
     def refuse_writes(self, refuse: bool = True) -> None:
         """Make Redis refuse every write with OOM, as it does at ``maxmemory`` (a limit of
-        1 byte), or (``refuse=False``) accept them again under this broker's own limit."""
+        1 byte), or (``refuse=False``) accept them again under this broker's own limit.
+
+            >>> with EmbeddedBroker() as b:                          # doctest: +SKIP
+            ...     b.refuse_writes(); Storage(b.config).r.set("x", 1)
+            Traceback (most recent call last):
+            BrokerOutOfMemory: command not allowed when used memory > 'maxmemory'.
+        """
         r = self._admin()
         try:
             r.config_set("maxmemory", 1 if refuse else (self.maxmemory or 0))
