@@ -7,9 +7,9 @@ an attempt against a task or replace a healthy worker.
    same worker processes. An enqueue whose replies were lost is sent again without
    queueing its tasks twice.
 2. A broker that says no is not a dead worker: Redis refuses writes for ~7 s (maxmemory
-   reached; a Redis with an append-only file restarted and back 7 s later, its names'
-   expiry run out) while four healthy workers run a long task: nobody is reaped, no
-   attempt is counted, every task runs once.
+   reached; READONLY; a Redis with an append-only file restarted and back 7 s later, its
+   names' expiry run out) while four healthy workers run a long task: nobody is reaped,
+   no attempt is counted, every task runs once.
 
 Real redis-server, real worker processes; every process started here is stopped by pid.
 """
@@ -28,7 +28,7 @@ from rhtc.broker.storage import Storage
 from rhtc.client import remote_map, submit
 from rhtc.client.api import MapHandle, storage_for
 from rhtc.client.maprun import MapRun
-from tests.chaoskit import assert_every_key_owned, wait_until
+from tests.chaoskit import Refusal, assert_every_key_owned, wait_until
 from tests.conftest import Workers
 
 FAST_LEASE = {"RHTC_LEASE": "2"}
@@ -185,6 +185,22 @@ def test_broker_out_of_memory_for_7_s_reaps_no_healthy_worker(broker, storage, w
         finally:
             broker.refuse_writes(False)
     long_tasks_through(oom_window, broker, storage, workers, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_broker_read_only_for_7_s_reaps_no_healthy_worker(broker, storage, workers, tmp_path):
+    """The same with READONLY (the broker made a replica of a master that does not exist,
+    as in a failover): every write refused for 7 s."""
+    def read_only_window():
+        refusal = Refusal(broker, tmp_path)
+        refusal.begin("READONLY")
+        try:
+            assert "ReadOnlyError" in refusal.probe()
+            time.sleep(7.0)
+        finally:
+            refusal.end("READONLY")
+    long_tasks_through(read_only_window, broker, storage, workers, tmp_path)
 
 
 @pytest.fixture
