@@ -114,12 +114,12 @@ def run_day(pool: ChaosPool, maps: int = 12, seed: int = 0, oom_seconds: float =
         result.tasks += len(chunks)
         result.delivered += h.progress()[0]
         # (the map's keys are deleted with the client's next map: still readable here)
-        counted = pool.storage.r.hgetall(pool.storage.keys.tries(h.map_id))
+        counted = pool.storage.attempt_histories(h.map_id)
         if counted:
             result.attempts_counted += len(counted)
             result.problems.append(f"map {k} after {pending or 'no fault'}: attempts counted against "
                                    f"{len(counted)} task(s) although nothing died: "
-                                   + "; ".join(v.decode().strip() for v in list(counted.values())[:3]))
+                                   + "; ".join(f"task {i}: {v.strip()}" for i, v in list(counted.items())[:3]))
         want = expected(chunks, x)
         if values is not None:
             good = sum(v == w for v, w in zip(values, want))

@@ -179,6 +179,11 @@ class Storage(Leases):
         raw = self.r.hget(self.keys.tries(map_id), task_id[protocol.MAP_ID_LEN:protocol.TASK_ID_LEN])
         return raw.decode() if raw else ""
 
+    def attempt_histories(self, map_id: str) -> dict[int, str]:
+        """Task index -> how its runs ended, for every task of a map with an attempt counted."""
+        raw = self.r.hgetall(self.keys.tries(map_id))
+        return {int.from_bytes(k, "big"): v.decode() for k, v in raw.items()}
+
     def end_map(self, map_id: str, lazy: bool = False) -> None:
         """Delete every key a map owns. ``lazy``: with this client's next command instead
         (the keys expire anyway); its queued tasks are dropped by whoever takes them."""
