@@ -5,9 +5,11 @@ Workers reach Redis through toxiproxy (the client does not). While the map runs,
 seeded injector cuts the workers' connections, drops Redis's replies, adds latency,
 resets peers, and SIGKILLs workers and restarts them under the same names; one task
 holds the GIL for three leases. Every result is checked: correct, delivered exactly
-once, in order. ``tests/test_chaos.py`` runs the same scenario and asserts on it.
+once, in order. Then a day of short maps (:mod:`bench.chaosday`): connections killed,
+the broker out of memory for a while, the input file rewritten, between and during maps.
+``tests/test_chaos.py`` runs the same scenarios and asserts on them.
 
-    bench chaos --tasks 5000 --workers 4 --repeats 3
+    bench chaos --tasks 5000 --workers 4 --repeats 3 --day-maps 12
 
 Example::
 
@@ -28,6 +30,7 @@ import time
 
 import click
 
+from rhtc.bench.chaosday import describe_day, run_day
 from rhtc.bench.chaospool import ChaosPool, outliving
 from rhtc.broker.protocol import task_name
 
@@ -210,10 +213,14 @@ def run_chaos(tasks: int = 5000, workers: int = 4, lease: float = 2.0, seed: int
 @click.option("--lease", default=2.0, show_default=True, help="RHTC_LEASE of the workers (s).")
 @click.option("--repeats", default=3, show_default=True, help="Maps with faults, and as many without.")
 @click.option("--seed", default=None, type=int, help="First seed (default: random); repeat k uses seed + k.")
+@click.option("--day-maps", default=12, show_default=True,
+              help="Short maps of the day (faults between them); 0 skips the day.")
+@click.option("--oom-seconds", default=7.0, show_default=True, help="How long each OOM window of the day lasts (s).")
 @click.option("--json", "json_path", default=None, help="Write the figures here.")
-def chaos_command(tasks, workers, lease, repeats, seed, json_path):
+def chaos_command(tasks, workers, lease, repeats, seed, day_maps, oom_seconds, json_path):
     """One map through a fault-injecting proxy (cuts, lost replies, latency, resets,
-    SIGKILL + restart, a task holding the GIL), against the same map without faults."""
+    SIGKILL + restart, a task holding the GIL), against the same map without faults; then
+    a day of short maps with connection kills, OOM windows and a rewritten file."""
     seed = random.randrange(1 << 30) if seed is None else seed
     calm, rough = [], []
     for k in range(repeats):
@@ -235,15 +242,28 @@ def chaos_command(tasks, workers, lease, repeats, seed, json_path):
                f"for {expected} tasks (exactly once)")
     click.echo(f"median map time: without faults {t_calm:.2f} s, with faults {t_rough:.2f} s, "
                f"slowdown {t_rough / t_calm:.2f}x")
+    day = None
+    if day_maps:
+        with ChaosPool(workers, lease) as pool:
+            day = run_day(pool, maps=day_maps, seed=seed, oom_seconds=oom_seconds)
+        for line in describe_day(day):
+            click.echo(line)
     for r in calm + rough:
         for p in r.problems:
             click.echo(f"PROBLEM ({'faults' if r.with_faults else 'no faults'}, seed {r.seed}): {p}")
+    for p in day.problems if day else []:
+        click.echo(f"PROBLEM (day, seed {seed}): {p}")
     if json_path:
         with open(json_path, "w") as fh:
             json.dump({"tasks": tasks, "workers": workers, "lease_s": lease, "seeds": [seed, seed + repeats - 1],
                        "faults": dict(faults), "checked": checked, "delivered": delivered, "expected": expected,
                        "seconds_without_faults": [r.seconds for r in calm],
                        "seconds_with_faults": [r.seconds for r in rough],
-                       "slowdown": t_rough / t_calm}, fh, indent=2)
-    if checked != expected or delivered != expected or any(r.problems for r in calm + rough):
+                       "slowdown": t_rough / t_calm,
+                       "day": day and {"maps": day.maps, "tasks": day.tasks, "correct": day.correct,
+                                       "delivered": day.delivered, "faults": dict(day.faults),
+                                       "attempts_counted": day.attempts_counted, "stale_maps": day.stale_maps,
+                                       "seconds": day.seconds}}, fh, indent=2)
+    if checked != expected or delivered != expected or any(r.problems for r in calm + rough) \
+            or (day is not None and not day.ok):
         raise SystemExit(1)

@@ -94,12 +94,14 @@ class EmbeddedBroker:
             instead of TCP.
         maxmemory: e.g. ``"2gb"``; Redis refuses writes beyond it instead of swapping.
         key: signing key for the session (random by default).
+        appendonly: keep the data in an append-only file, as a production Redis with
+            persistence does, so that :meth:`restart` with ``keep_data`` reloads it.
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int | None = None,
                  unix_socket: str | bool | None = None, maxmemory: str | None = None,
                  key: bytes | None = None, namespace: str | None = None,
-                 allow_remote: bool = False, password: str | None = None):
+                 allow_remote: bool = False, password: str | None = None, appendonly: bool = False):
         if host not in ("127.0.0.1", "localhost", "::1") and not allow_remote:
             raise ValueError(f"refusing to bind the broker to {host}: pass allow_remote=True "
                              "(rhtc broker --host ... --allow-remote) to accept workers from other nodes")
@@ -107,6 +109,7 @@ class EmbeddedBroker:
         self.port = port
         self.unix_socket = unix_socket
         self.maxmemory = maxmemory
+        self.appendonly = appendonly
         self.password = password or secrets.token_urlsafe(24)
         self.key = key or new_key()
         self.namespace = namespace or default_namespace()
@@ -116,11 +119,12 @@ class EmbeddedBroker:
 
     def start(self, timeout: float = 10.0) -> "EmbeddedBroker":
         exe = find_redis_server()
-        if self.port and not self.unix_socket:
+        if self.port and not self.unix_socket and not self._dir:
             _check_port_free(self.host, self.port)
-        self._dir = tempfile.mkdtemp(prefix="rhtc-broker-")
-        os.chmod(self._dir, 0o700)
-        args = [exe, "--save", "", "--appendonly", "no", "--dir", self._dir,
+        if not self._dir:
+            self._dir = tempfile.mkdtemp(prefix="rhtc-broker-")
+            os.chmod(self._dir, 0o700)
+        args = [exe, "--save", "", "--appendonly", "yes" if self.appendonly else "no", "--dir", self._dir,
                 "--requirepass", self.password, "--loglevel", "warning",
                 "--logfile", os.path.join(self._dir, "redis.log"), "--daemonize", "no",
                 "--maxclients", "4000"]
@@ -174,13 +178,65 @@ class EmbeddedBroker:
         except OSError:
             return ""
 
-    def restart(self) -> None:
-        """Kill the server and start an empty one at the same address (fault tests)."""
+    def restart(self, downtime: float = 0.0, keep_data: bool = False) -> None:
+        """Stop the server and start it again at the same address with the same password
+        (fault tests). By default it is killed and comes back empty; with ``keep_data`` (a
+        broker started with ``appendonly=True``) it shuts down cleanly and reloads its data,
+        keys whose expiry ran out meanwhile gone. It stays down ``downtime`` seconds.
+
+            >>> with EmbeddedBroker(appendonly=True) as b:           # doctest: +SKIP
+            ...     b.restart(downtime=7.0, keep_data=True)
+        """
+        if keep_data and not self.appendonly:
+            raise ValueError("restart(keep_data=True) needs a broker started with appendonly=True")
         if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-        self.stop()
+            if keep_data:
+                stop_processes([self.proc], grace=10)      # SIGTERM: Redis writes its file
+            else:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+        if not keep_data:
+            self.stop()
+        time.sleep(downtime)
         self.start()
+
+    # -- faults, for the fault tests and `bench chaos` ------------------------------------
+    def _admin(self) -> redis.Redis:
+        return redis.Redis.from_url(self.config.url, socket_connect_timeout=5)
+
+    def kill_connections(self) -> int:
+        """Close every client connection but the one doing it (``CLIENT KILL``: what a
+        firewall or NAT dropping idle connections does to clients); returns how many.
+
+            >>> with EmbeddedBroker() as b:
+            ...     b.kill_connections()
+            0
+        """
+        r = self._admin()
+        try:
+            me = r.client_id()
+            ids = [int(c["id"]) for c in r.client_list() if int(c["id"]) != me]
+            for cid in ids:
+                r.client_kill_filter(_id=cid)
+            return len(ids)
+        finally:
+            r.close()
+
+    def refuse_writes(self, refuse: bool = True) -> None:
+        """Make Redis refuse every write with OOM, as it does at ``maxmemory`` (a limit of
+        1 byte), or (``refuse=False``) accept them again under this broker's own limit.
+
+            >>> with EmbeddedBroker() as b:                          # doctest: +SKIP
+            ...     b.refuse_writes(); Storage(b.config).r.set("x", 1)
+            Traceback (most recent call last):
+            BrokerOutOfMemory: command not allowed when used memory > 'maxmemory'.
+        """
+        r = self._admin()
+        try:
+            r.config_set("maxmemory", 1 if refuse else (self.maxmemory or 0))
+        finally:
+            r.close()
 
     def stop(self) -> None:
         if self.proc is not None:

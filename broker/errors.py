@@ -2,7 +2,8 @@
 
 Redis answers some commands with an error that is not ours to fix and not fatal: it is
 out of memory (``OOM``), busy running a script (``BUSY``), loading its data after a
-restart (``LOADING``), a replica (``READONLY``) or unable to save (``MISCONF``). The
+restart (``LOADING``), a replica (``READONLY``; ``UNBLOCKED`` for a blocked read it cut
+short when it became one) or unable to save (``MISCONF``). The
 connections :mod:`broker.storage` makes raise these as the two exceptions below, so
 the rest of the code says what it means (``except BrokerOutOfMemory``) instead of
 reading error strings.
@@ -34,7 +35,11 @@ ConnectionProblem = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadin
 BrokerTrouble = ConnectionProblem + (BrokerRefused,)
 
 _OURS = {"OOM": BrokerOutOfMemory, "BUSY": BrokerUnavailable, "LOADING": BrokerUnavailable,
-         "READONLY": BrokerUnavailable, "MISCONF": BrokerUnavailable, "MASTERDOWN": BrokerUnavailable}
+         "READONLY": BrokerUnavailable, "MISCONF": BrokerUnavailable, "MASTERDOWN": BrokerUnavailable,
+         "UNBLOCKED": BrokerUnavailable}     # a blocked read cut short: the server became a replica
+
+#: the error codes of a broker that says no (the reaper counts them: ``broker/lua/lib.lua``)
+REFUSAL_CODES = tuple(_OURS)
 
 
 def _parser(base):

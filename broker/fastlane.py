@@ -3,6 +3,11 @@ be sent without waiting for its reply: the reply is read before the next command
 collected when the caller needs it. This is what keeps a round trip to one network
 round trip.
 
+A connection the broker closed while it sat idle (Redis restarted, ``CLIENT KILL``, a
+firewall that dropped it) is noticed before the next command is written and replaced,
+so that command is never lost in a dead socket; :meth:`FastLane.retrying` runs a step
+again on a fresh connection, with back-off, when the connection breaks under it.
+
     >>> from rhtc.broker.fastlane import FastLane      # doctest: +SKIP
     >>> lane = FastLane(redis_client)                   # doctest: +SKIP
     >>> lane.send("PING"); lane.collect()               # doctest: +SKIP
@@ -10,11 +15,17 @@ round trip.
 """
 from __future__ import annotations
 
+import logging
 import threading
+import time
+from typing import Callable, TypeVar
 
 import redis
 
 from rhtc.broker.errors import ConnectionProblem
+
+log = logging.getLogger("rhtc.broker")
+T = TypeVar("T")
 
 
 class FastLane:
@@ -29,9 +40,19 @@ class FastLane:
         self.lock = threading.RLock()     # for clients with several maps in threads
 
     def _connection(self):
+        if self.conn is not None and not self.pending and self._closed_by_peer():
+            self.reset()                  # closed while idle: nothing was owed, nothing lost
         if self.conn is None:
             self.conn = self.r.connection_pool.get_connection()
         return self.conn
+
+    def _closed_by_peer(self) -> bool:
+        """Something to read while no reply is owed: the broker closed the connection (a
+        restart, CLIENT KILL, an idle timeout). A cheap poll, no round trip."""
+        try:
+            return bool(self.conn.can_read(timeout=0))
+        except (*ConnectionProblem, OSError):
+            return True
 
     def drain(self) -> None:
         """Read (and drop) the replies of commands sent without waiting."""
@@ -56,8 +77,8 @@ class FastLane:
         return last
 
     def send(self, *args) -> None:
-        try:
-            self._connection().send_command(*args)
+        try:       # (a health-check PING may only go out when no reply is owed)
+            self._connection().send_command(*args, check_health=not self.pending)
         except ConnectionProblem:
             self.reset()
             raise
@@ -97,6 +118,35 @@ class FastLane:
         except redis.exceptions.NoScriptError:        # a restarted broker forgot it
             self.call("SCRIPT", "LOAD", script.script)
             return self.call("EVALSHA", script.sha, len(keys), *keys, *args)
+
+    def retrying(self, step: Callable[[], T], patience: float, what: str, where: str) -> T:
+        """Run ``step`` (which sends on this lane); when the connection breaks or the broker
+        is restarting (ConnectionError, timeout, LOADING...), run it again on a fresh
+        connection, backing off from 0.1 s to 2 s, for up to ``patience`` seconds. Only for
+        a step that is safe to send twice (idempotent, or deduplicated by the broker).
+        ``what`` (e.g. "queue map 1f2e") and ``where`` (the redacted URL) name the failure."""
+        deadline, delay, said = time.monotonic() + patience, 0.1, False
+        while True:
+            try:
+                got = step()
+            except ConnectionProblem as err:
+                self.reset()
+                if time.monotonic() + delay > deadline:
+                    raise redis.ConnectionError(
+                        f"could not {what}: the broker at {where} has not taken it for {patience:.0f} s "
+                        f"({type(err).__name__}: {err}). Is it running (`rhtc broker`) and reachable? "
+                        "Run the call again once it is.") from err
+                if not said:
+                    log.warning("%s: the broker at %s did not take it (%s: %s); trying again on a "
+                                "fresh connection for up to %.0f s", what, where, type(err).__name__, err,
+                                patience)
+                    said = True
+                time.sleep(delay)
+                delay = min(2 * delay, 2.0)
+                continue
+            if said:
+                log.warning("%s: done, the broker at %s answers again", what, where)
+            return got
 
     def reset(self) -> None:
         if self.conn is not None:

@@ -35,6 +35,9 @@ key                             type    what / who deletes it
 ``{ns}:holds:{worker}``         set     routing keys of chunks the worker has cached; expires
 ``{ns}:reap-due``               string  throttle: one reaper pass per second per namespace; expires
 ``{ns}:sweep-due``              string  throttle: one sweep for maps of dead clients per second; expires
+``{ns}:refusals``               hash    the reaper's note of the broker: its run id, how many commands it
+                                        has refused (OOM, READONLY, LOADING, BUSY...) and since when (ms)
+                                        it has refused none and not restarted; expires
 ``{ns}:map:{map}``              hash    a map in flight (function hash, nonce, versions, size);
                                         expires unless its client keeps it alive; deleted when done
 ``{ns}:live:{map}``             string  the map's latest signed liveness token (broker/protocol.py);
@@ -99,6 +102,7 @@ TEMPLATES: dict[str, str] = {
     "sweep_due": "{ns}:sweep-due",
     "backlog": "{ns}:q:m:{map_id}",
     "client": "{ns}:client:{client_id}",
+    "refusals": "{ns}:refusals",
     "map": "{ns}:map:{map_id}",
     "live": "{ns}:live:{map_id}",
     "maps": "{ns}:maps",
@@ -118,6 +122,11 @@ MAP_FN = "fn"
 MAP_NONCE = "nonce"
 #: the map's field naming its client's beacon (``client`` key); a map without it never dies early
 MAP_CLIENT = "client_id"
+#: ... and the life of that beacon (ms): how long the broker must say yes before its absence counts
+MAP_CLIENT_TTL = "client_ttl"
+#: the map's field holding the sequence number of the last enqueue call it ran (a call
+#: sent again after a broken connection is then not queued twice)
+MAP_SENT = "sent"
 #: lease values: incarnation (this many chars) | taken-at ms (this many digits) | task frame
 INCARNATION_LEN = 16
 LEASE_TIME_LEN = 13

@@ -141,13 +141,17 @@ class Leases:
 
     def reap(self, every: float = 1.0) -> list[str]:
         """Recover the tasks of workers whose incarnation expired (at most once per
-        ``every`` s across all processes). Returns the names of the workers found dead."""
+        ``every`` s across all processes), counting an attempt against what they ran. A
+        name that expired while the broker refused commands or was down is no death:
+        nobody is reaped until the broker has refused nothing and not restarted for a
+        whole lease (``reap.lua``). Returns the names of the workers found dead."""
         return self._reap("", every)
 
     def _reap(self, retiring: str, every: float = 0.0) -> list[str]:
         st = self.settings
         got = self._scripts["reap"](args=[self.keys.ns, now_text(), st.max_attempts, int(every * 1000),
-                                          st.result_ttl, retiring, st.scan_step])
+                                          st.result_ttl, retiring, st.scan_step, int(st.lease * 1000),
+                                          st.holds_ttl])
         return [w.decode() for w in got]
 
     # -- what a worker publishes -------------------------------------------------------------

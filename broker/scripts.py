@@ -2,7 +2,8 @@
 frame offset or a key name: both come from :mod:`broker.protocol` and :mod:`broker.keys`.
 
 Every script receives the namespace as ``ARGV[1]``; the prelude defines ``NS``, the
-layout constants (``MAP_FROM``, ``IDX_TO``, ...), a key builder per template
+layout constants (``MAP_FROM``, ``IDX_TO``, ...), the set of refusal codes (``REFUSALS``,
+from :mod:`broker.errors`), a key builder per template
 (``K.queue(w)``, ``K.shared_queue()``, ...) and the shared steps in ``lua/lib.lua``
 (requeue with the retry policy, lease values, bounded queue moves).
 
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import redis
 
-from rhtc.broker import keys, protocol
+from rhtc.broker import errors, keys, protocol
 
 from rhtc.broker import messages
 
@@ -47,10 +48,12 @@ def prelude() -> str:
              "local NS = ARGV[1]"]
     layout = dict(protocol.lua_layout(), INC_LEN=keys.INCARNATION_LEN, TIME_LEN=keys.LEASE_TIME_LEN,
                   MAP_FN=keys.MAP_FN, MAP_CLIENT=keys.MAP_CLIENT,
+                  MAP_CLIENT_TTL=keys.MAP_CLIENT_TTL, MAP_SENT=keys.MAP_SENT,
                   STATUS_TASK_SECONDS=messages.WorkerStatus.task_seconds_field())
     for name, value in layout.items():
         lines.append(f"local {name} = {value!r}".replace('"', "'") if isinstance(value, str)
                      else f"local {name} = {value}")
+    lines.append("local REFUSALS = {" + ", ".join(f"{code} = true" for code in errors.REFUSAL_CODES) + "}")
     lines.append("local K = {}")
     for name, template in keys.TEMPLATES.items():
         lines.append(f"K['{name}'] = function(a) return {_lua_key(template)} end")

@@ -28,7 +28,7 @@ from rhtc.broker.config import BrokerConfig, Settings, redact
 from rhtc.broker.config import settings as default_settings
 from rhtc.broker.errors import PARSER, ConnectionProblem
 from rhtc.broker.fastlane import FastLane
-from rhtc.broker.keys import MAP_CLIENT, MAP_DATA, MAP_NONCE, Keys
+from rhtc.broker.keys import MAP_CLIENT, MAP_DATA, MAP_NONCE, MAP_SENT, Keys
 from rhtc.broker.leases import Leases
 
 
@@ -59,6 +59,7 @@ class Storage(Leases):
         self._fast = FastLane(self.r)
         self._finished_maps: list[str] = []    # deleted with the next enqueue (or flush)
         self._clock_offset: float | None = None  # broker clock minus ours (ms), from TIME
+        self._sent = 0                         # sequence number of the last enqueue call
 
     # -- connection -----------------------------------------------------------------
     def ping(self) -> bool:
@@ -116,25 +117,28 @@ class Storage(Leases):
         token = self.map_token(map_id, nonce)
         finished, self._finished_maps = self._finished_maps, []
         window = st.fair_window if fair else 0
-        first: list = [self.keys.ns, map_id, 1, window, fn_hash, packed_fn or b"", st.map_ttl,
-                       st.function_ttl, time.time(), client, int(st.client_ttl * 1000),
-                       len(flat_info), *flat_info, len(finished), *finished]
+        first: list = [window, fn_hash, packed_fn or b"", st.map_ttl, st.function_ttl, time.time(),
+                       client, int(st.client_ttl * 1000), len(flat_info), *flat_info,
+                       len(finished), *finished]
         calls, args, room = [], first, st.scan_step
         for worker, frames in routed.items():
             for at in range(0, len(frames), st.scan_step):
                 part = frames[at:at + st.scan_step]
                 if len(part) > room:
                     calls.append(args)
-                    args, room = [self.keys.ns, map_id, 0, window], st.scan_step
+                    args, room = [window], st.scan_step
                 args += [int(worker is not None), worker or "", len(part), *part]
                 room -= len(part)
         calls.append(args)
         script = self._scripts["enqueue"]
         set_token = ("SET", self.keys.live(map_id), token, "PX", int(st.map_ttl * 1000))
-        with self._fast.lock:
+
+        def send() -> list[bytes]:
+            # sent again whole after a broken connection: the calls keep their sequence
+            # numbers, so the broker skips those it already ran (see enqueue.lua)
             try:
                 self._fast.send(*set_token)
-                for args in calls:
+                for args in numbered:
                     self._fast.script(script, [], args, wait=False)
                 if wait_first <= 0:
                     self._fast.drain()
@@ -143,10 +147,17 @@ class Storage(Leases):
             except redis.exceptions.NoScriptError:
                 self._fast.reset()
                 self._fast.call(*set_token)
-                for args in calls:
+                for args in numbered:
                     self._fast.script(script, [], args)
                 return []
-        return [got[1]] if got else []
+            return [got[1]] if got else []
+
+        with self._fast.lock:
+            numbered = []
+            for k, args in enumerate(calls):
+                self._sent += 1
+                numbered.append([self.keys.ns, map_id, int(k == 0), self._sent, *args])
+            return self._fast.retrying(send, st.broker_patience, f"queue map {map_id}", redact(self.config.url))
 
     def renew_client(self, client: str) -> None:
         """Say the client process ``client`` is alive for ``settings.client_ttl`` more seconds
@@ -302,6 +313,7 @@ class Storage(Leases):
                 continue
             d = {a.decode(): b.decode() for a, b in info.items()}
             d.pop(MAP_NONCE, None)
+            d.pop(MAP_SENT, None)
             d.update(map_id=m, unread_results=nres, queued=nback + in_shared.get(m, 0), client_alive=None)
             out.append(d)
         beacons = [d[MAP_CLIENT] for d in out if d.get(MAP_CLIENT)]

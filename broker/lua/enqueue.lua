@@ -2,37 +2,43 @@
 -- most a few thousand frames each (only the first registers the map), so no call blocks
 -- Redis for long. Tasks routed to a worker that is not live (reaped between the client
 -- locating it and this call) go to the shared queue: no queue without an owner.
+-- Each call carries a sequence number, increasing over the client's calls: a call whose
+-- number the map has already seen (`MAP_SENT`) queues nothing, so a client that lost its
+-- connection before reading the replies can send the same calls again without
+-- duplicating tasks (Redis runs one connection's calls in order).
 -- Fair turns: a map puts at most `window` tasks into the shared queue (only while its
 -- backlog is empty); the rest wait in its backlog, in order, and move in one by one as
 -- its tasks are taken (refill in lib.lua). Window 0: a resubmission (tasks lost on the way
 -- from the shared queue to a lease, backups): straight into the shared queue, which also
 -- restores the window of the lost ones.
--- ARGV: ns, map id, register (1/0), window, [only when registering: function hash,
---       packed function or '', map ttl, function ttl, start time, client id ('' none),
---       client ttl ms, n info values, info field/value pairs...,
---       n finished maps, their ids... (deleted here: a client's earlier maps)],
+-- ARGV: ns, map id, register (1/0), sequence number, window,
+--       [only when registering: function hash, packed function or '', map ttl,
+--       function ttl, start time, client id ('' none), client ttl ms, n info values,
+--       info field/value pairs..., n finished maps, their ids... (deleted here: a
+--       client's earlier maps)],
 --       then groups: routed (1/0), worker name ('' when not routed), n frames, frames...
--- Returns 1, or 0 when a later call finds the map gone (cancelled): nothing is queued.
-local mid, register, window = ARGV[2], ARGV[3] == '1', tonumber(ARGV[4])
-local i = 5
+-- Returns 1 (also for a call seen before), or 0 when a later call finds the map gone
+-- (cancelled): nothing is queued.
+local mid, register, seq, window = ARGV[2], ARGV[3] == '1', tonumber(ARGV[4]), tonumber(ARGV[5])
+local i = 6
 if register then
-  local fh, blob = ARGV[5], ARGV[6]
-  local mapttl, fnttl, now = tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9]
-  local cid, cttl = ARGV[10], tonumber(ARGV[11])
+  local fh, blob = ARGV[6], ARGV[7]
+  local mapttl, fnttl, now = tonumber(ARGV[8]), tonumber(ARGV[9]), ARGV[10]
+  local cid, cttl = ARGV[11], tonumber(ARGV[12])
   if blob ~= '' then
     redis.call('SET', K['function'](fh), blob, 'EX', fnttl)
   else
     redis.call('EXPIRE', K['function'](fh), fnttl)
   end
-  local ninfo = tonumber(ARGV[12])
-  redis.call('HSET', K.map(mid), MAP_FN, fh, unpack(ARGV, 13, 12 + ninfo))
+  local ninfo = tonumber(ARGV[13])
+  redis.call('HSET', K.map(mid), MAP_FN, fh, unpack(ARGV, 14, 13 + ninfo))
   if cid ~= '' then
     redis.call('SET', K.client(cid), '1', 'PX', cttl)
-    redis.call('HSET', K.map(mid), MAP_CLIENT, cid)
+    redis.call('HSET', K.map(mid), MAP_CLIENT, cid, MAP_CLIENT_TTL, cttl)
   end
   redis.call('EXPIRE', K.map(mid), mapttl)
   redis.call('ZADD', K.maps(), now, mid)
-  i = 13 + ninfo
+  i = 14 + ninfo
   local ndel = tonumber(ARGV[i])
   for j = i + 1, i + ndel do
     local old = ARGV[j]
@@ -43,6 +49,8 @@ if register then
 elseif redis.call('EXISTS', K.map(mid)) == 0 then
   return 0
 end
+if tonumber(redis.call('HGET', K.map(mid), MAP_SENT) or 0) >= seq then return 1 end
+redis.call('HSET', K.map(mid), MAP_SENT, seq)
 local backlog = K.backlog(mid)
 local room = 0
 if window == 0 then room = #ARGV elseif redis.call('LLEN', backlog) == 0 then room = window end

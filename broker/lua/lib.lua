@@ -5,6 +5,26 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- Since when (ms) has the broker refused no command and not restarted, as far as the
+-- reapers have looked (K.refusals(): its run id, its count of refusals, that time)? A
+-- refusal is an error whose code is in REFUSALS (OOM, READONLY, LOADING, BUSY...: while
+-- Redis answers these, heartbeats are refused too), counted by Redis in INFO errorstats.
+-- Returns now, since.
+local function broker_refused_since(ttl_ms)
+  local now = now_ms()
+  local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') or ''
+  local count = 0
+  for code, n in string.gmatch(redis.call('INFO', 'errorstats'), 'errorstat_(%u+):count=(%d+)') do
+    if REFUSALS[code] then count = count + tonumber(n) end
+  end
+  local got = redis.call('HMGET', K.refusals(), 'run', 'count', 'since')
+  local since = tonumber(got[3]) or 0
+  if got[1] and (got[1] ~= run or tonumber(got[2]) ~= count) then since = now end
+  redis.call('HSET', K.refusals(), 'run', run, 'count', count, 'since', since)
+  redis.call('PEXPIRE', K.refusals(), ttl_ms)
+  return now, since
+end
+
 local function is_task(f)
   return #f >= TASK_MIN_LEN and string.sub(f, 1, #MAGIC) == MAGIC
 end
@@ -30,20 +50,27 @@ local function drop_map(mid)
   redis.call('ZREM', K.maps(), mid)
 end
 
+-- Is the client of map `mid` gone? Its beacon expired while the broker said yes for a
+-- whole beacon's life: a broker that refused writes (or restarted) refused the beacon's
+-- renewals too, so its maps live on until a beacon's life has passed without refusals.
+local function client_gone(mid)
+  local got = redis.call('HMGET', K.map(mid), MAP_CLIENT, MAP_CLIENT_TTL)
+  if not got[1] or redis.call('EXISTS', K.client(got[1])) == 1 then return false end
+  local cttl = tonumber(got[2]) or 10000
+  local t, since = broker_refused_since(math.max(2 * cttl, 60000))
+  return t - since >= cttl
+end
+
 -- The map's signed liveness token (the worker verifies it), or false when the map is
--- gone or its client's beacon expired (the map is then dropped). One look per map per
--- script call.
+-- gone or its client died (the map is then dropped). One look per map per script call.
 local tokens = {}
 local function map_token(mid)
   local known = tokens[mid]
   if known ~= nil then return known end
   local token = redis.call('GET', K.live(mid))
-  if token then
-    local client = redis.call('HGET', K.map(mid), MAP_CLIENT)
-    if client and redis.call('EXISTS', K.client(client)) == 0 then
-      drop_map(mid)
-      token = false
-    end
+  if token and client_gone(mid) then
+    drop_map(mid)
+    token = false
   end
   tokens[mid] = token
   return token

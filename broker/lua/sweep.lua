@@ -1,4 +1,4 @@
--- Drop the maps whose client died (its beacon key expired), with their backlogs of queued
+-- Drop the maps whose client died (its beacon key expired, see client_gone in lib.lua), with their backlogs of queued
 -- tasks: at most once per `every` ms per namespace (throttle key), at most `step` maps
 -- of the registry looked at per call. Their tasks left in the shared or workers' queues
 -- are dropped by whoever pops them (take).
@@ -7,8 +7,7 @@ local every, step = tonumber(ARGV[2]), tonumber(ARGV[3])
 if every > 0 and not redis.call('SET', K.sweep_due(), '1', 'NX', 'PX', every) then return {} end
 local dropped = {}
 for _, mid in ipairs(redis.call('ZRANGE', K.maps(), 0, step - 1)) do
-  local cid = redis.call('HGET', K.map(mid), MAP_CLIENT)
-  if cid and redis.call('EXISTS', K.client(cid)) == 0 then
+  if client_gone(mid) then
     drop_map(mid)
     dropped[#dropped + 1] = mid
   end
