@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from rhtc.broker.config import settings
 from rhtc.broker.embedded import EmbeddedBroker
 from rhtc.broker.storage import Storage
 from rhtc.client import remote_map, submit
@@ -221,3 +222,28 @@ def test_broker_with_aof_down_for_7_s_reaps_no_healthy_worker(aof_broker, tmp_pa
     finally:
         pool.stop_all()
         storage.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_broker_down_longer_than_a_clients_beacon_does_not_drop_its_map(aof_broker, tmp_path):
+    """The same outage with a client whose beacon lives 2 s: it expired while the broker was
+    down and nobody could renew it, yet the live client's map is not taken for a dead
+    client's (dropped, its running tasks' results thrown away and run again)."""
+    old = os.environ.get("RHTC_CLIENT_TTL")
+    os.environ["RHTC_CLIENT_TTL"] = "2"
+    settings.cache_clear()
+    storage = Storage(aof_broker.config)
+    pool = Workers(aof_broker.config, tmp_path)
+    try:
+        assert storage.settings.client_ttl == 2.0
+        long_tasks_through(lambda: aof_broker.restart(downtime=7.0, keep_data=True),
+                           aof_broker, storage, pool, tmp_path)
+    finally:
+        pool.stop_all()
+        storage.close()
+        if old is None:
+            os.environ.pop("RHTC_CLIENT_TTL", None)
+        else:
+            os.environ["RHTC_CLIENT_TTL"] = old
+        settings.cache_clear()
