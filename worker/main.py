@@ -14,9 +14,7 @@ import os
 import signal
 import socket
 import time
-import traceback
 
-import cloudpickle
 
 from rhtc.broker import context, protocol
 
@@ -25,7 +23,9 @@ from rhtc.broker.config import BrokerConfig, Settings, redact, settings
 from rhtc.broker.errors import BrokerOutOfMemory, BrokerRefused, BrokerTrouble, ConnectionProblem
 from rhtc.broker.storage import Storage
 from rhtc.worker.cache import BranchCache
+from rhtc.worker.children import end_children
 from rhtc.worker.memory import tune_malloc
+from rhtc.worker.results import COMMAND_MARGIN, batches_within, describe_error, pack_result, result_limit
 from rhtc.worker.shared import SharedState
 
 log = logging.getLogger("rhtc.worker")
@@ -148,6 +148,7 @@ class TaskProcess:
         """Hand in finished results and lease the next batch, in one round trip; also says
         whether this incarnation still holds the name."""
         n = 0 if self.stopping else max(1, min(self.max_batch, int(BATCH_SECONDS / max(self._ewma, 1e-6))))
+        self._hand_in_large()
         holding, batch = self.storage.take(self.name, self.incarnation, n, self._unflushed)
         self._unflushed = []
         self.shared.set_held([])        # the results are in: the last batch is no longer held
@@ -166,7 +167,19 @@ class TaskProcess:
         # the batch stays held until the next take hands its results in: a finished task
         # whose result waits here must not look like a lease that nobody runs
 
+    def _hand_in_large(self) -> None:
+        """Results that together exceed what one command to the broker may carry
+        (``client-query-buffer-limit``) go in ahead, in groups that fit; the last group
+        is left for the take."""
+        if sum(len(frame) for _, _, frame in self._unflushed) < COMMAND_MARGIN:
+            return
+        budget = self.storage.bulk_limits().query_buffer // 2
+        for group in batches_within(self._unflushed, budget)[:-1]:
+            self.storage.take(self.name, self.incarnation, 0, group)
+            self._unflushed = self._unflushed[len(group):]
+
     def _flush(self) -> None:
+        self._hand_in_large()
         if self._unflushed:
             self.storage.take(self.name, self.incarnation, 0, self._unflushed)
             self._unflushed = []
@@ -230,11 +243,12 @@ class TaskProcess:
                 value = fn(arg)
             finally:
                 self._in_user_code = False
+                self._end_children(ref)
         except HandBack:
             self.shared.set_task(None)
             raise
         except BaseException as err:  # the user's error, whatever it is, goes back to them
-            status, value = protocol.USER_ERROR, _describe_error(err, arg)
+            status, value = protocol.USER_ERROR, describe_error(err, arg)
         t1 = time.time()
         self._ewma = 0.8 * self._ewma + 0.2 * (t1 - t0)
         meta = messages.ResultMeta(worker=self.name, host=self.host, pid=self.pid, start=t0, stop=t1,
@@ -248,7 +262,8 @@ class TaskProcess:
                 if nonce:                       # '' : the map ended meanwhile, nothing to say
                     self._replayed(task, tid, nonce)
                 return
-        status, payload = self._pack_result(status, value, meta, arg, self.settings.max_result_bytes)
+        status, payload = pack_result(status, value, meta, arg,
+                                      result_limit(self.settings.max_result_bytes, self.storage.bulk_limits()))
         self._unflushed.append((ref.map_id, tid, protocol.pack_result(self.key, ref.map_id, ref.index,
                                                                       status, payload)))
         self.tasks_done += 1
@@ -260,29 +275,18 @@ class TaskProcess:
         if self.ctx.routing_keys:
             self.storage.advertise(self.name, added=self.ctx.routing_keys)
 
+    def _end_children(self, ref) -> None:
+        """Stop the processes the task left running (a Pool never closed, a background
+        subprocess): none outlives its task or leaks into the next one."""
+        stopped = end_children(close_pools=True)
+        if stopped:
+            log.warning("worker %s: task %s left %d child process(es) running; stopped them (pids %s). "
+                        "Close pools inside the task (`with Pool() as p:`)", self.name, ref, len(stopped), stopped)
+
     def _publish(self) -> None:
         self.shared.set_counters(tasks_done=self.tasks_done, errors=self.errors, cache_bytes=self.cache.nbytes,
                                  cache_entries=len(self.cache), cache_limit=self.cache.limit_bytes,
                                  bytes_read=self.bytes_from_file, bytes_from_cache=self.bytes_from_cache)
-
-    @staticmethod
-    def _pack_result(status: int, value, meta: messages.ResultMeta, arg, limit: int) -> tuple[int, bytes]:
-        """(status, payload); a result that cannot travel becomes an error result."""
-        try:
-            payload = protocol.dumps(value)
-        except Exception as err:
-            msg = (f"the function returned a {type(value).__name__} that cannot be pickled "
-                   f"({type(err).__name__}: {err}); return plain numbers, numpy arrays, "
-                   "hist objects or dicts of them")
-            return protocol.USER_ERROR, messages.encode_result(
-                protocol.dumps(_error_dict("UnpicklableResult", msg, "", arg)), meta)
-        if len(payload) > limit:
-            msg = (f"the result is {len(payload) / 1e6:.1f} MB compressed, over the limit of "
-                   f"{limit / 1e6:.0f} MB (RHTC_MAX_RESULT_BYTES): reduce on the worker "
-                   "(histograms, sums) instead of returning per-event data")
-            return protocol.USER_ERROR, messages.encode_result(
-                protocol.dumps(_error_dict("ResultTooLarge", msg, "", arg)), meta)
-        return status, messages.encode_result(payload, meta)
 
     def _function(self, fn_hash: str, map_id: str):
         fn = self.functions.get(fn_hash)
@@ -348,23 +352,8 @@ class _SystemFault(Exception):
 
 
 def _events_of(arg) -> int | None:
-    n = getattr(arg, "num_entries", None) if arg is not None else None
-    return int(n) if isinstance(n, int) else None
-
-
-def _error_dict(type_name: str, message: str, tb: str, arg, exc: bytes | None = None) -> dict:
     try:
-        arg_text = repr(arg)
-    except Exception:
-        arg_text = f"<{type(arg).__name__}>"
-    return {"type": type_name, "message": message, "traceback": tb,
-            "argument": arg_text[:500], "exception": exc}
-
-
-def _describe_error(err: BaseException, arg) -> dict:
-    tb = traceback.format_exc()
-    try:
-        exc = cloudpickle.dumps(err)
-    except Exception:
-        exc = None
-    return _error_dict(type(err).__name__, str(err), tb, arg, exc)
+        n = getattr(arg, "num_entries", None) if arg is not None else None
+        return int(n) if isinstance(n, int) else None
+    except BaseException:   # noqa: B036 - a user's argument may raise anything from __getattr__
+        return None

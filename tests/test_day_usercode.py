@@ -1,0 +1,195 @@
+"""Issue 16, "user code cannot crash the machinery": exceptions that cannot be formatted
+or pickled (4), tasks that start processes (5), results too big for Redis (6), and a
+task that hangs in a small map (9). Real redis-server, real worker processes."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import psutil
+import pytest
+
+from rhtc.broker.storage import Storage
+from rhtc.client import RemoteError, remote_map
+from rhtc.client.api import submit
+
+
+def _status(storage: Storage, name: str):
+    return next((w for w in storage.worker_statuses(queue_depths=False) if w.name == name), None)
+
+
+def _wait(cond, timeout: float = 30.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = cond()
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+# -- 4: exceptions that cannot be formatted or pickled ----------------------------------
+class StrRaises(Exception):
+    def __str__(self):
+        raise RuntimeError("__str__ exploded")
+
+
+class ReduceRaises(ValueError):
+    def __reduce__(self):
+        raise TypeError("no pickling for you")
+
+
+class NeedsTwoArgs(Exception):
+    """Pickles, but does not load back (its __init__ wants two arguments)."""
+
+    def __init__(self, a, b):
+        super().__init__(f"{a}-{b}")
+
+
+class BaseStrRaises(BaseException):
+    def __str__(self):
+        raise SystemExit("a __str__ that raises a BaseException")
+
+
+def raise_odd(i):
+    if i == 0:
+        raise StrRaises("hidden")
+    if i == 1:
+        raise ReduceRaises("reduce")
+    if i == 2:
+        raise KeyError(threading.Lock())            # args that cannot be pickled
+    if i == 3:
+        raise NeedsTwoArgs("x", "y")
+    if i == 4:
+        raise BaseStrRaises()
+    return i
+
+
+def test_4_unformattable_and_unpicklable_exceptions_come_back_as_remote_errors(broker, storage, workers):
+    (name,) = workers.start(1)
+    pid = _status(storage, name).task_pid
+    out = remote_map(raise_odd, range(6), broker=broker.config, progress=False, errors="return")
+    assert out[5] == 5
+    errs = out[:5]
+    assert all(isinstance(e, RemoteError) for e in errs), out
+    assert [e.remote_type for e in errs] == ["StrRaises", "ReduceRaises", "KeyError", "NeedsTwoArgs",
+                                             "BaseStrRaises"]
+    assert all(e.worker == name for e in errs)
+    assert "could not be formatted" in errs[0].message and "raise_odd" in errs[0].remote_traceback
+    assert errs[1].message == "reduce" and "could not be pickled" in errs[1].remote_traceback
+    assert "could not be pickled" in errs[2].remote_traceback
+    assert errs[3].message == "x-y" and "could not be pickled" in errs[3].remote_traceback
+    assert "could not be formatted" in errs[4].message and "raise_odd" in errs[4].remote_traceback
+    status = _status(storage, name)
+    assert status.crashes == 0 and status.task_pid == pid          # the task process went on
+    assert remote_map(abs, [-3], broker=broker.config, progress=False) == [3]
+
+
+# -- 5: tasks that start processes ------------------------------------------------------
+def pool_square(x):
+    import multiprocessing
+    with multiprocessing.Pool(2) as pool:
+        return sum(pool.map(abs, [-x, -x]))
+
+
+def executor_square(x):
+    from concurrent.futures import ProcessPoolExecutor
+    with ProcessPoolExecutor(2) as ex:
+        return sum(ex.map(abs, [-x, -x]))
+
+
+def leave_children(path):
+    """Starts a Pool it never closes and a grandchild that outlives its parent."""
+    import multiprocessing
+    import subprocess
+    import sys
+    pool = multiprocessing.Pool(2)
+    pool.map(abs, [1, 2])
+    globals()["_kept"] = pool
+    p = subprocess.Popen([sys.executable, "-c", "import os, subprocess, sys, time; "
+                          "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)']); "
+                          "print(c.pid, flush=True); os._exit(0)"], stdout=subprocess.PIPE)
+    grandchild = int(p.stdout.readline())
+    p.wait()
+    pids = [w.pid for w in pool._pool] + [grandchild]
+    with open(path, "w") as f:
+        f.write(" ".join(map(str, pids)))
+    return len(pids)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_5_tasks_may_use_process_pools_and_their_leftovers_are_stopped(broker, storage, workers, tmp_path):
+    (name,) = workers.start(1)
+    supervisor = workers.procs[name].pid
+    task_pid = _status(storage, name).task_pid
+    assert remote_map(pool_square, [3, 4], broker=broker.config, progress=False) == [6, 8]
+    assert remote_map(executor_square, [5], broker=broker.config, progress=False) == [10]
+    path = tmp_path / "pids"
+    assert remote_map(leave_children, [str(path)], broker=broker.config, progress=False) == [3]
+    pids = [int(p) for p in path.read_text().split()]
+    assert all(_gone(p) for p in pids), [(p, _gone(p)) for p in pids]
+    assert psutil.Process(task_pid).children(recursive=True) == []
+    status = _status(storage, name)
+    assert status.crashes == 0 and status.task_pid == task_pid and status.pid == supervisor
+    assert "left 3 child process(es) running; stopped them" in workers.log(name)
+    assert remote_map(pool_square, [1], broker=broker.config, progress=False) == [2]
+
+
+def linger(path):
+    """Starts a child that ignores SIGTERM, then runs until the worker stops."""
+    import subprocess
+    import sys
+    c = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
+                          "signal.SIG_IGN); print('ready', flush=True); time.sleep(300)"], stdout=subprocess.PIPE)
+    c.stdout.readline()
+    with open(path, "w") as f:
+        f.write(str(c.pid))
+    time.sleep(300)
+
+
+def test_5_children_of_a_task_stop_with_the_worker(broker, storage, workers, tmp_path):
+    (name,) = workers.start(1)
+    path = tmp_path / "pid"
+    handle = submit(linger, [str(path)], broker=broker.config, errors="return")
+    try:
+        _wait(lambda: path.exists() and path.read_text(), what="the task's child")
+        child = int(path.read_text())
+        workers.signal(name, signal.SIGTERM)
+        assert workers.procs[name].wait(60) == 0
+        _wait(lambda: _gone(child), timeout=10, what=f"child {child} to stop")
+    finally:
+        handle.cancel()
+
+
+# -- 6: results too big for Redis -------------------------------------------------------
+def big_result(n):
+    return os.urandom(n)          # does not compress
+
+
+def test_6_result_over_the_brokers_bulk_limit_is_refused_and_the_worker_goes_on(broker, storage, workers):
+    storage.r.config_set("proto-max-bulk-len", 1024 * 1024)      # the smallest Redis allows
+    (name,) = workers.start(1, env={"RHTC_MAX_RESULT_BYTES": str(100 * 1024 * 1024)})
+    out = remote_map(big_result, [3 * 1024 * 1024, 10], broker=broker.config, progress=False,
+                     errors="return", timeout=120)
+    err = out[0]
+    assert isinstance(err, RemoteError) and err.remote_type == "ResultTooLarge", out
+    assert "proto-max-bulk-len of 1.0 MiB" in err.message and "CONFIG SET proto-max-bulk-len" in err.message
+    assert "3.0 MiB" in err.message and err.worker == name
+    assert isinstance(out[1], bytes) and len(out[1]) == 10
+    assert remote_map(abs, [-7], broker=broker.config, progress=False, timeout=60) == [7]
+    assert _status(storage, name).crashes == 0
+
+
+def test_6_default_limit_is_stated_in_mib(broker, storage, workers):
+    (name,) = workers.start(1, env={"RHTC_MAX_RESULT_BYTES": str(1024 * 1024)})
+    (err,) = remote_map(big_result, [2 * 1024 * 1024], broker=broker.config, progress=False, errors="return")
+    assert err.remote_type == "ResultTooLarge"
+    assert "over the limit of 1.0 MiB (RHTC_MAX_RESULT_BYTES)" in err.message and "MB" not in err.message
