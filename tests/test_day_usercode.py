@@ -193,3 +193,58 @@ def test_6_default_limit_is_stated_in_mib(broker, storage, workers):
     (err,) = remote_map(big_result, [2 * 1024 * 1024], broker=broker.config, progress=False, errors="return")
     assert err.remote_type == "ResultTooLarge"
     assert "over the limit of 1.0 MiB (RHTC_MAX_RESULT_BYTES)" in err.message and "MB" not in err.message
+
+
+# -- 9: a task that hangs in a small map -----------------------------------------------
+def hang_once(arg):
+    """Hangs for good the first time it runs (a stalled read); a second copy returns."""
+    marker, value = arg
+    if marker:
+        try:
+            fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return value
+        os.close(fd)
+        time.sleep(600)
+    return value
+
+
+def hang_always(arg):
+    marker, value = arg
+    if marker:
+        time.sleep(600)
+    return value
+
+
+def test_9_hung_task_in_a_two_task_map_is_backed_up_after_task_timeout(broker, storage, workers, tmp_path):
+    workers.start(2)
+    marker = str(tmp_path / "hung")
+    # stragglers=None: only the task_timeout bound can save this map
+    out = remote_map(hang_once, [(marker, "a"), ("", "b")], broker=broker.config, progress=False,
+                     stragglers=None, task_timeout=2, timeout=90)
+    assert out == ["a", "b"]
+
+
+def test_9_task_that_hangs_everywhere_fails_naming_worker_chunk_and_time(broker, storage, workers):
+    names = workers.start(2)
+    out = remote_map(hang_always, [("hang", 1), ("", 2)], broker=broker.config, progress=False,
+                     stragglers=None, task_timeout=2, errors="return", timeout=90)
+    err = out[0]
+    assert out[1] == 2
+    assert isinstance(err, RemoteError) and err.remote_type == "TaskTimeout", out
+    assert err.worker in names and err.worker in err.message
+    assert "task_timeout=2 s" in err.message and "backup copy on another worker" in err.message
+    assert "'hang'" in err.argument
+
+
+def test_9_straggler_rule_backs_up_a_hung_task_when_one_task_has_finished(broker, storage, workers, tmp_path):
+    workers.start(2)
+    marker = str(tmp_path / "hung")
+    out = remote_map(hang_once, [(marker, "a"), ("", "b")], broker=broker.config, progress=False, timeout=90)
+    assert out == ["a", "b"]
+
+
+@pytest.mark.parametrize("bad", [0, -1, "5", float("nan"), True])
+def test_9_task_timeout_must_be_positive_seconds(broker, bad):
+    with pytest.raises(ValueError, match="task_timeout="):
+        remote_map(abs, [1], broker=broker.config, progress=False, task_timeout=bad)
