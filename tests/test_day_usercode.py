@@ -248,3 +248,38 @@ def test_9_straggler_rule_backs_up_a_hung_task_when_one_task_has_finished(broker
 def test_9_task_timeout_must_be_positive_seconds(broker, bad):
     with pytest.raises(ValueError, match="task_timeout="):
         remote_map(abs, [1], broker=broker.config, progress=False, task_timeout=bad)
+
+
+def start_child_and_die(path):
+    """Leaves a child that ignores SIGTERM, then kills its own task process."""
+    import subprocess
+    import sys
+    c = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
+                          "signal.SIG_IGN); print('ready', flush=True); time.sleep(300)"], stdout=subprocess.PIPE)
+    c.stdout.readline()
+    with open(path, "a") as f:
+        f.write(f"{c.pid}\n")
+    os._exit(7)
+
+
+def test_5_children_of_a_task_process_that_died_are_stopped_by_the_supervisor(broker, storage, workers, tmp_path):
+    (name,) = workers.start(1)
+    supervisor = workers.procs[name].pid
+    path = tmp_path / "pids"
+    (err,) = remote_map(start_child_and_die, [str(path)], broker=broker.config, progress=False,
+                        errors="return", timeout=120)
+    assert isinstance(err, RemoteError) and err.remote_type == "WorkerLost"
+    pids = [int(p) for p in path.read_text().split()]
+    assert len(pids) == 3                          # one per attempt
+    _wait(lambda: all(_gone(p) for p in pids), timeout=15, what=f"children {pids} to stop")
+    assert psutil.Process(supervisor).is_running() and _status(storage, name).pid == supervisor
+    assert "stopped 1 process(es) left by its task process" in workers.log(name)
+
+
+def test_6_result_over_the_brokers_query_buffer_limit_names_it(broker, storage, workers):
+    storage.r.config_set("client-query-buffer-limit", 1024 * 1024)
+    (name,) = workers.start(1, env={"RHTC_MAX_RESULT_BYTES": str(100 * 1024 * 1024)})
+    (err,) = remote_map(big_result, [2 * 1024 * 1024], broker=broker.config, progress=False,
+                        errors="return", timeout=120)
+    assert err.remote_type == "ResultTooLarge" and "client-query-buffer-limit of 1.0 MiB" in err.message
+    assert remote_map(abs, [-7], broker=broker.config, progress=False, timeout=60) == [7]
