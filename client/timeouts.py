@@ -53,12 +53,9 @@ class TaskTimeouts:
         for w in live:
             if w.task is not None and w.task.map_id == run.map_id:
                 copies.setdefault(w.task.index, []).append(w)
-        waiting = set(run.waiting())
         busy = {w.name for ws in copies.values() for w in ws}
         idle = [w for w in live if w.task is None and w.name not in run.misfits and w.name not in busy]
         for index, ws in sorted(copies.items()):
-            if index not in waiting:
-                continue
             first = max(ws, key=lambda w: w.task_seconds or 0.0)
             ran = first.task_seconds or 0.0
             if ran <= limit:
@@ -66,8 +63,9 @@ class TaskTimeouts:
             sent = self._since.get(index)
             if sent is None and (run.backed_up(index) or idle):
                 if not run.backed_up(index):
+                    if not run.requeue([index], route=False, backup=True):
+                        continue                # it has its result: a late copy still runs
                     idle.pop()
-                    run.requeue([index], route=False, backup=True)
                     log.warning("map %s: task %d has run %.0f s on worker %s, over task_timeout=%g s; "
                                 "backing it up on another worker", run.map_id, index, ran, first.name, limit)
                 self._since[index] = time.monotonic()

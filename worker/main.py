@@ -278,7 +278,11 @@ class TaskProcess:
     def _end_children(self, ref) -> None:
         """Stop the processes the task left running (a Pool never closed, a background
         subprocess): none outlives its task or leaks into the next one."""
-        stopped = end_children(close_pools=True)
+        try:
+            stopped = end_children(close_pools=True)
+        except OSError as err:
+            log.warning("worker %s: could not stop the processes task %s left: %s", self.name, ref, err)
+            return
         if stopped:
             log.warning("worker %s: task %s left %d child process(es) running; stopped them (pids %s). "
                         "Close pools inside the task (`with Pool() as p:`)", self.name, ref, len(stopped), stopped)
