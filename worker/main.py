@@ -25,7 +25,7 @@ from rhtc.broker.storage import Storage
 from rhtc.worker.cache import BranchCache
 from rhtc.worker.children import end_children
 from rhtc.worker.memory import tune_malloc
-from rhtc.worker.results import COMMAND_MARGIN, batches_within, describe_error, pack_result, result_limit
+from rhtc.worker.results import ALWAYS_FITS, batches_within, describe_error, pack_result
 from rhtc.worker.shared import SharedState
 
 log = logging.getLogger("rhtc.worker")
@@ -171,7 +171,7 @@ class TaskProcess:
         """Results that together exceed what one command to the broker may carry
         (``client-query-buffer-limit``) go in ahead, in groups that fit; the last group
         is left for the take."""
-        if sum(len(frame) for _, _, frame in self._unflushed) < COMMAND_MARGIN:
+        if sum(len(frame) for _, _, frame in self._unflushed) <= ALWAYS_FITS // 2:
             return
         budget = self.storage.bulk_limits().query_buffer // 2
         for group in batches_within(self._unflushed, budget)[:-1]:
@@ -262,8 +262,8 @@ class TaskProcess:
                 if nonce:                       # '' : the map ended meanwhile, nothing to say
                     self._replayed(task, tid, nonce)
                 return
-        status, payload = pack_result(status, value, meta, arg,
-                                      result_limit(self.settings.max_result_bytes, self.storage.bulk_limits()))
+        status, payload = pack_result(status, value, meta, arg, self.settings.max_result_bytes,
+                                      self.storage.bulk_limits)
         self._unflushed.append((ref.map_id, tid, protocol.pack_result(self.key, ref.map_id, ref.index,
                                                                       status, payload)))
         self.tasks_done += 1

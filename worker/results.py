@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import traceback
-from typing import Sequence
+from typing import Callable, Sequence
 
 import cloudpickle
 
@@ -20,6 +20,10 @@ from rhtc.broker.leases import BulkLimits
 
 #: room left in one Redis command for the frame's header, the meta and the other arguments
 COMMAND_MARGIN = 64 * 1024
+#: what fits in one command whatever the broker's settings (Redis allows no
+#: proto-max-bulk-len or client-query-buffer-limit below 1 MiB): a result this small
+#: never makes the worker ask the broker for its limits
+ALWAYS_FITS = 1024 * 1024 - COMMAND_MARGIN
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,8 +50,10 @@ def result_limit(max_result_bytes: int, broker: BulkLimits) -> ResultLimit:
                        "RHTC_MAX_RESULT_BYTES with it")
 
 
-def pack_result(status: int, value, meta: messages.ResultMeta, arg, limit: ResultLimit) -> tuple[int, bytes]:
-    """(status, payload); a result that cannot travel becomes an error result."""
+def pack_result(status: int, value, meta: messages.ResultMeta, arg, max_result_bytes: int,
+                broker_limits: Callable[[], BulkLimits]) -> tuple[int, bytes]:
+    """(status, payload); a result that cannot travel becomes an error result. The
+    broker's limits are asked for (``broker_limits()``) only for a result over 1 MiB."""
     try:
         packed = protocol.dumps(value)
     except BaseException as err:   # noqa: B036 - a value's __reduce__ may raise anything
@@ -56,7 +62,10 @@ def pack_result(status: int, value, meta: messages.ResultMeta, arg, limit: Resul
                f"({why}); return plain numbers, numpy arrays, hist objects or dicts of them")
         return protocol.USER_ERROR, messages.encode_result(
             protocol.dumps(error_dict("UnpicklableResult", msg, "", arg)), meta)
-    if len(packed) > limit.nbytes:
+    limit = None
+    if len(packed) > min(max_result_bytes, ALWAYS_FITS):
+        limit = result_limit(max_result_bytes, broker_limits())
+    if limit is not None and len(packed) > limit.nbytes:
         msg = (f"the result is {mib(len(packed))} compressed, over the limit of {mib(limit.nbytes)} "
                f"({limit.setting}): reduce on the worker (histograms, sums) instead of returning "
                f"per-event data, {limit.advice}")
