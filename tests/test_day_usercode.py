@@ -283,3 +283,10 @@ def test_6_result_over_the_brokers_query_buffer_limit_names_it(broker, storage, 
                         errors="return", timeout=120)
     assert err.remote_type == "ResultTooLarge" and "client-query-buffer-limit of 1.0 MiB" in err.message
     assert remote_map(abs, [-7], broker=broker.config, progress=False, timeout=60) == [7]
+
+
+def test_9_coffea_executor_takes_task_timeout(broker):
+    pytest.importorskip("coffea")
+    from rhtc.client.coffea import RedisExecutor
+    with pytest.raises(ValueError, match="task_timeout=-1"):
+        RedisExecutor(broker=broker.config, task_timeout=-1, status=False)([1, 2], abs, None)

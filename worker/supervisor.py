@@ -10,6 +10,11 @@ notices at once, requeues the task it was running (counted as an attempt: after
 ``max_attempts`` the task fails with the signal named) and starts a fresh one. It is
 not on the hot path: the task process takes tasks and hands in results itself.
 
+The task process is not daemonic, so a task may start processes of its own
+(``multiprocessing.Pool``, ``ProcessPoolExecutor``); the task process stops what a task
+left running when the task ends, and the supervisor (a child subreaper, see
+:mod:`worker.children`) what a task process that died or was stopped left behind.
+
     >>> from rhtc.worker.supervisor import Supervisor         # doctest: +SKIP
     >>> Supervisor(config, name="w1").run()                   # doctest: +SKIP
     0
