@@ -290,3 +290,14 @@ def test_9_coffea_executor_takes_task_timeout(broker):
     from rhtc.client.coffea import RedisExecutor
     with pytest.raises(ValueError, match="task_timeout=-1"):
         RedisExecutor(broker=broker.config, task_timeout=-1, status=False)([1, 2], abs, None)
+
+
+def test_6_result_refused_by_a_broker_whose_limits_cannot_be_read_does_not_wedge(broker, storage, workers):
+    storage.r.config_set("proto-max-bulk-len", 1024 * 1024)
+    storage.r.execute_command("ACL", "SETUSER", "default", "-config")      # the workers cannot read it
+    (name,) = workers.start(1, env={"RHTC_MAX_RESULT_BYTES": str(100 * 1024 * 1024)})
+    (err,) = remote_map(big_result, [2 * 1024 * 1024], broker=broker.config, progress=False,
+                        errors="return", timeout=120)
+    assert err.remote_type == "ResultTooLarge" and "refused the 2.0 MiB result 3 times" in err.message
+    assert "proto-max-bulk-len" in err.message and err.worker == name
+    assert remote_map(abs, [-7], broker=broker.config, progress=False, timeout=60) == [7]

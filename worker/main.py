@@ -20,12 +20,13 @@ from rhtc.broker import context, protocol
 
 from rhtc.broker import messages
 from rhtc.broker.config import BrokerConfig, Settings, redact, settings
-from rhtc.broker.errors import BrokerOutOfMemory, BrokerRefused, BrokerTrouble, ConnectionProblem
+from rhtc.broker.errors import BrokerOutOfMemory, BrokerRefused, BrokerTrouble, BrokerUnavailable, ConnectionProblem
 from rhtc.broker.storage import Storage
 from rhtc.worker.cache import BranchCache
 from rhtc.worker.children import end_children
 from rhtc.worker.memory import tune_malloc
-from rhtc.worker.results import ALWAYS_FITS, batches_within, describe_error, pack_result
+from rhtc.worker.results import (ALWAYS_FITS, REFUSALS, batches_within, describe_error, pack_result,
+                                 refused_by_broker)
 from rhtc.worker.shared import SharedState
 
 log = logging.getLogger("rhtc.worker")
@@ -123,6 +124,7 @@ class TaskProcess:
                 self.storage.reset_connection()
                 self.shared.set_held([])        # what was leased but not handed in is reconciled
                 self.shared.set_task(None)      # (a lost lease reply after the task ran, too)
+                self._refused_results(err)
                 backoff.wait(err, redact(self.config.url))
         self._shutdown()
         return 0
@@ -177,6 +179,25 @@ class TaskProcess:
         for group in batches_within(self._unflushed, budget)[:-1]:
             self.storage.take(self.name, self.incarnation, 0, group)
             self._unflushed = self._unflushed[len(group):]
+
+    def _refused_results(self, err: BaseException) -> None:
+        """A result over 1 MiB that the broker refused three times in a row (a limit we
+        could not read, or one lowered since) while the broker answers a ping: it goes in
+        as a ``ResultTooLarge`` error instead, so the worker is never wedged on it."""
+        big = [i for i, (_, _, frame) in enumerate(self._unflushed) if len(frame) > ALWAYS_FITS]
+        if not big or isinstance(err, (BrokerOutOfMemory, BrokerUnavailable)):
+            self._refusals = 0          # memory or a restart: results wait, by design
+            return
+        self._refusals = getattr(self, "_refusals", 0) + 1
+        try:
+            if self._refusals < REFUSALS or not self.storage.ping():
+                return
+        except Exception:   # the broker itself is away: keep the results
+            return
+        for i in big:
+            map_id, tid, frame = self._unflushed[i]
+            self._unflushed[i] = (map_id, tid, refused_by_broker(self.key, frame, err))
+        self._refusals = 0
 
     def _flush(self) -> None:
         self._hand_in_large()

@@ -24,6 +24,8 @@ COMMAND_MARGIN = 64 * 1024
 #: proto-max-bulk-len or client-query-buffer-limit below 1 MiB): a result this small
 #: never makes the worker ask the broker for its limits
 ALWAYS_FITS = 1024 * 1024 - COMMAND_MARGIN
+#: a result over ALWAYS_FITS that the broker refused this often in a row becomes an error
+REFUSALS = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +74,23 @@ def pack_result(status: int, value, meta: messages.ResultMeta, arg, max_result_b
         return protocol.USER_ERROR, messages.encode_result(
             protocol.dumps(error_dict("ResultTooLarge", msg, "", arg)), meta)
     return status, messages.encode_result(packed, meta)
+
+
+def refused_by_broker(key: bytes, frame: bytes, err: BaseException) -> bytes:
+    """The ``ResultTooLarge`` error frame that replaces a signed result ``frame`` the
+    broker keeps refusing (``err``), with the original run's meta."""
+    map_id, index, status, payload = protocol.unpack_result(key, frame)
+    meta = messages.decode_result(payload)[0] if status != protocol.SYSTEM_ERROR else \
+        messages.ResultMeta("?", "?", 0, 0.0, 0.0)
+    why = safe_text(lambda e: f"{type(e).__name__}: {e}", err, type(err).__name__)
+    msg = (f"the broker refused the {mib(len(frame))} result {REFUSALS} times ({why}), although it "
+           "answers: it is over what one command may carry (the broker's proto-max-bulk-len or "
+           "client-query-buffer-limit, which this worker could not read). Reduce on the worker "
+           "(histograms, sums) instead of returning per-event data, or raise those limits on the broker")
+    info = error_dict("ResultTooLarge", msg, "", None)
+    info["argument"] = ""
+    return protocol.pack_result(key, map_id, index, protocol.USER_ERROR,
+                                messages.encode_result(protocol.dumps(info), meta))
 
 
 def batches_within(results: Sequence[tuple[str, bytes, bytes]], budget: int) -> list[list]:
