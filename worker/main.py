@@ -15,7 +15,6 @@ import signal
 import socket
 import time
 
-
 from rhtc.broker import context, protocol
 
 from rhtc.broker import messages
@@ -89,6 +88,7 @@ class TaskProcess:
         self.stopping = False
         self._in_user_code = False
         self._unflushed: list[tuple[str, bytes, bytes]] = []
+        self._refusals = 0                          # big results refused in a row (see _refused_results)
         self._ewma = 1.0                            # seconds per task, for batch sizing
         self.tasks_done = self.errors = 0
         self.bytes_from_file = self.bytes_from_cache = 0     # totals, for `rhtc status`
@@ -188,7 +188,7 @@ class TaskProcess:
         if not big or isinstance(err, (BrokerOutOfMemory, BrokerUnavailable)):
             self._refusals = 0          # memory or a restart: results wait, by design
             return
-        self._refusals = getattr(self, "_refusals", 0) + 1
+        self._refusals += 1
         try:
             if self._refusals < REFUSALS or not self.storage.ping():
                 return
