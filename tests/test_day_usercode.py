@@ -94,6 +94,12 @@ def pool_square(x):
         return sum(pool.map(abs, [-x, -x]))
 
 
+def spawn_pool_square(x):
+    import multiprocessing
+    with multiprocessing.get_context("spawn").Pool(1) as pool:    # starts a resource tracker too
+        return sum(pool.map(abs, [-x, -x]))
+
+
 def executor_square(x):
     from concurrent.futures import ProcessPoolExecutor
     with ProcessPoolExecutor(2) as ex:
@@ -141,6 +147,8 @@ def test_5_tasks_may_use_process_pools_and_their_leftovers_are_stopped(broker, s
     assert status.crashes == 0 and status.task_pid == task_pid and status.pid == supervisor
     assert "left 3 child process(es) running; stopped them" in workers.log(name)
     assert remote_map(pool_square, [1], broker=broker.config, progress=False) == [2]
+    for _ in range(2):      # the spawn context's resource tracker, stopped after a task, comes back
+        assert remote_map(spawn_pool_square, [2], broker=broker.config, progress=False, timeout=120) == [4]
 
 
 def linger(path):
