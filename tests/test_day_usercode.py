@@ -309,3 +309,15 @@ def test_6_result_refused_by_a_broker_whose_limits_cannot_be_read_does_not_wedge
     assert err.remote_type == "ResultTooLarge" and "refused the 2.0 MiB result 3 times" in err.message
     assert "proto-max-bulk-len" in err.message and err.worker == name
     assert remote_map(abs, [-7], broker=broker.config, progress=False, timeout=60) == [7]
+
+
+def test_9_imap_unordered_and_submit_take_task_timeout_a_lone_worker_reports_it(broker, storage, workers):
+    from rhtc.client import imap_unordered
+    (name,) = workers.start(1)
+    got = {r.index: r for r in imap_unordered(hang_always, [("hang", 1)], broker=broker.config,
+                                              stragglers=None, task_timeout=1)}
+    err = got[0].error
+    assert isinstance(err, RemoteError) and err.remote_type == "TaskTimeout" and err.worker == name
+    assert "no other worker was free to run a backup copy" in err.message
+    with pytest.raises(ValueError, match="task_timeout="):
+        submit(abs, [1], broker=broker.config, task_timeout=0)
