@@ -40,16 +40,15 @@ class ResultLimit:
 def result_limit(max_result_bytes: int, broker: BulkLimits) -> ResultLimit:
     """The binding limit on one result: ours (``RHTC_MAX_RESULT_BYTES``) or the broker's
     (``proto-max-bulk-len``, ``client-query-buffer-limit``), whichever is lower."""
-    theirs, name = broker.one_value
-    theirs -= COMMAND_MARGIN
+    setting, name = broker.one_value
+    theirs = setting - COMMAND_MARGIN
+    where = "" if broker.known else " (Redis' default: the broker did not let us read it)"
     if max_result_bytes <= theirs:
         return ResultLimit(max_result_bytes, "RHTC_MAX_RESULT_BYTES",
-                           f"or raise RHTC_MAX_RESULT_BYTES on the workers (the broker accepts up to "
-                           f"{mib(theirs)}: its {name})")
-    where = "" if broker.known else " (Redis' default: the broker did not let us read it)"
-    return ResultLimit(theirs, f"the broker's {name} of {mib(theirs + COMMAND_MARGIN)}{where}",
-                       f"or raise {name} on the broker (CONFIG SET {name} ...) and "
-                       "RHTC_MAX_RESULT_BYTES with it")
+                           f"or raise RHTC_MAX_RESULT_BYTES on the workers (the broker accepts less than "
+                           f"its {name} of {mib(setting)}{where})")
+    return ResultLimit(theirs, f"the broker's {name} of {mib(setting)}{where}",
+                       f"or raise {name} on the broker (CONFIG SET {name} ...)")
 
 
 def pack_result(status: int, value, meta: messages.ResultMeta, arg, max_result_bytes: int,
