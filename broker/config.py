@@ -72,6 +72,15 @@ def validate_worker_name(name: str) -> str:
     return name
 
 
+def mib(n: float) -> str:
+    """A size in the binary units Redis and our byte settings use: '64.0 MiB'.
+
+    >>> mib(64 * 1024 * 1024), mib(520e6)
+    ('64.0 MiB', '495.9 MiB')
+    """
+    return f"{n / 2**20:.1f} MiB"
+
+
 def _env_float(name: str, default: float) -> float:
     raw = os.environ.get(name)
     if raw in (None, ""):

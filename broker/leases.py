@@ -27,6 +27,27 @@ class Claim:
     holder: str = ""
 
 
+@dataclasses.dataclass(frozen=True)
+class BulkLimits:
+    """What one command to the broker may carry: ``proto-max-bulk-len`` bounds one value
+    (one result), ``client-query-buffer-limit`` one whole command (a batch of results).
+    Redis closes the connection of a client that sends more, so a worker must never try."""
+
+    bulk: int = 512 * 1024 * 1024            # Redis' defaults, when CONFIG GET is refused
+    query_buffer: int = 1024 * 1024 * 1024
+    known: bool = False                      # read from the broker (not the defaults)
+
+    @property
+    def one_value(self) -> tuple[int, str]:
+        """(bytes, the broker setting that bounds one value)."""
+        if self.query_buffer < self.bulk:
+            return self.query_buffer, "client-query-buffer-limit"
+        return self.bulk, "proto-max-bulk-len"
+
+
+LIMITS_SECONDS = 60.0       # how long a worker trusts the broker's limits it read
+
+
 def now_text() -> str:
     """Local time with milliseconds, for attempt histories."""
     return time.strftime("%H:%M:%S", time.localtime()) + ("%.3f" % (time.time() % 1))[1:]
@@ -70,6 +91,22 @@ class Leases:
         return messages.WorkerStatus.decode(raw) if raw else None
 
     # -- taking tasks ----------------------------------------------------------------------
+    def bulk_limits(self) -> BulkLimits:
+        """The broker's limits on one value and one command (read at most once a minute;
+        Redis' defaults when CONFIG GET is not allowed or the broker does not answer)."""
+        seen = getattr(self, "_bulk_limits", None)
+        if seen is not None and time.monotonic() - seen[0] < LIMITS_SECONDS:
+            return seen[1]
+        limits = seen[1] if seen is not None else BulkLimits()
+        try:
+            got = {**self.r.config_get("proto-max-bulk-len"), **self.r.config_get("client-query-buffer-limit")}
+            limits = BulkLimits(int(got.get("proto-max-bulk-len", limits.bulk)),
+                                int(got.get("client-query-buffer-limit", limits.query_buffer)), known=True)
+        except Exception:       # NOPERM, a renamed CONFIG, no connection: keep what we knew
+            pass
+        self._bulk_limits = (time.monotonic(), limits)
+        return limits
+
     def take(self, worker: str, incarnation: str, max_tasks: int,
              results: Sequence[tuple[str, bytes, bytes]] = ()) -> tuple[bool, int, list[tuple[bytes, bytes]]]:
         """Hand in (map id, task id, result frame) triples, then lease up to ``max_tasks``

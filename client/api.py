@@ -286,7 +286,7 @@ def _progress_bar(run: MapRun, progress):
 def remote_map(fn: Callable, args: Iterable, *, broker=None, reduce: bool | Callable | None = None,
                progress: bool = True, errors: str = "raise", retries: int = 0,
                retry_on: tuple | None = None, routing: bool = True, stragglers: float | None = 3.0,
-               timeout: float | None = None, label: str | None = None):
+               timeout: float | None = None, label: str | None = None, task_timeout: float | None = None):
     """Run ``fn`` on every argument on the workers; return the results in argument order.
 
     Args:
@@ -307,8 +307,15 @@ def remote_map(fn: Callable, args: Iterable, *, broker=None, reduce: bool | Call
         routing: send each chunk to a worker that has it cached (sticky routing).
         stragglers: in the map's tail, when a worker is idle, run a backup copy of a task
             that has run this many times longer than the median (first result wins);
-            ``None`` turns it off.
+            ``None`` turns it off. With fewer than three finished tasks (a small map) the
+            longest finished one stands in for the median.
         timeout: seconds to wait before cancelling and raising TimeoutError.
+        task_timeout: seconds one task may run without a result (default ``None``: no
+            bound). Past it the task is backed up on an idle worker; if no copy has a
+            result ``task_timeout`` seconds later (or no worker was free by twice the
+            bound), it fails with a :class:`RemoteError` ``TaskTimeout`` naming the worker,
+            the chunk and the time. For reads that may hang for good (a stalled FUSE
+            mount, an XRootD server), e.g. ``task_timeout=600``.
 
     Example::
 
@@ -325,7 +332,8 @@ def remote_map(fn: Callable, args: Iterable, *, broker=None, reduce: bool | Call
         return None if reduce else []
     # a small map waits for its first result in the same round trip as its submission
     run = _start(fn, args, broker, wait_first=0.05 if len(args) <= 4 else 0.0, retries=retries,
-                 retry_on=retry_on, routing=routing, stragglers=stragglers, label=label)
+                 retry_on=retry_on, routing=routing, stragglers=stragglers, label=label,
+                 task_timeout=task_timeout)
     handle = MapHandle(run, reduce=reduce, errors=errors, progress=progress)
     _last = handle
     try:
@@ -337,8 +345,10 @@ def remote_map(fn: Callable, args: Iterable, *, broker=None, reduce: bool | Call
 
 def submit(fn: Callable, args: Iterable, *, broker=None, reduce: bool | Callable | None = None,
            errors: str = "raise", retries: int = 0, retry_on: tuple | None = None,
-           routing: bool = True, stragglers: float | None = 3.0, label: str | None = None) -> MapHandle:
-    """Start a map and return at once; results are collected in the background.
+           routing: bool = True, stragglers: float | None = 3.0, label: str | None = None,
+           task_timeout: float | None = None) -> MapHandle:
+    """Start a map and return at once; results are collected in the background. The
+    options are :func:`remote_map`'s (``task_timeout=`` bounds one task's run time).
 
     >>> h = submit(abs, [-1, -2], progress=False)       # doctest: +SKIP
     >>> h.progress(), h.wait()                           # doctest: +SKIP
@@ -346,7 +356,7 @@ def submit(fn: Callable, args: Iterable, *, broker=None, reduce: bool | Callable
     """
     global _last
     run = _start(fn, list(args), broker, retries=retries, retry_on=retry_on, routing=routing,
-                 stragglers=stragglers, label=label)
+                 stragglers=stragglers, label=label, task_timeout=task_timeout)
     handle = MapHandle(run, reduce=reduce, errors=errors).start_background()
     _last = handle
     return handle
@@ -354,8 +364,11 @@ def submit(fn: Callable, args: Iterable, *, broker=None, reduce: bool | Callable
 
 def imap_unordered(fn: Callable, args: Iterable, *, broker=None, retries: int = 0,
                    retry_on: tuple | None = None, routing: bool = True,
-                   stragglers: float | None = 3.0, label: str | None = None) -> Iterator[TaskResult]:
+                   stragglers: float | None = 3.0, label: str | None = None,
+                   task_timeout: float | None = None) -> Iterator[TaskResult]:
     """Yield a :class:`TaskResult` (index, value, meta, error) for each task as it finishes.
+    The options are :func:`remote_map`'s (``task_timeout=``: a task that runs longer is
+    backed up, then yielded with a ``TaskTimeout`` error).
 
     Errors are not raised: check ``result.error``. Leaving the loop early cancels the map.
 
@@ -363,7 +376,7 @@ def imap_unordered(fn: Callable, args: Iterable, *, broker=None, retries: int = 
     ...     print(r.index, r.value, r.meta["worker"])
     """
     run = _start(fn, list(args), broker, retries=retries, retry_on=retry_on, routing=routing,
-                 stragglers=stragglers, label=label)
+                 stragglers=stragglers, label=label, task_timeout=task_timeout)
     try:
         while not run.done:
             yield from run.poll(1.0)

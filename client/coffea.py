@@ -341,6 +341,9 @@ class RedisExecutor(ExecutorBase):
         retry_on: only retry these exception types (or names), e.g. ``(OSError,)``.
         routing: send each WorkItem to the worker that holds its columns.
         stragglers: backup copies of slow items in the map's tail (see remote_map).
+        task_timeout: seconds one item may run without a result before it is backed up
+            on an idle worker and then fails as ``TaskTimeout`` (see remote_map); None:
+            no bound.
         keep_files_open: a worker keeps each file it opened (and its tree's metadata) open
             for the next item of that file and for reruns, instead of coffea's open and
             parse per item; checked against the item's file UUID. Items run with extra
@@ -370,6 +373,7 @@ class RedisExecutor(ExecutorBase):
     keep_files_open: bool = True
     timeout: float | None = None
     retries: int = 0
+    task_timeout: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("retries", "task_retries"):
@@ -384,7 +388,8 @@ class RedisExecutor(ExecutorBase):
             return accumulator, 0
         handle = submit(_RunItem(function, self.keep_files_open), tasks, broker=self.broker, reduce=_fold, errors="return",
                         retries=self.task_retries, retry_on=self.retry_on, routing=self.routing,
-                        stragglers=self.stragglers, label=self.function_name or self.desc)
+                        stragglers=self.stragglers, label=self.function_name or self.desc,
+                        task_timeout=self.task_timeout)
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         try:
             with rich_bar() as bar:

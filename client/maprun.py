@@ -29,6 +29,7 @@ from rhtc.client.ledger import Ledger
 from rhtc.client.packing import Frames, pack_function
 from rhtc.client.retry import RetryPolicy, RetryQueue
 from rhtc.client.tasks import TaskResult, TaskState, TaskTable
+from rhtc.client.timeouts import check_task_timeout
 from rhtc.client.upkeep import Upkeep
 
 log = logging.getLogger("rhtc.client")
@@ -53,7 +54,7 @@ class MapRun:
     def __init__(self, storage: Storage, fn, args: Sequence, *, retries: int = 0,
                  retry_on: tuple | None = None, routing: bool = True,
                  max_task_bytes: int = protocol.MAX_TASK_BYTES, label: str | None = None,
-                 stragglers: float | None = 3.0, metrics: bool = True):
+                 stragglers: float | None = 3.0, metrics: bool = True, task_timeout: float | None = None):
         self.storage = storage
         self.settings = storage.settings
         self.key = storage.config.key
@@ -65,6 +66,7 @@ class MapRun:
         self.args = args
         self.policy = RetryPolicy(retries, retry_on, self.settings.max_attempts, self.settings.retry_delay)
         self.straggler_factor = stragglers
+        self.task_timeout = check_task_timeout(task_timeout)
         self.sample_metrics = metrics
         self.metric_samples: list[dict] = []
         self.packed_fn = pack_function(self.key, fn, self.label)

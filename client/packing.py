@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 from rhtc.broker import protocol
+from rhtc.broker.config import mib
 from rhtc.client.errors import describe
 
 
@@ -66,8 +67,8 @@ class Frames:
                             f"{type(err).__name__}: {err}") from err
         if len(packed) > self.max_task_bytes:
             raise ValueError(
-                f"argument {index} ({type(arg).__name__}) is {len(packed) / 1e6:.1f} MB after "
-                f"compression, over the {self.max_task_bytes / 1e6:.0f} MB limit per task: pass file "
+                f"argument {index} ({type(arg).__name__}) is {mib(len(packed))} after "
+                f"compression, over the {mib(self.max_task_bytes)} limit per task: pass file "
                 "paths and entry ranges (make_chunks) and let the worker read the data, not the data itself")
         return protocol.sign(self.key, protocol.pack_task_body(self.map_id, index, self.nonce,
                                                                self.fn_hash, packed))

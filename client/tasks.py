@@ -69,7 +69,7 @@ TRANSITIONS: dict[tuple[TaskState, TaskState], str] = {
     (L, L): "seen running again (a backup copy, a steal)",
     (Q, D): "its result arrived", (L, D): "its result arrived",
     (R, D): "a genuine result beat an earlier refusal",
-    (Q, F): "its error arrived, or it was given up on", (L, F): "its error arrived",
+    (Q, F): "its error arrived, or it was given up on", (L, F): "its error arrived, or it ran over task_timeout",
     (R, F): "refused, and no genuine result came before the rest of the map finished",
     (Q, R): "a worker refused its frame", (L, R): "a worker refused its frame",
     (R, Q): "requeued after a refusal (the map was sent again)",

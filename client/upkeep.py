@@ -24,6 +24,7 @@ from rhtc.broker.registry import renew_map_entry
 from rhtc.broker.storage import Storage
 from rhtc.client.errors import BrokerFull, KeyMismatch, RemoteError
 from rhtc.client.unclaimed import UnclaimedWatch
+from rhtc.client.timeouts import TaskTimeouts
 
 log = logging.getLogger("rhtc.client")
 
@@ -51,6 +52,7 @@ class MapVerbs(Protocol):
     cancelled: bool
     last_progress: float
     straggler_factor: float | None
+    task_timeout: float | None
     sample_metrics: bool
     metric_samples: list
     misfits: set
@@ -85,6 +87,7 @@ class Upkeep:
         self._full_since: float | None = None
         self._warned_forged: set[str] = set()
         self._unclaimed = UnclaimedWatch(run.storage.settings.unclaimed_seconds)
+        self.timeouts = TaskTimeouts(run, run.task_timeout) if run.task_timeout else None
 
     def look(self) -> None:
         """Before a map is queued: which workers are live and which key they hold (so it
@@ -146,6 +149,8 @@ class Upkeep:
                 run.metric_samples.append({k: d.get(k) for k in METRIC_KEYS} | {"worker": w.name})
         if run.straggler_factor:
             self._back_up_stragglers(live)
+        if self.timeouts is not None:
+            self.timeouts.check(live)
         for frame in storage.fetch_dead_tasks(run.map_id):
             index = protocol.frame_index(frame)
             if index is None or not 0 <= index < run.n:
@@ -235,17 +240,18 @@ class Upkeep:
 
     def _back_up_stragglers(self, live: list[WorkerStatus]) -> None:
         """In the tail of the map, when a worker is idle, run a backup copy of a task that
-        has run much longer than the median; the first result wins."""
+        has run much longer than the median; the first result wins. With fewer than three
+        finished tasks (a small map), the longest of them stands in for the median."""
         run = self.run
         waiting = run.unfinished
         if not waiting or waiting > max(2, 0.05 * run.n):
             return
         idle = sum(w.task is None and not w.forged and w.name not in run.misfits for w in live)
         durations = run.durations()
-        if not idle or len(durations) < 3:
+        if not idle or not len(durations):
             return
-        median = float(sorted(durations)[len(durations) // 2])
-        limit = max(STRAGGLER_MIN_SECONDS, run.straggler_factor * median)
+        typical = float(sorted(durations)[len(durations) // 2] if len(durations) >= 3 else max(durations))
+        limit = max(STRAGGLER_MIN_SECONDS, run.straggler_factor * typical)
         slow = [w.task.index for w in live if w.task is not None and w.task.map_id == run.map_id
                 and (w.task_seconds or 0) > limit and not run.backed_up(w.task.index)]
         slow = slow[:idle]

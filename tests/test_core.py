@@ -175,7 +175,7 @@ def test_other_protocol_version_gets_a_clear_error(broker, workers, storage):
 
 def test_oversized_argument_refused_before_sending(broker, storage):
     before = storage.count_keys()
-    with pytest.raises(ValueError, match=r"argument 1 .* over the 2 MB limit .*entry ranges"):
+    with pytest.raises(ValueError, match=r"argument 1 .* over the 2.0 MiB limit .*entry ranges"):
         remote_map(len, [b"small", os.urandom(3 * 1024 * 1024)], broker=broker, progress=False)
     assert storage.count_keys() == before
 

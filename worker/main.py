@@ -14,18 +14,18 @@ import os
 import signal
 import socket
 import time
-import traceback
-
-import cloudpickle
 
 from rhtc.broker import context, protocol
 
 from rhtc.broker import messages
 from rhtc.broker.config import BrokerConfig, Settings, redact, settings
-from rhtc.broker.errors import BrokerOutOfMemory, BrokerRefused, BrokerTrouble, ConnectionProblem
+from rhtc.broker.errors import BrokerOutOfMemory, BrokerRefused, BrokerTrouble, BrokerUnavailable, ConnectionProblem
 from rhtc.broker.storage import Storage
 from rhtc.worker.cache import BranchCache
+from rhtc.worker.children import end_children
 from rhtc.worker.memory import tune_malloc
+from rhtc.worker.results import (ALWAYS_FITS, REFUSALS, batches_within, describe_error, pack_result,
+                                 refused_by_broker)
 from rhtc.worker.shared import SharedState
 from rhtc.worker.tokens import MapTokens
 
@@ -91,6 +91,7 @@ class TaskProcess:
         self.stopping = False
         self._in_user_code = False
         self._unflushed: list[tuple[str, bytes, bytes]] = []
+        self._refusals = 0                          # big results refused in a row (see _refused_results)
         self._ewma = 1.0                            # seconds per task, for batch sizing
         self.tasks_done = self.errors = 0
         self.bytes_from_file = self.bytes_from_cache = 0     # totals, for `rhtc status`
@@ -126,6 +127,7 @@ class TaskProcess:
                 self.storage.reset_connection()
                 self.shared.set_held([])        # what was leased but not handed in is reconciled
                 self.shared.set_task(None)      # (a lost lease reply after the task ran, too)
+                self._refused_results(err)
                 backoff.wait(err, redact(self.config.url))
         self._shutdown()
         return 0
@@ -151,6 +153,7 @@ class TaskProcess:
         """Hand in finished results and lease the next batch, in one round trip; also says
         whether this incarnation still holds the name."""
         n = 0 if self.stopping else max(1, min(self.max_batch, int(BATCH_SECONDS / max(self._ewma, 1e-6))))
+        self._hand_in_large()
         holding, self._broker_ms, batch = self.storage.take(self.name, self.incarnation, n, self._unflushed)
         self._unflushed = []
         if holding:
@@ -171,7 +174,38 @@ class TaskProcess:
         # the batch stays held until the next take hands its results in: a finished task
         # whose result waits here must not look like a lease that nobody runs
 
+    def _hand_in_large(self) -> None:
+        """Results that together exceed what one command to the broker may carry
+        (``client-query-buffer-limit``) go in ahead, in groups that fit; the last group
+        is left for the take."""
+        if sum(len(frame) for _, _, frame in self._unflushed) <= ALWAYS_FITS // 2:
+            return
+        budget = self.storage.bulk_limits().query_buffer // 2
+        for group in batches_within(self._unflushed, budget)[:-1]:
+            self.storage.take(self.name, self.incarnation, 0, group)
+            self._unflushed = self._unflushed[len(group):]
+
+    def _refused_results(self, err: BaseException) -> None:
+        """A result over 1 MiB that the broker refused three times in a row (a limit we
+        could not read, or one lowered since) while the broker answers a ping: it goes in
+        as a ``ResultTooLarge`` error instead, so the worker is never wedged on it."""
+        big = [i for i, (_, _, frame) in enumerate(self._unflushed) if len(frame) > ALWAYS_FITS]
+        if not big or isinstance(err, (BrokerOutOfMemory, BrokerUnavailable)):
+            self._refusals = 0          # memory or a restart: results wait, by design
+            return
+        self._refusals += 1
+        try:
+            if self._refusals < REFUSALS or not self.storage.ping():
+                return
+        except Exception:   # the broker itself is away: keep the results
+            return
+        for i in big:
+            map_id, tid, frame = self._unflushed[i]
+            self._unflushed[i] = (map_id, tid, refused_by_broker(self.key, frame, err))
+        self._refusals = 0
+
     def _flush(self) -> None:
+        self._hand_in_large()
         if self._unflushed:
             self.storage.take(self.name, self.incarnation, 0, self._unflushed)
             self._unflushed = []
@@ -246,11 +280,12 @@ class TaskProcess:
                 value = fn(arg)
             finally:
                 self._in_user_code = False
+                self._end_children(ref)
         except HandBack:
             self.shared.set_task(None)
             raise
         except BaseException as err:  # the user's error, whatever it is, goes back to them
-            status, value = protocol.USER_ERROR, _describe_error(err, arg)
+            status, value = protocol.USER_ERROR, describe_error(err, arg)
         t1 = time.time()
         self._ewma = 0.8 * self._ewma + 0.2 * (t1 - t0)
         meta = messages.ResultMeta(worker=self.name, host=self.host, pid=self.pid, start=t0, stop=t1,
@@ -262,7 +297,8 @@ class TaskProcess:
             if not self._alive(task, tid, token, self._broker_ms):
                 self.shared.set_task(None)
                 return
-        status, payload = self._pack_result(status, value, meta, arg, self.settings.max_result_bytes)
+        status, payload = pack_result(status, value, meta, arg, self.settings.max_result_bytes,
+                                      self.storage.bulk_limits)
         self._unflushed.append((ref.map_id, tid, protocol.pack_result(self.key, ref.map_id, ref.index,
                                                                       status, payload)))
         self.tasks_done += 1
@@ -274,29 +310,22 @@ class TaskProcess:
         if self.ctx.routing_keys:
             self.storage.advertise(self.name, added=self.ctx.routing_keys)
 
+    def _end_children(self, ref) -> None:
+        """Stop the processes the task left running (a Pool never closed, a background
+        subprocess): none outlives its task or leaks into the next one."""
+        try:
+            stopped = end_children(close_pools=True)
+        except OSError as err:
+            log.warning("worker %s: could not stop the processes task %s left: %s", self.name, ref, err)
+            return
+        if stopped:
+            log.warning("worker %s: task %s left %d child process(es) running; stopped them (pids %s). "
+                        "Close pools inside the task (`with Pool() as p:`)", self.name, ref, len(stopped), stopped)
+
     def _publish(self) -> None:
         self.shared.set_counters(tasks_done=self.tasks_done, errors=self.errors, cache_bytes=self.cache.nbytes,
                                  cache_entries=len(self.cache), cache_limit=self.cache.limit_bytes,
                                  bytes_read=self.bytes_from_file, bytes_from_cache=self.bytes_from_cache)
-
-    @staticmethod
-    def _pack_result(status: int, value, meta: messages.ResultMeta, arg, limit: int) -> tuple[int, bytes]:
-        """(status, payload); a result that cannot travel becomes an error result."""
-        try:
-            payload = protocol.dumps(value)
-        except Exception as err:
-            msg = (f"the function returned a {type(value).__name__} that cannot be pickled "
-                   f"({type(err).__name__}: {err}); return plain numbers, numpy arrays, "
-                   "hist objects or dicts of them")
-            return protocol.USER_ERROR, messages.encode_result(
-                protocol.dumps(_error_dict("UnpicklableResult", msg, "", arg)), meta)
-        if len(payload) > limit:
-            msg = (f"the result is {len(payload) / 1e6:.1f} MB compressed, over the limit of "
-                   f"{limit / 1e6:.0f} MB (RHTC_MAX_RESULT_BYTES): reduce on the worker "
-                   "(histograms, sums) instead of returning per-event data")
-            return protocol.USER_ERROR, messages.encode_result(
-                protocol.dumps(_error_dict("ResultTooLarge", msg, "", arg)), meta)
-        return status, messages.encode_result(payload, meta)
 
     def _function(self, fn_hash: str, map_id: str):
         fn = self.functions.get(fn_hash)
@@ -362,23 +391,8 @@ class _SystemFault(Exception):
 
 
 def _events_of(arg) -> int | None:
-    n = getattr(arg, "num_entries", None) if arg is not None else None
-    return int(n) if isinstance(n, int) else None
-
-
-def _error_dict(type_name: str, message: str, tb: str, arg, exc: bytes | None = None) -> dict:
     try:
-        arg_text = repr(arg)
-    except Exception:
-        arg_text = f"<{type(arg).__name__}>"
-    return {"type": type_name, "message": message, "traceback": tb,
-            "argument": arg_text[:500], "exception": exc}
-
-
-def _describe_error(err: BaseException, arg) -> dict:
-    tb = traceback.format_exc()
-    try:
-        exc = cloudpickle.dumps(err)
-    except Exception:
-        exc = None
-    return _error_dict(type(err).__name__, str(err), tb, arg, exc)
+        n = getattr(arg, "num_entries", None) if arg is not None else None
+        return int(n) if isinstance(n, int) else None
+    except BaseException:   # noqa: B036 - a user's argument may raise anything from __getattr__
+        return None

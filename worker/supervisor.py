@@ -10,6 +10,11 @@ notices at once, requeues the task it was running (counted as an attempt: after
 ``max_attempts`` the task fails with the signal named) and starts a fresh one. It is
 not on the hot path: the task process takes tasks and hands in results itself.
 
+The task process is not daemonic, so a task may start processes of its own
+(``multiprocessing.Pool``, ``ProcessPoolExecutor``); the task process stops what a task
+left running when the task ends, and the supervisor (a child subreaper, see
+:mod:`worker.children`) what a task process that died or was stopped left behind.
+
     >>> from rhtc.worker.supervisor import Supervisor         # doctest: +SKIP
     >>> Supervisor(config, name="w1").run()                   # doctest: +SKIP
     0
@@ -36,6 +41,7 @@ from rhtc.broker.config import BrokerConfig, Settings, redact, settings, validat
 from rhtc.broker.errors import BrokerTrouble
 from rhtc.broker.storage import Storage
 from rhtc.broker.versions import stack_versions
+from rhtc.worker.children import become_subreaper, end_children
 from rhtc.worker.main import Backoff, TaskProcess, default_name
 from rhtc.worker.metrics import NodeMetrics
 from rhtc.worker.shared import SharedState
@@ -79,6 +85,7 @@ def _die_with(parent: int) -> None:
 
 def _run_task_process(config, name, incarnation, shared, cache_bytes, max_batch, st, parent) -> None:
     _die_with(parent)
+    become_subreaper()          # what a task's children orphan is stopped after the task
     signal.signal(signal.SIGINT, signal.SIG_IGN)       # the supervisor decides when to stop
     code = TaskProcess(config, name, incarnation, shared, cache_bytes, max_batch, st).run()
     sys.stdout.flush()
@@ -166,6 +173,13 @@ class Supervisor:
         """Serve until SIGTERM/SIGINT; returns the exit code (0, or 3 if the name is held)."""
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+        become_subreaper()    # a killed task process's children come here, to be stopped
+        try:
+            return self._serve()
+        finally:              # the task process is not daemonic: never leave it behind
+            self._kill_task_process()
+
+    def _serve(self) -> int:
         try:
             self.claim()
         except NameHeld as err:
@@ -222,7 +236,9 @@ class Supervisor:
     def _start_task_process(self) -> None:
         self.shared.reset()
         ctx = multiprocessing.get_context("fork")
-        self.proc = ctx.Process(target=_run_task_process, name=f"rhtc-task-{self.name}", daemon=True,
+        # not daemonic: a task may start its own processes (multiprocessing.Pool,
+        # ProcessPoolExecutor); the supervisor stops it and what it left (see _stop)
+        self.proc = ctx.Process(target=_run_task_process, name=f"rhtc-task-{self.name}", daemon=False,
                                 args=(self.config, self.name, self.incarnation, self.shared, self.cache_bytes,
                                       self.max_batch, self.settings, os.getpid()))
         self.proc.start()
@@ -238,6 +254,7 @@ class Supervisor:
     def _task_process_died(self) -> None:
         self.proc.join(5)
         code = self.proc.exitcode
+        self._end_orphans()
         task, since = self.shared.current()
         self.crashes += 1
         try:        # the status says so before the task is handed back and may finish elsewhere
@@ -275,6 +292,15 @@ class Supervisor:
         if self.proc is not None and self.proc.exitcode is None:
             self.proc.kill()
             self.proc.join(5)
+        self._end_orphans()
+
+    def _end_orphans(self) -> None:
+        """Stop the processes the dead task process's tasks left (reparented here)."""
+        alive = self.proc is not None and self.proc.exitcode is None
+        stopped = end_children(exclude=frozenset({self.proc.pid}) if alive else frozenset())
+        if stopped:
+            log.warning("worker %s: stopped %d process(es) left by its task process: pids %s",
+                        self.name, len(stopped), stopped)
 
     def _stop(self) -> None:
         """Let the task process hand back its task, then give back everything still leased."""
