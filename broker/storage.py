@@ -210,6 +210,22 @@ class Storage(Leases):
         """End a map and remove its queued tasks from every queue (in bounded steps);
         returns how many were removed."""
         self.end_map(map_id)
+        return self._purge(map_id)
+
+    def request_cancel(self, map_id: str, by: str) -> int | None:
+        """Ask the client of a map to cancel it (``rhtc cancel``): a cancel request among
+        its results (it ends at once with MapCancelled and deletes the keys), and its queued
+        tasks removed now, in case that client is gone (its keys then expire). Returns how
+        many queued tasks were removed; None if there is no such map."""
+        if not self.r.exists(self.keys.map(map_id)):
+            return None
+        pipe = self.r.pipeline(transaction=True)
+        pipe.rpush(self.keys.results(map_id), messages.cancel_request(by))
+        pipe.expire(self.keys.results(map_id), self.settings.result_ttl)
+        pipe.execute()
+        return self._purge(map_id)
+
+    def _purge(self, map_id: str) -> int:
         script, step, removed = self._scripts["purge"], self.settings.scan_step, 0
         for q in self._queues():
             todo = int(self.r.llen(q))
