@@ -22,6 +22,7 @@ from tests.chaoskit import wait_until
 from tests.conftest import NANOAOD, ROOT, map_keys, needs_nanoaod
 
 RHTC = [sys.executable, "-m", "rhtc.client.cli"]
+pytestmark = pytest.mark.timeout(90)     # a refused call that was not refused would wait forever
 
 
 def square(x):
