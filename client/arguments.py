@@ -10,7 +10,7 @@ task per character (a string as the arguments) or an error in the middle of the 
     >>> map_options(abs, "abc")
     Traceback (most recent call last):
     ...
-    TypeError: args is the string 'abc': remote_map would run one task per character. Pass a list of arguments (["abc"]), or list("abc") if you do want one task per character
+    TypeError: args is the string 'abc': remote_map would run one task per character. Pass a list of arguments (['abc']), or list('abc') if you do want one task per character
 """
 from __future__ import annotations
 

@@ -229,6 +229,9 @@ def _check_branches(tree, branches: Sequence[str], chunk: Chunk) -> None:
 def _expand(files: str | Iterable[str]) -> list[str]:
     if isinstance(files, (str, os.PathLike)):
         files = [files]
+    elif not isinstance(files, Iterable):
+        raise TypeError(f"files must be a path, a glob pattern, a URL or a list of them, not "
+                        f"{type(files).__name__} {files!r:.60}")
     out = []
     for f in files:
         if not isinstance(f, (str, os.PathLike)):

@@ -300,3 +300,10 @@ def test_make_chunks_of_a_directory_says_to_glob():
 def test_local_cluster_bad_n_workers_refused(n, error):
     with pytest.raises(error, match="n_workers must"):
         LocalCluster(n_workers=n)
+
+
+@pytest.mark.parametrize("files, match", [(5, r"files must be a path.*not int 5"),
+                                          ([5], r"files holds int 5.*make_chunks\('data/\*\.root'\)")])
+def test_make_chunks_files_that_are_not_paths_named(files, match):
+    with pytest.raises(TypeError, match=match):
+        make_chunks(files)
