@@ -31,7 +31,7 @@ def square(x):
 
 def _run_client(script: str, broker, *args, timeout: float = 120.0) -> subprocess.CompletedProcess:
     proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), *map(str, args)],
-                            env=dict(os.environ, **broker.config.env()), cwd=str(ROOT),
+                            env=dict(os.environ, **(broker.config.env() if broker else {})), cwd=str(ROOT),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -193,7 +193,7 @@ WITH_CLUSTER_CLIENT = """
             found += fields[1] == me and b"redis-server" in cmd
         return found
 
-    outer_url = os.environ["RHTC_BROKER"]
+    outer_url = os.environ.get("RHTC_BROKER")
     with LocalCluster(n_workers=2, name_prefix="blk") as c:
         names = {p.worker_name for p in c.procs}
         got = {
@@ -206,18 +206,20 @@ WITH_CLUSTER_CLIENT = """
         got["names"] = sorted(names)
         got["servers_in_block"] = redis_servers()
         got["default_started"] = local._default is not None
-    got["after"] = remote_map(where, [0], progress=False)[0] == outer_url
+    got["after"] = outer_url is None or remote_map(where, [0], progress=False)[0] == outer_url
     print(json.dumps(got), flush=True)
 """
 
 
 @pytest.mark.timeout(240)
-def test_with_local_cluster_is_the_default_inside_the_block(broker, workers):
+@pytest.mark.parametrize("configured", [False, True], ids=["nothing-configured", "RHTC_BROKER-set"])
+def test_with_local_cluster_is_the_default_inside_the_block(broker, workers, configured):
     """Inside `with LocalCluster(n_workers=2):` remote_map, submit and imap_unordered
-    without broker= run on the block's workers; no second redis-server is started; after
-    the block the previous default (here $RHTC_BROKER) comes back."""
-    workers.start(1)                     # the configured broker's own worker, for after the block
-    done = _run_client(WITH_CLUSTER_CLIENT, broker, timeout=200)
+    without broker= run on the block's workers; no second redis-server (no session default
+    cluster) is started; after the block the previous default ($RHTC_BROKER) comes back."""
+    if configured:
+        workers.start(1)                 # the configured broker's own worker, for after the block
+    done = _run_client(WITH_CLUSTER_CLIENT, broker if configured else None, timeout=200)
     assert done.returncode == 0, done.stderr[-3000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert all(got["in_block"]), got
