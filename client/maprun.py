@@ -19,7 +19,7 @@ from typing import Iterable, Sequence
 from rhtc.broker import protocol
 
 from rhtc.broker import messages
-from rhtc.broker.errors import BrokerOutOfMemory, ConnectionProblem
+from rhtc.broker.errors import BrokerOutOfMemory, BrokerTrouble, ConnectionProblem
 from rhtc.broker.messages import Fault, FaultKind, ResultMeta, WorkerStatus
 from rhtc.broker.registry import renew_map_entry
 from rhtc.broker.storage import Storage
@@ -390,7 +390,7 @@ class MapRun:
             try:
                 with held_interrupt():           # a Ctrl-C now would leave the keys behind
                     removed = self.storage.cancel_map(self.map_id)
-            except ConnectionProblem:
+            except BrokerTrouble:                # unreachable, or refusing (out of memory):
                 pass                             # the keys expire by themselves
         self.closed = True
         return removed
