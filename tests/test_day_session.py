@@ -79,6 +79,7 @@ CTRL_C_CLIENT = """
         timer.join()
         nxt = remote_map(abs, [-1, -2, -3], progress=False, timeout=60)
         print(json.dumps({"delay": delay, "outcome": outcome, "next": nxt}), flush=True)
+        time.sleep(0.6)          # the cancelled map's running tasks end before the next starts
 """
 
 
