@@ -64,13 +64,13 @@ class FastLane:
         last, error = None, None
         try:
             while self.pending:
-                self.pending -= 1
                 try:
                     last = self.conn.read_response()
                 except redis.ResponseError as err:
                     error = error or err
-        except ConnectionProblem:
-            self.reset()
+                self.pending -= 1
+        except BaseException:      # a lost connection, or an interrupt between two replies:
+            self.reset()           # never leave a reply behind for the next command to read
             raise
         if error is not None:
             raise error
@@ -79,7 +79,7 @@ class FastLane:
     def send(self, *args) -> None:
         try:       # (a health-check PING may only go out when no reply is owed)
             self._connection().send_command(*args, check_health=not self.pending)
-        except ConnectionProblem:
+        except BaseException:      # half a command may have gone out: start afresh
             self.reset()
             raise
         self.pending += 1
@@ -90,8 +90,9 @@ class FastLane:
         try:
             conn.send_command(*args)
             return conn.read_response()
-        except ConnectionProblem:
-            self.reset()
+        except BaseException as err:   # also KeyboardInterrupt: its reply must not stay unread
+            if not isinstance(err, redis.ResponseError) or isinstance(err, ConnectionProblem):
+                self.reset()
             raise
 
     def call_behind(self, *args):

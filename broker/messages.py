@@ -18,6 +18,30 @@ import struct
 
 from rhtc.broker.protocol import TaskRef, key_fingerprint
 
+# -- a cancel request (`rhtc cancel MAP`) -------------------------------------------------
+#: what starts the message that asks a map's client to cancel it (pushed among its results;
+#: never a frame: frames start with protocol.MAGIC)
+CANCEL_MARK = b"\x00rhtc-cancel\x00"
+
+
+def cancel_request(by: str) -> bytes:
+    """The message that asks a map's client to cancel the map, saying who asked.
+
+    >>> cancelled_by(cancel_request("rhtc cancel on n1"))
+    'rhtc cancel on n1'
+    >>> cancelled_by(b"RH...") is None
+    True
+    """
+    return CANCEL_MARK + by.encode()
+
+
+def cancelled_by(frame: bytes) -> str | None:
+    """Who asked, if ``frame`` is a cancel request; None for anything else."""
+    if not frame.startswith(CANCEL_MARK):
+        return None
+    return frame[len(CANCEL_MARK):].decode(errors="replace")
+
+
 # -- results ----------------------------------------------------------------------------
 @dataclasses.dataclass
 class ResultMeta:

@@ -280,7 +280,27 @@ class Storage(Leases):
         pipe.unlink(*self.keys.map_keys(map_id))      # a long backlog is freed in the background
         pipe.zrem(self.keys.maps, map_id)
         removed = int(pipe.execute()[0])
-        script, step = self._scripts["purge"], self.settings.scan_step
+        return removed + self._purge(map_id)
+
+    def request_cancel(self, map_id: str, by: str) -> int | None:
+        """Ask the client of a map to cancel it (``rhtc cancel``): a cancel request among
+        its results (it ends at once with MapCancelled and deletes the keys), and its queued
+        tasks removed now, backlog and all, in case that client is gone (its keys then
+        expire). Returns how many queued tasks were removed; None if there is no such map."""
+        if not self.r.exists(self.keys.map(map_id)):
+            return None
+        pipe = self.r.pipeline(transaction=True)
+        pipe.llen(self.keys.backlog(map_id))
+        pipe.unlink(self.keys.backlog(map_id))
+        pipe.rpush(self.keys.results(map_id), messages.cancel_request(by))
+        pipe.expire(self.keys.results(map_id), self.settings.result_ttl)
+        removed = int(pipe.execute()[0])
+        return removed + self._purge(map_id)
+
+    def _purge(self, map_id: str) -> int:
+        """Remove a map's queued tasks from the shared and the workers' queues (in bounded
+        steps); returns how many."""
+        script, step, removed = self._scripts["purge"], self.settings.scan_step, 0
         for q in self._queues():
             todo = int(self.r.llen(q))
             while todo > 0:

@@ -7,9 +7,13 @@ Three ways to run a function over a list of arguments (usually NanoAOD chunks):
 * :func:`imap_unordered` yields each :class:`~client.tasks.TaskResult` as it arrives;
 * :func:`submit` returns a :class:`MapHandle` at once (progress, wait, cancel).
 
-With no broker given or configured anywhere, the first call starts a local cluster
-(a private redis-server and one worker per CPU) and reuses it for the session, the way
-``dask.distributed.Client()`` does.
+With no broker given, a call inside ``with LocalCluster(...):`` runs on that cluster (as
+dask's ``Client`` becomes the default); else on the broker of the environment or config
+file; with none configured anywhere, the first call starts a local cluster (a private
+redis-server and one worker per CPU) and reuses it for the session.
+
+Bad arguments are refused at the call, before anything is queued
+(:mod:`client.arguments`), and Ctrl-C at any instant of a blocking call cancels the map.
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from rhtc.broker.config import BrokerConfig, BrokerNotConfigured, StaleConfig
 from rhtc.broker.storage import Storage
+from rhtc.client.arguments import map_options
 from rhtc.client.errors import MapCancelled, RemoteError
 from rhtc.client.maprun import MapRun
 from rhtc.client.tasks import TaskResult
@@ -35,9 +40,14 @@ _last: "MapHandle | None" = None
 
 
 def resolve_config(broker=None) -> BrokerConfig:
-    """The broker a call should use: an explicit URL / config / cluster, else the
-    environment or config file, else the session's local default cluster."""
+    """The broker a call should use: an explicit URL / config / cluster, else the cluster
+    of the innermost ``with LocalCluster()`` block, else the environment or config file,
+    else the session's local default cluster."""
     if broker is None:
+        from rhtc.client.local import active_cluster
+        cluster = active_cluster()
+        if cluster is not None:
+            return cluster.config
         try:
             return BrokerConfig.resolve()
         except BrokerNotConfigured as err:
@@ -89,11 +99,14 @@ def live_workers(broker=None) -> list[dict]:
     return storage_for(broker).live_workers()
 
 
-def _start(fn, args, broker, wait_first: float = 0.0, **options) -> MapRun:
-    args = list(args)
-    storage = storage_for(broker)
-    run = MapRun(storage, fn, args, **options)
-    run.submit(wait_first=wait_first)
+def _start(fn, args: list, broker, wait_first: float = 0.0, **options) -> MapRun:
+    """A map, submitted; whatever stops the submission (Ctrl-C too) cancels it."""
+    run = MapRun(storage_for(broker), fn, args, **options)
+    try:
+        run.submit(wait_first=wait_first)
+    except BaseException:
+        run.cancel()
+        raise
     return run
 
 
@@ -105,9 +118,6 @@ class MapHandle:
     """
 
     def __init__(self, run: MapRun, reduce=None, errors: str = "raise", progress: bool = False):
-        if errors not in ("raise", "return"):
-            raise ValueError("errors must be 'raise' (raise RemoteError after collecting the rest) "
-                             "or 'return' (RemoteError objects in place of failed results)")
         self.run = run
         self.errors = errors
         self.reducer = Reducer(None if reduce is True else reduce) if reduce else None
@@ -206,7 +216,7 @@ class MapHandle:
             self._bar.close()
             self._bar = None
         if self.run.cancelled:
-            raise MapCancelled(f"map {self.map_id} was cancelled")
+            raise _cancelled(self.run)
         if self.failures and self.errors == "raise":
             failures = sorted(self.failures, key=lambda e: e.index)
             first = failures[0]
@@ -327,19 +337,24 @@ def remote_map(fn: Callable, args: Iterable, *, broker=None, reduce: bool | Call
     Ctrl-C cancels the map: its queued tasks are dropped and its keys removed.
     """
     global _last
-    args = list(args)
+    checked = map_options(fn, args, reduce=reduce, errors=errors, retries=retries, retry_on=retry_on,
+                          routing=routing, stragglers=stragglers, timeout=timeout, label=label,
+                          task_timeout=task_timeout)
+    args = checked["args"]
     if not args:
         return None if reduce else []
     # a small map waits for its first result in the same round trip as its submission
     run = _start(fn, args, broker, wait_first=0.05 if len(args) <= 4 else 0.0, retries=retries,
-                 retry_on=retry_on, routing=routing, stragglers=stragglers, label=label,
+                 retry_on=checked["retry_on"], routing=routing, stragglers=stragglers, label=label,
                  task_timeout=task_timeout)
-    handle = MapHandle(run, reduce=reduce, errors=errors, progress=progress)
-    _last = handle
+    handle = None
     try:
+        handle = MapHandle(run, reduce=reduce, errors=errors, progress=progress)
+        _last = handle
         return handle.wait(timeout)
-    except TimeoutError:
-        handle.cancel()
+    except BaseException:              # Ctrl-C at any instant, a timeout: nothing left behind
+        if not run.closed:
+            (handle or run).cancel()
         raise
 
 
@@ -355,9 +370,15 @@ def submit(fn: Callable, args: Iterable, *, broker=None, reduce: bool | Callable
     ((2, 2), [1, 2])
     """
     global _last
-    run = _start(fn, list(args), broker, retries=retries, retry_on=retry_on, routing=routing,
-                 stragglers=stragglers, label=label, task_timeout=task_timeout)
-    handle = MapHandle(run, reduce=reduce, errors=errors).start_background()
+    checked = map_options(fn, args, reduce=reduce, errors=errors, retries=retries, retry_on=retry_on,
+                          routing=routing, stragglers=stragglers, label=label, task_timeout=task_timeout)
+    run = _start(fn, checked["args"], broker, retries=retries, retry_on=checked["retry_on"],
+                 routing=routing, stragglers=stragglers, label=label, task_timeout=task_timeout)
+    try:
+        handle = MapHandle(run, reduce=reduce, errors=errors).start_background()
+    except BaseException:
+        run.cancel()
+        raise
     _last = handle
     return handle
 
@@ -370,22 +391,37 @@ def imap_unordered(fn: Callable, args: Iterable, *, broker=None, retries: int = 
     The options are :func:`remote_map`'s (``task_timeout=``: a task that runs longer is
     backed up, then yielded with a ``TaskTimeout`` error).
 
-    Errors are not raised: check ``result.error``. Leaving the loop early cancels the map.
+    Errors are not raised: check ``result.error``. Leaving the loop early cancels the map
+    (so does Ctrl-C); a map cancelled elsewhere (``rhtc cancel``) raises MapCancelled.
+    The arguments are checked at the call; the map starts with the first iteration.
 
     >>> for r in imap_unordered(abs, [-1, -2]):           # doctest: +SKIP
     ...     print(r.index, r.value, r.meta["worker"])
     """
-    run = _start(fn, list(args), broker, retries=retries, retry_on=retry_on, routing=routing,
-                 stragglers=stragglers, label=label, task_timeout=task_timeout)
+    checked = map_options(fn, args, retries=retries, retry_on=retry_on, routing=routing,
+                          stragglers=stragglers, label=label, task_timeout=task_timeout)
+    return _unordered(fn, checked["args"], broker, retries=retries, retry_on=checked["retry_on"],
+                      routing=routing, stragglers=stragglers, label=label, task_timeout=task_timeout)
+
+
+def _unordered(fn, args: list, broker, **options) -> Iterator[TaskResult]:
+    run = _start(fn, args, broker, **options)
     try:
         while not run.done:
             yield from run.poll(1.0)
         yield from run.poll(0)
+        if run.cancelled:
+            raise _cancelled(run)
     finally:
-        if run.done:
+        if run.done and not run.cancelled:
             run.close()
         else:
             run.cancel()
+
+
+def _cancelled(run: MapRun) -> MapCancelled:
+    by = f" by {run.cancelled_by}" if run.cancelled_by else ""
+    return MapCancelled(f"map {run.map_id} ({run.label}) was cancelled{by}")
 
 
 def last_map() -> MapHandle | None:

@@ -27,6 +27,7 @@ from typing import Any, Iterable, Sequence
 from rhtc.broker import context
 from rhtc.broker.config import settings
 from rhtc.client import freshness, xrootd
+from rhtc.client.arguments import positive_count
 
 # the files this process has open, least recently used first, at most Settings.open_files:
 # an open NanoAOD tree's metadata (about a thousand branches) stays in memory with it
@@ -330,8 +331,14 @@ def _check_branches(opened: _OpenFile, branches: Sequence[str], chunk: Chunk) ->
 def _expand(files: str | Iterable[str]) -> list[str]:
     if isinstance(files, (str, os.PathLike)):
         files = [files]
+    elif not isinstance(files, Iterable):
+        raise TypeError(f"files must be a path, a glob pattern, a URL or a list of them, not "
+                        f"{type(files).__name__} {files!r:.60}")
     out = []
     for f in files:
+        if not isinstance(f, (str, os.PathLike)):
+            raise TypeError(f"files holds {type(f).__name__} {f!r:.60}: make_chunks takes paths, glob "
+                            "patterns or URLs (strings), e.g. make_chunks('data/*.root')")
         f = os.fspath(f)
         if xrootd.is_remote(f):
             _check_url(f)
@@ -349,6 +356,10 @@ def _expand(files: str | Iterable[str]) -> list[str]:
             if not matched:
                 raise ChunkFileError(f"{f}: the pattern matches no file", "no such file")
             out += matched
+        elif "://" not in f and os.path.isdir(os.path.expanduser(f)):
+            pattern = os.path.join(f, "*.root")
+            raise ChunkFileError(f"{f} is a directory, not a ROOT file: pass the files in it, e.g. "
+                                 f"make_chunks({pattern!r})", "is a directory")
         else:
             out.append(f if "://" in f else os.path.abspath(os.path.expanduser(f)))
     if not out:
@@ -393,8 +404,10 @@ def make_chunks(files: str | Iterable[str], tree: str = "Events", step: int = 10
     wrong host or a permission problem is a :class:`ChunkFileError` naming the URL before
     any task is queued.
     """
-    if step <= 0:
-        raise ValueError(f"step must be a positive number of entries, not {step}")
+    step = positive_count("step", step, "entries per chunk, e.g. step=100_000")
+    if not isinstance(tree, str):
+        raise TypeError(f"tree must be the name of the TTree (a string, 'Events' for NanoAOD), "
+                        f"not {type(tree).__name__}")
     paths = _expand(files)
     if remote:
         infos = _file_infos_on_workers(paths, tree, broker)

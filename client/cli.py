@@ -4,6 +4,7 @@
     rhtc worker [--broker URL]  run one worker (same as ``python -m rhtc.worker``)
     rhtc workers -n 4           run a local pool of workers on the configured broker
     rhtc status [-w]            live workers, queues, maps in flight
+    rhtc cancel MAP             cancel a map in flight (its id, or the start of it, from status)
     rhtc timeline run.json      draw a map's timeline from its saved record
     rhtc submit --workers 50    submit workers to HTCondor (or --scheduler slurm)
     rhtc --version              the installed version
@@ -167,6 +168,33 @@ def status(url, watch, interval):
             time.sleep(interval)
         except KeyboardInterrupt:
             return
+
+
+@main.command()
+@click.argument("map_ids", nargs=-1, required=True, metavar="MAP...")
+@click.option("--broker", "url", default=None, help="Broker URL (default: configured).")
+def cancel(map_ids, url):
+    """Cancel maps in flight by id (as `rhtc status` shows them; a unique start is enough).
+    Their queued tasks are dropped now; the client that runs each one ends with MapCancelled."""
+    import socket
+    from rhtc.client.api import storage_for
+    try:
+        storage = storage_for(BrokerConfig.resolve(url=url, require_key=False))
+    except (BrokerNotConfigured, ConnectionError, PermissionError) as err:
+        raise click.ClickException(str(err))
+    in_flight = [m["map_id"] for m in storage.maps_in_flight()]
+    by = f"`rhtc cancel` ({socket.gethostname()}:{os.getpid()})"
+    for wanted in map_ids:
+        matches = [m for m in in_flight if m.startswith(wanted)] or [wanted]
+        if len(matches) > 1:
+            raise click.ClickException(f"{wanted!r} is the start of {len(matches)} maps in flight "
+                                       f"({', '.join(matches)}): give more of the id")
+        dropped = storage.request_cancel(matches[0], by)
+        if dropped is None:
+            raise click.ClickException(f"no map {wanted!r} in flight (it finished, or the id is "
+                                       "wrong): `rhtc status` lists the maps in flight")
+        click.echo(f"cancelled map {matches[0]}: {dropped} queued task(s) dropped; its client "
+                   "ends with MapCancelled")
 
 
 def _register_optional() -> None:

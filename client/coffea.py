@@ -386,12 +386,13 @@ class RedisExecutor(ExecutorBase):
         tasks = [CoffeaTask(item, routing_key(item) if self.routing else None) for item in items]
         if not tasks:
             return accumulator, 0
-        handle = submit(_RunItem(function, self.keep_files_open), tasks, broker=self.broker, reduce=_fold, errors="return",
-                        retries=self.task_retries, retry_on=self.retry_on, routing=self.routing,
-                        stragglers=self.stragglers, label=self.function_name or self.desc,
-                        task_timeout=self.task_timeout)
+        handle = None
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
-        try:
+        try:                      # Ctrl-C at any instant, from the submission on, cancels the map
+            handle = submit(_RunItem(function, self.keep_files_open), tasks, broker=self.broker, reduce=_fold,
+                            errors="return", retries=self.task_retries, retry_on=self.retry_on,
+                            routing=self.routing, stragglers=self.stragglers,
+                            label=self.function_name or self.desc, task_timeout=self.task_timeout)
             with rich_bar() as bar:
                 bar_id = bar.add_task(self.desc, total=len(tasks), unit=self.unit, disable=not self.status)
                 while not handle.done():
@@ -405,7 +406,8 @@ class RedisExecutor(ExecutorBase):
                 bar.update(bar_id, completed=handle.received, refresh=True)
             value = handle.wait()
         except BaseException:
-            handle.cancel()
+            if handle is not None:
+                handle.cancel()
             raise
         if handle.failures:
             raise self._failure(sorted(handle.failures, key=lambda e: e.index)[0], tasks)

@@ -22,9 +22,11 @@ import time
 from rhtc.broker.config import BrokerConfig
 from rhtc.broker.embedded import EmbeddedBroker, die_with_parent
 from rhtc.broker.storage import Storage
+from rhtc.client.arguments import positive_count
 
 _default: "LocalCluster | None" = None
 _default_lock = threading.Lock()
+_active: "list[LocalCluster]" = []     # the clusters of the open `with` blocks, innermost last
 
 
 class _Launcher:
@@ -70,14 +72,18 @@ class LocalCluster:
         cache_size: each worker's branch cache cap, e.g. ``"2GB"``.
         broker: an existing BrokerConfig to attach the workers to instead.
         log_dir: where worker logs go (default: a temp dir, removed on close).
+
+    Inside ``with LocalCluster(...):`` the calls that are given no ``broker=``
+    (``remote_map``, ``submit``, ``imap_unordered``, ``make_chunks(remote=True)``) run on
+    this cluster, as dask's ``Client`` becomes the default; after the block the previous
+    default comes back.
     """
 
     def __init__(self, n_workers: int | None = None, *, cache_size: str | None = None,
                  broker: BrokerConfig | None = None, log_dir: str | None = None,
                  start_timeout: float = 120.0, name_prefix: str = "local"):
-        if n_workers is not None and (not isinstance(n_workers, int) or n_workers < 1):
-            raise ValueError(f"n_workers={n_workers!r}: a cluster needs at least 1 worker "
-                             "(leave it out for one per CPU)")
+        if n_workers is not None:
+            positive_count("n_workers", n_workers, "worker processes to start; None for one per CPU")
         self.n_workers = n_workers or os.cpu_count() or 1
         self.cache_size = cache_size
         self.embedded: EmbeddedBroker | None = None
@@ -103,6 +109,7 @@ class LocalCluster:
 
     def add_workers(self, n: int, wait: bool = True) -> list[subprocess.Popen]:
         """Start ``n`` more worker processes and wait until they heartbeat."""
+        positive_count("n", n, "how many more worker processes to start")
         env = dict(os.environ, **self.config.env())
         env.pop("RHTC_CONFIG", None)
         new = []
@@ -160,6 +167,9 @@ class LocalCluster:
 
     def close(self, timeout: float = 10.0) -> None:
         """SIGTERM every worker (they hand back their tasks), then stop the broker."""
+        with _default_lock:
+            if self in _active:
+                _active.remove(self)
         for p in self.procs:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
@@ -183,13 +193,22 @@ class LocalCluster:
             self.config = self._given
 
     def __enter__(self) -> "LocalCluster":
-        return self.start()
+        self.start()
+        with _default_lock:
+            _active.append(self)       # the default of the calls inside the block
+        return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
     def __repr__(self) -> str:
         return f"<LocalCluster {len(self.alive())} workers, broker {self.config!r}>"
+
+
+def active_cluster() -> LocalCluster | None:
+    """The cluster of the innermost open ``with LocalCluster()`` block (any thread's), or None."""
+    with _default_lock:
+        return _active[-1] if _active else None
 
 
 def default_cluster() -> LocalCluster:

@@ -19,12 +19,13 @@ from typing import Iterable, Sequence
 from rhtc.broker import protocol
 
 from rhtc.broker import messages
-from rhtc.broker.errors import BrokerOutOfMemory, ConnectionProblem
+from rhtc.broker.errors import BrokerOutOfMemory, BrokerTrouble, ConnectionProblem
 from rhtc.broker.messages import Fault, FaultKind, ResultMeta, WorkerStatus
 from rhtc.broker.registry import renew_map_entry
 from rhtc.broker.storage import Storage
 from rhtc.client import beacon
 from rhtc.client.errors import BrokerFull, BrokerLost, RemoteError, describe, undecodable_error
+from rhtc.client.interrupts import held_interrupt
 from rhtc.client.ledger import Ledger
 from rhtc.client.packing import Frames, pack_function
 from rhtc.client.retry import RetryPolicy, RetryQueue
@@ -83,6 +84,8 @@ class MapRun:
         self.resubmissions = 0
         self.retry_queue = RetryQueue()
         self.cancelled = self.closed = False
+        self._sent = False                              # something may be queued in Redis
+        self.cancelled_by: str | None = None            # who asked, when not this client
         self._fn_uploaded = False
         self._outbox: list[TaskResult] = []
         self._warned_unverified = False
@@ -98,16 +101,18 @@ class MapRun:
         """Queue every task; with ``wait_first``, also wait that long for the first result
         in the same round trip (what makes a one-task map fast)."""
         self.start = time.time()
-        self.upkeep.look()
-        beacon.attach(self)               # its tasks are dropped soon after this process dies
         try:
+            self.upkeep.look()
+            beacon.attach(self)           # its tasks are dropped soon after this process dies
             for lo in range(0, self.n, SUBMIT_BATCH):
                 early = self._enqueue(range(lo, min(self.n, lo + SUBMIT_BATCH)), wait_first if lo == 0 else 0.0)
                 for frame in early:
                     self._accept(frame)
-        except BaseException:
-            if self.n > SUBMIT_BATCH:
-                self.cancel()             # an argument of a later batch could not travel
+        except BaseException:             # Ctrl-C, or an argument of a later batch could not
+            if self._sent:                # travel: what was queued is taken back
+                self.cancel()
+            else:
+                beacon.detach(self)
             raise
         if not wait_first:                # a map that may run long: its registry entry expires
             renew_map_entry(self.storage, self.map_id)    # if this client dies (ticks renew it)
@@ -137,9 +142,11 @@ class MapRun:
         upload = not self._fn_uploaded or len(self.packed_fn) < 65536 or \
             not self.storage.function_present(self.fn_hash)
         try:
-            early = self.storage.enqueue_map(self.map_id, self.fn_hash, self.packed_fn if upload else None,
-                                             self._info(), routed, wait_first=wait_first, nonce=self.nonce,
-                                             client=beacon.client_id(), fair=fair)
+            with held_interrupt():        # queued whole (and its reply read) or not at all
+                self._sent = True
+                early = self.storage.enqueue_map(self.map_id, self.fn_hash, self.packed_fn if upload else None,
+                                                 self._info(), routed, wait_first=wait_first, nonce=self.nonce,
+                                                 client=beacon.client_id(), fair=fair)
         except BrokerOutOfMemory as err:
             used, limit = self.memory()
             raise BrokerFull(f"the broker {self.storage.config!r} is out of memory ({used / 1e6:.0f} MB "
@@ -285,6 +292,12 @@ class MapRun:
             self._outbox.append(TaskResult(i, None, None, note.refusal))
 
     def _accept(self, frame: bytes) -> None:
+        by = messages.cancelled_by(frame)
+        if by is not None:                # `rhtc cancel` from another shell
+            log.warning("map %s (%s) cancelled by %s", self.map_id, self.label, by)
+            self.cancelled_by = by
+            self.cancel()
+            return
         try:
             map_id, index, status, payload = protocol.unpack_result(self.key, frame)
         except protocol.BadFrame as err:
@@ -383,16 +396,22 @@ class MapRun:
 
     # -- ending -------------------------------------------------------------------------
     def cancel(self) -> int:
-        """Remove the map's queued tasks and keys; returns how many queued tasks were dropped."""
+        """Remove the map's queued tasks and keys; returns how many queued tasks were dropped.
+        A map already ended (cancelled, or closed) stays as it is (returns 0)."""
+        if self.closed:
+            return 0
         self.cancelled = True
         self.tasks.move_all(self.tasks.indices(TaskState.QUEUED, TaskState.LEASED, TaskState.REFUSED,
                                                TaskState.BACKOFF), TaskState.CANCELLED)
         self.retry_queue.clear()
         beacon.detach(self)
-        try:
-            removed = self.storage.cancel_map(self.map_id)
-        except ConnectionProblem:
-            removed = 0                          # the keys expire by themselves
+        removed = 0
+        if self._sent:
+            try:
+                with held_interrupt():           # a Ctrl-C now would leave the keys behind
+                    removed = self.storage.cancel_map(self.map_id)
+            except BrokerTrouble:                # unreachable, or refusing (out of memory):
+                pass                             # the keys expire by themselves
         self.closed = True
         return removed
 
