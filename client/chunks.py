@@ -28,42 +28,12 @@ from rhtc.broker import context
 from rhtc.broker.config import settings
 from rhtc.client import freshness, xrootd
 from rhtc.client.arguments import positive_count
+from rhtc.client.errors import BranchNotFound, ChunkFileError  # noqa: F401  (public here too)
 
 # the files this process has open, least recently used first, at most Settings.open_files:
 # an open NanoAOD tree's metadata (about a thousand branches) stays in memory with it
 _open_files: collections.OrderedDict[tuple[str, str], "_OpenFile"] = collections.OrderedDict()
 _open_lock = threading.Lock()
-
-
-class BranchNotFound(KeyError):
-    """A branch the function asked for is not in the tree."""
-
-    def __str__(self) -> str:
-        return self.args[0]
-
-
-class ChunkFileError(OSError):
-    """A chunk's file is missing, unreadable, not ROOT, or changed since make_chunks.
-
-    ``reason`` says which, always one of :attr:`REASONS` (the README lists them too), and
-    ``transient`` whether a retry may cure it. Every error of ``make_chunks`` about its
-    files is one, whether the files were opened here or on the workers (``remote=True``).
-    """
-
-    #: every reason a ChunkFileError can carry
-    REASONS = ("no such file", "no such tree", "not ROOT", "permission denied", "bad URL",
-               "server unreachable", "timed out", "read failed", "unreadable", "changed",
-               "no XRootD client")
-
-    def __init__(self, message: str, reason: str = "unreadable", transient: bool = False):
-        super().__init__(message)
-        self.reason, self.transient = reason, transient
-
-    def __str__(self) -> str:
-        return self.args[0]
-
-    def __reduce__(self):
-        return (ChunkFileError, (self.args[0], self.reason, self.transient))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -48,14 +48,8 @@ from rhtc.client.api import submit
 from rhtc.client import xrootd
 from rhtc.client.chunks import Chunk, _forget
 from rhtc.client.errors import RemoteError, WorkItemFailed
-
-#: How many of one item's warnings (e.g. coffea's "Skipping bad file") come back to the client,
-#: after the libraries' own noise (:data:`NOISY_LIBRARIES`) is left out.
-MAX_WARNINGS_PER_ITEM = 5
-#: Where the warnings come from that are left on the worker: the schema's notes about its
-#: own cross-references and the readers' (e.g. NanoAODSchema's "Missing cross-reference
-#: index"), the same for every file and not about the user's run.
-NOISY_LIBRARIES = ("coffea/nanoevents/", "uproot/", "awkward/")
+from rhtc.client.coffea_parity import (MAX_WARNINGS_PER_ITEM, _bytes_requested, _per_item_bytes,
+                                       _processor_error, _worth_sending)
 
 # The routing key of the item this worker process is running, for worker_cache().
 _current_key: str | None = None
@@ -174,36 +168,6 @@ class _KeepFilesOpen:
         directory = self.chunk.open_tree().file.root_directory
         _current_version = version_of(self.chunk.file, self.chunk.tree)
         return directory
-
-
-def _bytes_requested(directory) -> int:
-    """The read counter of an open file's source (what coffea's ``savemetrics`` reports)."""
-    return int(getattr(getattr(directory.file, "source", None), "num_requested_bytes", 0) or 0)
-
-
-def _per_item_bytes(out: Any, stand_in: "_KeepFilesOpen | None") -> None:
-    """coffea's ``savemetrics`` reads ``bytesread`` off the file's counter; a kept-open
-    file's counter spans every item since it was opened: report this item's bytes only."""
-    if stand_in is None or stand_in.bytes_before is None or not isinstance(out, dict):
-        return
-    metrics = out.get("metrics")
-    if isinstance(metrics, dict) and "bytesread" in metrics:
-        metrics["bytesread"] = max(0, metrics["bytesread"] - stand_in.bytes_before)
-
-
-def _processor_error(err: BaseException) -> BaseException:
-    """The processor's (or the reader's) own exception: coffea wraps it in a plain
-    ``Exception("Failed processing file: ...")``, which ``retry_on`` cannot match."""
-    own = err
-    while type(own) is Exception and own.__cause__ is not None:
-        own = own.__cause__
-    return own
-
-
-def _worth_sending(w: warnings.WarningMessage) -> bool:
-    """A warning the user would see with IterativeExecutor, not a library's noise."""
-    where = str(w.filename).replace("\\", "/")
-    return not any(lib in where for lib in NOISY_LIBRARIES)
 
 
 @contextlib.contextmanager

@@ -18,6 +18,37 @@ def describe(obj: Any) -> str:
     return text if len(text) < 200 else text[:197] + "..."
 
 
+class BranchNotFound(KeyError):
+    """A branch the function asked for is not in the tree."""
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+class ChunkFileError(OSError):
+    """A chunk's file is missing, unreadable, not ROOT, or changed since make_chunks.
+
+    ``reason`` says which, always one of :attr:`REASONS` (the README lists them too), and
+    ``transient`` whether a retry may cure it. Every error of ``make_chunks`` about its
+    files is one, whether the files were opened here or on the workers (``remote=True``).
+    """
+
+    #: every reason a ChunkFileError can carry
+    REASONS = ("no such file", "no such tree", "not ROOT", "permission denied", "bad URL",
+               "server unreachable", "timed out", "read failed", "unreadable", "changed",
+               "no XRootD client", "is a directory")
+
+    def __init__(self, message: str, reason: str = "unreadable", transient: bool = False):
+        super().__init__(message)
+        self.reason, self.transient = reason, transient
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+    def __reduce__(self):
+        return (ChunkFileError, (self.args[0], self.reason, self.transient))
+
+
 class RemoteError(Exception):
     """A task failed on a worker: the user's exception, with the remote traceback, the
     worker and the chunk (argument) it was running.

@@ -2,7 +2,7 @@
 
 A map of a million tasks keeps a million of these, so they are numpy columns (about
 60 bytes a task) rather than a dict per task; the run record
-(:func:`client.api.record_of`) and the straggler check read them back.
+(:func:`client.handle.record_of`) and the straggler check read them back.
 
 Example::
 

@@ -29,6 +29,7 @@ from rhtc.client.interrupts import held_interrupt
 from rhtc.client.ledger import Ledger
 from rhtc.client.packing import Frames, pack_function
 from rhtc.client.retry import RetryPolicy, RetryQueue
+from rhtc.client.routing import owners
 from rhtc.client.tasks import TaskResult, TaskState, TaskTable
 from rhtc.client.timeouts import check_task_timeout
 from rhtc.client.upkeep import Upkeep
@@ -37,16 +38,6 @@ log = logging.getLogger("rhtc.client")
 
 _DONE = int(TaskState.DONE)           # the per-result path compares plain ints
 SUBMIT_BATCH = 65536     # tasks packed and queued per round trip (bounds the client's memory)
-
-
-def _contiguous_blocks(indices: list[int], workers: list[str]) -> dict[int, str]:
-    """Place chunks nobody holds yet: consecutive chunks (mostly of the same file) go to
-    the same worker, so each worker opens few files; idle workers steal from the tails
-    of the others' queues, so a slow worker cannot hold the map up."""
-    if len(indices) < 2 * len(workers):
-        return {}                     # too few to split: the shared queue balances best
-    block = -(-len(indices) // len(workers))
-    return {i: workers[k // block] for k, i in enumerate(indices)}
 
 
 class MapRun:
@@ -121,21 +112,12 @@ class MapRun:
     def _enqueue(self, indices: Iterable[int], wait_first: float = 0.0, route: bool = True,
                  fair: bool = True) -> list[bytes]:
         indices = list(indices)
-        owner: dict[int, str] = {}
-        if route and self.routing:
-            keyed = [i for i in indices if getattr(self.args[i], "routing_key", None)]
-            where, live = self.storage.locate([self.args[i].routing_key for i in keyed]) if keyed else ({}, [])
-            live = sorted(set(live) - self.misfits - self.shunned)
-            owner = {i: where[self.args[i].routing_key] for i in keyed
-                     if where.get(self.args[i].routing_key) in live}
-            self.routed_to_workers = len(owner)
-            if live:
-                owner.update(_contiguous_blocks([i for i in keyed if i not in owner], live))
-        if self.misfits:    # a mixed pool: nothing into the shared queue
-            good = self.good_workers()
-            for k, i in enumerate(indices):
-                if good and i not in owner:
-                    owner[i] = good[k % len(good)]
+        route = route and self.routing
+        owner, home = owners(self.args, indices, locate=self.storage.locate, route=route,
+                             avoid=self.misfits | self.shunned,
+                             good=self.good_workers() if self.misfits else None)   # a mixed pool
+        if route:
+            self.routed_to_workers = home
         routed: dict[str | None, list[bytes]] = {}
         for i in indices:
             routed.setdefault(owner.get(i), []).append(self.frames[i])
