@@ -43,10 +43,10 @@ except ImportError as err:  # pragma: no cover - depends on the environment
 
 from rhtc.broker import context
 from rhtc.client.freshness import PreadSource
-from rhtc.client.chunks import version_of
+from rhtc.client.openfiles import _forget, version_of
 from rhtc.client.api import submit
 from rhtc.client import xrootd
-from rhtc.client.chunks import Chunk, _forget
+from rhtc.client.chunks import Chunk
 from rhtc.client.errors import RemoteError, WorkItemFailed
 from rhtc.client.coffea_parity import (MAX_WARNINGS_PER_ITEM, _bytes_requested, _per_item_bytes,
                                        _processor_error, _worth_sending)

@@ -76,14 +76,13 @@ def local_stamp(path: str) -> Stamp:
 def remote_stamp(url: str, source) -> Stamp | None:
     """The :class:`Stamp` of a ``root://`` file: the server's stat and the header read through
     ``source`` (the open file's uproot source). None when the server does not answer: the
-    read that follows will then fail with the server's own error."""
+    read that follows will then fail with the server's own error. A header read that fails
+    raises its error at once: a stalled server costs one request timeout here, not one here
+    and another in the read behind it."""
     stat_answer = xrootd.stat_later(url)        # one round trip: the stat overlaps the read
-    try:
-        header = bytes(source.chunk(0, HEADER_BYTES).raw_data)
-    except Exception:          # a broken connection: the read will say so
-        header = None
+    header = bytes(source.chunk(0, HEADER_BYTES).raw_data)
     identity = stat_answer()
-    return Stamp(identity, header) if identity is not None and header is not None else None
+    return Stamp(identity, header) if identity is not None else None
 
 
 def stamp(path: str, source=None) -> Stamp | None:
@@ -96,13 +95,17 @@ def stamp(path: str, source=None) -> Stamp | None:
 
 def unchanged(path: str, opened: Stamp | None, source) -> bool:
     """True when ``path`` is still the file whose stamp was ``opened`` (or we cannot tell);
-    a file removed or unreadable now counts as changed (reopening it says which)."""
+    a local file removed or unreadable now counts as changed (reopening it says which); a
+    ``root://`` server that fails to answer raises its error, as the read would."""
     if opened is None:
         return True
-    try:
-        now = stamp(path, source)
-    except OSError:
-        return False
+    if xrootd.is_remote(path):   # the server's own error (a timeout...) is the read's: raised
+        now = remote_stamp(path, source)
+    else:
+        try:
+            now = stamp(path, source)
+        except OSError:
+            return False
     return now is None or now == opened
 
 
