@@ -305,7 +305,7 @@ def test_rhtc_workers_refuses_a_count_below_one(tmp_path, n):
 
 def test_local_cluster_refuses_zero_workers_and_removes_its_folder():
     from rhtc.client.local import LocalCluster
-    with pytest.raises(ValueError, match="at least 1 worker"):
+    with pytest.raises(ValueError, match="n_workers must be > 0"):
         LocalCluster(0)
     cluster = LocalCluster(1).start()
     try:

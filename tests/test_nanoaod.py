@@ -182,7 +182,7 @@ def test_changed_file_is_detected(tmp_path):
     chunk = make_chunks(str(path), step=100)[0]
     shutil.copy(REAL[1], path)                              # same name, another file
     from rhtc.client import chunks as chunks_module
-    chunks_module._open_files.clear()
+    chunks_module.close_files()                             # as a fresh process would
     with pytest.raises(ChunkFileError, match="has changed since the chunks were made"):
         chunk.arrays(["Muon_pt"])
 
