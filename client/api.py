@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable, Iterator
 from rhtc.broker.config import BrokerConfig, BrokerNotConfigured, StaleConfig
 from rhtc.broker.storage import Storage
 from rhtc.client.errors import MapCancelled, RemoteError
+from rhtc.client.handleview import announce, html_view, text_view
 from rhtc.client.maprun import MapRun
 from rhtc.client.tasks import TaskResult
 from rhtc.client.reduce import Reducer
@@ -233,7 +234,11 @@ class MapHandle:
         return Plot(plot_timeline(self.record(), path=path))
 
     def __repr__(self) -> str:
-        return f"<MapHandle {self.map_id} {self.run.label}: {self.received}/{self.run.n} results>"
+        return text_view(self)
+
+    def _repr_html_(self) -> str:
+        """Progress, workers busy on the map, a link to the dashboard (Jupyter)."""
+        return html_view(self)
 
 
 def _folding_failed(err: Exception, run: MapRun, index: int) -> Exception:
@@ -359,6 +364,7 @@ def submit(fn: Callable, args: Iterable, *, broker=None, reduce: bool | Callable
                  stragglers=stragglers, label=label, task_timeout=task_timeout)
     handle = MapHandle(run, reduce=reduce, errors=errors).start_background()
     _last = handle
+    announce(handle)
     return handle
 
 

@@ -70,11 +70,15 @@ class LocalCluster:
         cache_size: each worker's branch cache cap, e.g. ``"2GB"``.
         broker: an existing BrokerConfig to attach the workers to instead.
         log_dir: where worker logs go (default: a temp dir, removed on close).
+        dashboard: serve the live dashboard of the broker in a thread of this process
+            (``True``: on a free port of 127.0.0.1; an int: on that port); its address is
+            ``dashboard_link`` and shows in the repr, as dask's ``Client`` does. Off by
+            default (it needs the ``dashboard`` extra; ``rhtc dashboard`` serves any broker).
     """
 
     def __init__(self, n_workers: int | None = None, *, cache_size: str | None = None,
                  broker: BrokerConfig | None = None, log_dir: str | None = None,
-                 start_timeout: float = 120.0, name_prefix: str = "local"):
+                 start_timeout: float = 120.0, name_prefix: str = "local", dashboard: bool | int = False):
         if n_workers is not None and (not isinstance(n_workers, int) or n_workers < 1):
             raise ValueError(f"n_workers={n_workers!r}: a cluster needs at least 1 worker "
                              "(leave it out for one per CPU)")
@@ -90,6 +94,8 @@ class LocalCluster:
         self.name_prefix = name_prefix
         self._serial = 0
         self._logs = []
+        self._want_dashboard = dashboard
+        self.dashboard = None
 
     def start(self) -> "LocalCluster":
         if self.config is None:
@@ -98,8 +104,17 @@ class LocalCluster:
         if self.log_dir is None:
             self.log_dir, self._own_log_dir = tempfile.mkdtemp(prefix="rhtc-workers-"), True
         atexit.register(self.close)
+        if self._want_dashboard is not False and self.dashboard is None:
+            from rhtc.client.dashboard import Dashboard
+            port = 0 if self._want_dashboard is True else int(self._want_dashboard)
+            self.dashboard = Dashboard(self.config, port=port).start()
         self.add_workers(self.n_workers)
         return self
+
+    @property
+    def dashboard_link(self) -> str | None:
+        """The address of this cluster's dashboard (with its token), if it serves one."""
+        return self.dashboard.url if self.dashboard is not None else None
 
     def add_workers(self, n: int, wait: bool = True) -> list[subprocess.Popen]:
         """Start ``n`` more worker processes and wait until they heartbeat."""
@@ -171,6 +186,9 @@ class LocalCluster:
                 p.kill()
                 p.wait()
         self.procs = []
+        if self.dashboard is not None:
+            self.dashboard.stop()
+            self.dashboard = None
         for f in self._logs:
             f.close()
         self._logs = []
@@ -189,7 +207,8 @@ class LocalCluster:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<LocalCluster {len(self.alive())} workers, broker {self.config!r}>"
+        link = f", dashboard {self.dashboard_link}" if self.dashboard is not None else ""
+        return f"<LocalCluster {len(self.alive())} workers, broker {self.config!r}{link}>"
 
 
 def default_cluster() -> LocalCluster:

@@ -1,0 +1,58 @@
+"""How a :class:`~client.api.MapHandle` shows itself: a small HTML view in Jupyter
+(progress, workers busy, a link to the dashboard when one serves the broker) and one
+line in a terminal. Displaying the handle again shows it as it is then.
+
+    >>> h = submit(pow, [(2, 3)] * 4)                   # doctest: +SKIP
+    >>> h                                               # doctest: +SKIP
+    <MapHandle 0123456789abcdef pow: 4/4 results; dashboard http://127.0.0.1:8787/?token=...>
+"""
+from __future__ import annotations
+
+import html
+import logging
+
+log = logging.getLogger("rhtc.client")
+
+
+def dashboard_address(storage) -> str | None:
+    """The address of a dashboard serving this broker, if one runs (never raises)."""
+    try:
+        from rhtc.client.dashboard import address_for
+    except ImportError:                       # the dashboard extra is not installed
+        return None
+    return address_for(storage)
+
+
+def announce(handle) -> None:
+    """When a map is submitted: say where its dashboard is, as dask's Client does."""
+    url = dashboard_address(handle.run.storage)
+    if url:
+        log.info("map %s (%s): dashboard %s", handle.map_id, handle.run.label, url)
+
+
+def text_view(handle) -> str:
+    url = dashboard_address(handle.run.storage)
+    return (f"<MapHandle {handle.map_id} {handle.run.label}: {handle.received}/{handle.run.n} results"
+            + (f"; dashboard {url}" if url else "") + ">")
+
+
+def html_view(handle) -> str:
+    run = handle.run
+    done, n = handle.received, run.n
+    failed = len(handle.failures)
+    pct = 100.0 * done / n if n else 100.0
+    try:
+        live = run.storage.worker_statuses(queue_depths=False)
+        busy = f"{sum(1 for w in live if w.task is not None and w.task.map_id == run.map_id)} of {len(live)} workers busy on it"
+    except Exception as err:                  # the broker is away: say so, never raise in a repr
+        busy = f"workers unknown ({type(err).__name__})"
+    url = dashboard_address(run.storage)
+    link = (f'<a href="{html.escape(url)}" target="_blank">dashboard</a>' if url else
+            "no dashboard runs for this broker (<code>rhtc dashboard</code>, or <code>LocalCluster(dashboard=True)</code>)")
+    state = "cancelled" if run.cancelled else ("done" if handle.done() else "running")
+    return (f'<div class="rhtc-map" style="font-family:sans-serif;font-size:13px">'
+            f"<b>map {html.escape(run.label)}</b> <code>{run.map_id}</code> ({state}): "
+            f"{done} / {n} results ({pct:.0f} %){f', {failed} failed' if failed else ''}<br>"
+            f'<div style="width:300px;height:10px;background:#e0e0e0;margin:3px 0">'
+            f'<div style="width:{pct:.1f}%;height:100%;background:#2e7d32"></div></div>'
+            f"{busy}; {link}</div>")
