@@ -70,14 +70,19 @@
       const done = m.n ? (100 * m.done) / m.n : 0, failed = m.n ? (100 * m.failed) / m.n : 0;
       return '<tr data-map="' + esc(m.map_id) + '" data-progress="' + (100 * m.progress).toFixed(1) + '">' +
         "<td>" + esc(m.label) + "</td><td>" + esc(m.map_id) + "</td>" +
-        '<td><div class="bar" title="' + (100 * m.progress).toFixed(1) + ' %"><div style="width:' + done.toFixed(1) +
-        '%"></div><div class="failed" style="left:' + done.toFixed(1) + "%;width:" + failed.toFixed(1) +
-        '%"></div></div></td><td class="num">' + m.done + " / " + m.n + " (" + (100 * m.progress).toFixed(0) +
+        '<td><div class="bar" title="' + (100 * m.progress).toFixed(1) + ' %" data-done="' + done.toFixed(1) +
+        '" data-failed="' + failed.toFixed(1) + '"><div></div><div class="failed"></div></div></td><td class="num">' + m.done + " / " + m.n + " (" + (100 * m.progress).toFixed(0) +
         ' %)</td><td class="num">' + m.failed + '</td><td class="num">' + fix(m.tasks_per_s, 1) +
         '</td><td class="num">' + (m.events ? fix(m.events_per_s, 0) : "") + '</td><td class="num">' +
         dur(m.eta_s) + "</td><td>" + esc(m.state) + "</td></tr>";
     });
     $("maps").tBodies[0].innerHTML = rows.join("") || '<tr><td colspan="9">no maps in flight</td></tr>';
+    for (const bar of $("maps").querySelectorAll(".bar")) {     // styles set here: the page's CSP forbids inline ones
+      const [ok, bad] = bar.children;
+      ok.style.width = bar.dataset.done + "%";
+      bad.style.left = bar.dataset.done + "%";
+      bad.style.width = bar.dataset.failed + "%";
+    }
     const errs = [];
     for (const m of snap.maps) for (const e of m.errors) {
       errs.push("<details><summary>map " + esc(m.label) + " (" + esc(m.map_id) + "), task " + esc(e.index) +
