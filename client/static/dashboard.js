@@ -10,6 +10,7 @@
   const $ = (id) => document.getElementById(id);
   const esc = (s) => String(s === null || s === undefined ? "" : s).replace(/[&<>"']/g,
     (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
+  const rate = (b) => (b >= 1e6 ? (b / 1e6).toFixed(1) + " MB/s" : (b / 1e3).toFixed(1) + " kB/s");
   const mb = (x) => (x ? (x / 1e6).toFixed(0) : "0");
   const fix = (x, d) => (x === null || x === undefined ? "" : Number(x).toFixed(d));
   const dur = (s) => (s === null || s === undefined ? "" : s < 90 ? s.toFixed(0) + " s" :
@@ -189,12 +190,12 @@
     line("file_Bps", maxB, COLORS.miss);
     line("tasks_per_s", maxT, "#6a1b9a");
     g.fillStyle = "#555"; g.font = "10px sans-serif";
-    g.fillText((maxB / 1e6).toFixed(1) + " MB/s", 2, 12);
+    g.fillText(rate(maxB), 2, 12);
     g.fillText(maxT.toFixed(1) + " tasks/s", width - 60, 12);
     g.fillText(((t1 - t0) / 60).toFixed(1) + " min", left, h + 16);
     const p = pts[pts.length - 1];
-    $("tp-now").textContent = "now: " + (p.cache_Bps / 1e6).toFixed(1) + " MB/s cache, " +
-      (p.file_Bps / 1e6).toFixed(1) + " MB/s files, " + p.tasks_per_s.toFixed(1) + " tasks/s";
+    $("tp-now").textContent = "now: " + rate(p.cache_Bps) + " from the cache, " + rate(p.file_Bps) +
+      " from files, " + p.tasks_per_s.toFixed(1) + " tasks/s";
   }
 
   for (const th of document.querySelectorAll("#workers th")) {
