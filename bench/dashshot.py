@@ -78,7 +78,9 @@ def main(workers: int, out: str, measure: float) -> None:
             print(f"screenshot during map {h.map_id}: {out}", flush=True)
             h.wait(900)
             time.sleep(2)
-            browser.save_screenshot(out.replace(".png", "-end.png"))
+            end = f"{tempfile.gettempdir()}/rhtc-dashboard-end.png"
+            browser.save_screenshot(end)
+            print(f"after the map: {end}", flush=True)
         finally:
             browser.quit()
         print(json.dumps({"workers": workers, "idle_commands_per_s": round(idle, 1),
