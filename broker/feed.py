@@ -1,10 +1,13 @@
-"""What the dashboard reads that the queue itself does not keep: the recent finished tasks
-of every map (a capped, expiring stream of JSON batches, one per map a second, added by
-the clients, who already hold each result's metadata), each map's progress as its client
-sees it, and the address of a dashboard serving the namespace.
+"""What the dashboard reads that the queue itself does not keep: how each map goes, as
+its client sees it (progress, new errors with their tracebacks, and the tasks that
+finished since, with where they read from), in one capped, expiring stream that the
+clients add to once a second per map; and the address of a dashboard serving the
+namespace.
 
 Everything here is JSON: a reader never unpickles anything. The keys are in
-:mod:`broker.keys` (``feed``, ``progress``, ``dashboard``) with their owners.
+:mod:`broker.keys` (``feed``, ``dashboard``) with their owners. No key names a map, so
+a map that ends (or whose client dies) leaves nothing of its own behind: its entries go
+with the feed's cap or expiry.
 
 Example (against a running broker)::
 
@@ -12,63 +15,53 @@ Example (against a running broker)::
     >>> from rhtc.broker.storage import Storage
     >>> with EmbeddedBroker() as b:                       # doctest: +SKIP
     ...     s = Storage(b.config)
-    ...     publish(s, "0123456789abcdef", {"n": 2, "done": 1}, [{"i": 0, "w": "w1"}])
-    ...     read_feed(s, "0")[1]
-    [{'i': 0, 'w': 'w1'}]
+    ...     publish(s, {"map_id": "0123456789abcdef", "n": 2, "done": 1}, [[0, "w1", 1.0, 2.0, 0, 10, None, 0]])
+    ...     read_feed(s, "0")[1][0]["tasks"]
+    [[0, 'w1', 1.0, 2.0, 0, 10, None, 0]]
 """
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
     from rhtc.broker.storage import Storage
 
 #: task records in one stream entry, at most (a bigger batch goes in several)
 BATCH = 2000
-#: field of a stream entry holding its JSON list of task records
-FIELD = b"tasks"
+#: the field of a stream entry holding its JSON: {"map": progress, "tasks": [records]}
+FIELD = b"j"
+#: a task record is a list: these fields, in this order
+TASK_FIELDS = ("index", "worker", "start", "stop", "bytes_cache", "bytes_file", "events", "error")
 
 
-def publish(storage: "Storage", map_id: str, progress: dict, records: list[dict]) -> None:
-    """Add a map's newly finished tasks to the feed and set its progress note (one round trip)."""
-    st, k = storage.settings, storage.keys
+def publish(storage: "Storage", progress: dict, tasks: list[list]) -> None:
+    """Add a map's progress and its newly finished tasks to the feed (one round trip)."""
+    st, key = storage.settings, storage.keys.feed
     pipe = storage.r.pipeline(transaction=False)
-    for at in range(0, len(records), BATCH):
-        pipe.xadd(k.feed, {FIELD: json.dumps(records[at:at + BATCH])}, maxlen=st.feed_entries, approximate=True)
-    if records:
-        pipe.expire(k.feed, st.feed_ttl)
-    pipe.set(k.progress(map_id), json.dumps(progress), ex=st.feed_ttl)
+    parts = [tasks[at:at + BATCH] for at in range(0, len(tasks), BATCH)] or [[]]
+    for k, part in enumerate(parts):
+        entry = {"map": progress if k == len(parts) - 1 else {"map_id": progress["map_id"]}, "tasks": part}
+        pipe.xadd(key, {FIELD: json.dumps(entry, separators=(",", ":"))}, maxlen=st.feed_entries,
+                  approximate=True)
+    pipe.expire(key, st.feed_ttl)
     pipe.execute()
 
 
-def read_feed(storage: "Storage", after: str, count: int = 100) -> tuple[str, list[dict]]:
-    """Task records added after stream id ``after`` ("0": from the oldest kept), at most
-    ``count`` batches; returns the id of the last batch read (``after`` if none) and them."""
+def read_feed(storage: "Storage", after: str, count: int = 1000) -> tuple[str, list[dict]]:
+    """Entries added after stream id ``after`` ("0": from the oldest kept), at most
+    ``count``; returns the id of the last one read (``after`` if none) and them."""
     got = storage.r.xrange(storage.keys.feed, min=f"({after}" if after != "0" else "-", count=count)
     out: list[dict] = []
     for entry_id, fields in got:
         after = entry_id.decode()
         try:
-            out += json.loads(fields.get(FIELD, b"[]"))
+            entry = json.loads(fields.get(FIELD, b"{}"))
         except ValueError:
             continue                      # not ours: skip it, never fail the page
+        if isinstance(entry, dict) and isinstance(entry.get("map"), dict):
+            out.append(entry)
     return after, out
-
-
-def read_progress(storage: "Storage", map_ids: Iterable[str]) -> dict[str, dict]:
-    """The progress notes of these maps that still exist."""
-    ids = list(map_ids)
-    if not ids:
-        return {}
-    out = {}
-    for m, raw in zip(ids, storage.r.mget([storage.keys.progress(m) for m in ids])):
-        if raw:
-            try:
-                out[m] = json.loads(raw)
-            except ValueError:
-                continue
-    return out
 
 
 def announce_dashboard(storage: "Storage", url: str, ttl: int = 30) -> None:

@@ -51,13 +51,10 @@ key                             type    what / who deletes it
 ``{ns}:dead:{map}``             list    task frames that exhausted their attempts (poison tasks)
 ``{ns}:fn:{hash}``              string  a packed function, by content hash; expires
 ``{ns}:log``                    list    recent problems workers saw (bad frames...), capped; expires
-``{ns}:feed``                   stream  recent finished tasks of every map (JSON batches the
-                                        clients add once a second), for the dashboard; capped
-                                        at ``feed_entries`` batches, expires ``feed_ttl`` after
-                                        the last one
-``{ns}:progress:{map}``         string  a map's progress as its client sees it (done, failed,
-                                        events, first errors), for the dashboard; expires
-                                        ``feed_ttl`` after the client's last word
+``{ns}:feed``                   stream  how the maps go, for the dashboard: JSON entries (a map's
+                                        progress, new errors, tasks finished since) its client
+                                        adds once a second; capped at ``feed_entries``, expires
+                                        ``feed_ttl`` after the last one
 ``{ns}:dashboard``              string  the address of a dashboard serving this namespace; its
                                         server renews it and deletes it when it stops; expires
 ``{ns}:floor:q`` / ``:res``     list    ``bench overhead``'s bare-queue floor; deleted after it
@@ -122,7 +119,6 @@ TEMPLATES: dict[str, str] = {
     "function": "{ns}:fn:{fn_hash}",
     "log": "{ns}:log",
     "feed": "{ns}:feed",
-    "progress": "{ns}:progress:{map_id}",
     "dashboard": "{ns}:dashboard",
     "floor_queue": "{ns}:floor:q",
     "floor_results": "{ns}:floor:res",

@@ -1,7 +1,7 @@
 """What the dashboard shows, read from the broker: workers (with their problems, and those
 that went away), maps in flight and just ended, the recent tasks, throughput over time and
 the broker's recent problems. Everything it reads is JSON (heartbeats, the maps registry,
-progress notes, the task feed, the problem log); nothing is unpickled, nothing is written.
+the maps' feed, the problem log); nothing is unpickled, nothing is written.
 
 One :class:`DashState` serves every open page: it reads the broker at most once per
 ``min_interval`` s whoever asks, so ten open tabs cost the broker what one does.
@@ -24,6 +24,7 @@ from rhtc.client.status import misfits
 #: recent task records kept for the task stream; gone workers kept this long (s);
 #: throughput samples kept (one a snapshot); maps kept this long after their last word (s)
 MAX_TASKS = 20_000
+MAX_ERRORS = 10
 GONE_SECONDS = 600
 MAX_SAMPLES = 600
 ENDED_MAP_SECONDS = 600
@@ -48,6 +49,7 @@ class DashState:
         self._seen: dict[str, dict] = {}            # worker name -> its last row
         self._gone: dict[str, dict] = {}
         self._maps_seen: dict[str, float] = {}       # map id -> when it was last seen
+        self.progress: dict[str, dict] = {}          # map id -> its latest progress (with its errors)
         self._last_counts: dict[str, tuple] = {}     # worker incarnation -> (t, cache, file, tasks)
         self.samples: collections.deque = collections.deque(maxlen=MAX_SAMPLES)
 
@@ -72,19 +74,17 @@ class DashState:
         st = self.storage
         statuses = st.worker_statuses()
         workers = self._workers(statuses, now)
-        self._cursor, records = feed.read_feed(st, self._cursor)
-        for r in records:
-            self._seq += 1
-            r["q"] = self._seq
-            self.tasks.append(r)
-            self._maps_seen[r.get("m", "")] = now
+        self._cursor, entries = feed.read_feed(st, self._cursor)
+        for entry in entries:
+            self._take(entry, now)
         registry = st.maps_in_flight(tidy=False)
         for m in registry:
             self._maps_seen[m["map_id"]] = now
         for m, t in list(self._maps_seen.items()):
             if now - t > ENDED_MAP_SECONDS:
                 del self._maps_seen[m]
-        progress = feed.read_progress(st, self._maps_seen)
+                self.progress.pop(m, None)
+        progress = self.progress
         maps = self._maps(registry, progress, now)
         self._sample(statuses, now)
         busy = sum(1 for w in workers if w["state"] == "busy")
@@ -95,6 +95,22 @@ class DashState:
                                  "here (see condor_q)"},
                 "throughput": list(self.samples), "problems": st.recent_problems(20),
                 "last_task": self._seq}
+
+    def _take(self, entry: dict, now: float) -> None:
+        """One entry of the feed: a map's progress (errors added to those seen) and tasks."""
+        p = entry["map"]
+        map_id = str(p.get("map_id", ""))
+        self._maps_seen[map_id] = now
+        if len(p) > 1:
+            errors = self.progress.get(map_id, {}).get("errors", [])
+            self.progress[map_id] = dict(p, errors=(errors + list(p.get("errors") or []))[:MAX_ERRORS])
+        for rec in entry.get("tasks") or []:
+            if not isinstance(rec, list) or len(rec) != len(feed.TASK_FIELDS):
+                continue
+            i, w, start, stop, c, f, ev, err = rec
+            self._seq += 1
+            self.tasks.append({"q": self._seq, "m": map_id, "i": i, "w": w, "s": start, "e": stop, "c": c, "f": f,
+                               "ev": ev, "err": err})
 
     def _workers(self, statuses, now: float) -> list[dict]:
         stalled_after = STALLED_PERIODS * self.storage.settings.heartbeat

@@ -1,7 +1,7 @@
 """A map tells the dashboard how it goes: once a second (with its upkeep) and when it ends,
-the client adds the tasks that finished since to the broker's task feed and updates the
-map's progress note (:mod:`broker.feed`; both JSON, capped and expiring). The client has
-each result's metadata already; nothing here is read back by the map.
+the client adds to the broker's feed (:mod:`broker.feed`; JSON, capped and expiring) the
+map's progress, its new errors and the tasks that finished since. The client has each
+result's metadata already; nothing here is read back by the map.
 
 Publishing is best-effort: a broker that refuses it costs the dashboard a second, never
 the map its results.
@@ -28,14 +28,16 @@ class MapFeed:
     def __init__(self, run):
         self.run = run
         self._sent = 0                   # ledger rows already in the feed
-        self.errors: list[dict] = []
+        self.errors: list[dict] = []     # errors not yet in the feed (at most MAX_ERRORS in all)
+        self._errors_kept = 0
         self.events = 0
         self.bytes_cache = 0
         self.bytes_file = 0
 
     def note_error(self, index: int, error) -> None:
         """Keep the first few errors of the map, with their tracebacks, for the page."""
-        if len(self.errors) < MAX_ERRORS:
+        if self._errors_kept < MAX_ERRORS:
+            self._errors_kept += 1
             self.errors.append({"index": index, "type": error.remote_type, "message": str(error.message)[:500],
                                 "worker": error.worker, "argument": (error.argument or "")[:300],
                                 "traceback": (error.remote_traceback or "")[-MAX_TRACEBACK:]})
@@ -45,7 +47,7 @@ class MapFeed:
         return {"map_id": run.map_id, "label": run.label, "n": run.n, "started": run.start, "ended": run.end,
                 "done": run.tasks.count(TaskState.DONE), "failed": run.tasks.count(TaskState.FAILED),
                 "cancelled": bool(run.cancelled), "events": self.events, "bytes_cache": self.bytes_cache,
-                "bytes_file": self.bytes_file, "errors": self.errors, "t": time.time()}
+                "bytes_file": self.bytes_file, "t": round(time.time(), 3)}
 
     def flush(self) -> None:
         """Publish what finished since the last call (one round trip)."""
@@ -57,11 +59,13 @@ class MapFeed:
             self.events += ev or 0
             self.bytes_cache += c
             self.bytes_file += f
-            if "start" in m:
-                records.append({"m": run.map_id, "i": m["index"], "w": m.get("worker"), "s": round(m["start"], 3),
-                                "e": round(m["stop"], 3), "c": c, "f": f, "ev": ev, "err": bool(m.get("error"))})
+            if "start" in m:             # in the order of feed.TASK_FIELDS
+                records.append([m["index"], m.get("worker"), round(m["start"], 3), round(m["stop"], 3), c, f, ev,
+                                int(bool(m.get("error")))])
+        progress = dict(self.progress(), errors=self.errors)
         try:
-            feed.publish(run.storage, run.map_id, self.progress(), records)
+            feed.publish(run.storage, progress, records)
+            self.errors = []
         except (*ConnectionProblem, OSError) as err:
             log.debug("map %s: could not update the dashboard's feed: %s", run.map_id, err)
         except Exception as err:          # e.g. a broker out of memory: the map goes on

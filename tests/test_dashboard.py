@@ -193,11 +193,10 @@ def test_metrics_match_the_maps_that_ran(broker, workers, storage):
             done = m[("rhtc_map_tasks", frozenset({("map", h.map_id), ("label", h.run.label), ("state", "done")}))]
             failed = m[("rhtc_map_tasks", frozenset({("map", h.map_id), ("label", h.run.label), ("state", "failed")}))]
             assert (done, failed) == ((2, 1) if h is bad else (len(chunks), 0))
-        # the feed and the progress notes expire and the feed is capped
-        assert 0 < storage.r.ttl(storage.keys.feed) <= storage.settings.feed_ttl
-        assert 0 < storage.r.ttl(storage.keys.progress(bad.map_id)) <= storage.settings.feed_ttl
-        errors = feed.read_progress(storage, [bad.map_id])[bad.map_id]["errors"]
+        # the page has the error with its traceback; the feed expires
+        errors = [m for m in d.state.snapshot()["maps"] if m["map_id"] == bad.map_id][0]["errors"]
         assert errors[0]["index"] == 1 and "two is not allowed here" in errors[0]["traceback"]
+        assert 0 < storage.r.ttl(storage.keys.feed) <= storage.settings.feed_ttl
 
 
 def test_local_cluster_and_map_handle_show_the_dashboard():
