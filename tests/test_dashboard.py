@@ -217,3 +217,56 @@ def test_local_cluster_and_map_handle_show_the_dashboard():
         assert "5 / 5 results (100 %)" in view and link.replace("&", "&amp;") in view
         assert link in repr(h)
     assert c.dashboard is None and c.dashboard_link is None
+
+
+def test_a_thousand_workers_with_their_problems_sortable(broker, chrome):
+    """1,000 heartbeats published through the broker's own claim (as workers do): the table
+    lists them all, names each problem (another key, another library version, a stalled
+    or forged heartbeat) and sorts by a column, both ways."""
+    import dataclasses
+    import secrets as _secrets
+    from rhtc.broker.config import Settings
+    from rhtc.broker.messages import WorkerStatus
+    from rhtc.broker.protocol import key_fingerprint
+    from rhtc.broker.storage import Storage
+    from rhtc.broker.versions import stack_versions
+    lasting = Settings(lease=600.0)                  # these heartbeats outlive the test's pace
+    s = Storage(broker.config, settings=lasting)
+    forger = Storage(dataclasses.replace(broker.config, key=b"f" * 32), settings=lasting)
+    ours, now = key_fingerprint(broker.config.key), time.time()
+    try:
+        for k in range(1000):
+            st = WorkerStatus(name=f"sim{k:04d}", host=f"node{k % 40}", pid=1000 + k, incarnation=_secrets.token_hex(8),
+                              key_fingerprint=ours, t=now, started=now, tasks_done=(k * 7) % 1000,
+                              versions=dict(stack_versions()), metrics={"cpu": k % 100, "rss": 10 ** 8 + k})
+            if k == 1:
+                st.key_fingerprint = "0" * 16
+            if k == 2:
+                st.versions["numpy"] = "0.0.1"
+            if k == 3:
+                st.t = now - 120
+            (forger if k == 4 else s).claim(st.name, st.incarnation, st)
+        with Dashboard(broker.config) as d:
+            chrome.get(d.url)
+            table = "#workers tbody tr[data-name]"
+            _until("1,000 rows in the workers table",
+                   lambda: len(chrome.find_elements("css selector", table)) == 1000)
+
+            def problems(name):
+                return chrome.find_element("css selector", f'{table}[data-name="{name}"] td.problems').text
+            assert "another signing key" in problems("sim0001")
+            assert "numpy 0.0.1" in problems("sim0002")
+            assert "stalled" in chrome.find_element("css selector", f'{table}[data-name="sim0003"]').get_attribute("class")
+            assert "forged" in problems("sim0004")
+            assert problems("sim0005") == ""
+            header = chrome.find_element("css selector", '#workers th[data-k="tasks_done"]')
+            first = lambda: chrome.find_element("css selector", table).get_attribute("data-name")  # noqa: E731
+            header.click()
+            _until("sorted by tasks, fewest first", lambda: first() == "sim0000")
+            header.click()
+            _until("sorted by tasks, most first", lambda: first() == "sim0857")   # 857 * 7 % 1000 == 999
+            errors = [e for e in chrome.get_log("browser") if e["level"] == "SEVERE"]
+            assert errors == [], f"the page logged errors in the browser: {errors}"
+    finally:
+        s.r.close()
+        forger.r.close()
