@@ -106,7 +106,6 @@ def chrome(tmp_path):
 
 
 @needs_nanoaod
-@pytest.mark.slow
 def test_the_page_shows_workers_the_map_its_tasks_and_a_killed_worker(broker, workers, chrome):
     names = workers.start(3)
     chunks = make_chunks(REAL, step=8)
@@ -153,7 +152,6 @@ def test_a_wrong_or_missing_token_is_refused(broker):
 
 
 @needs_nanoaod
-@pytest.mark.slow
 def test_metrics_match_the_maps_that_ran(broker, workers, storage):
     names = workers.start(2)
     chunks = make_chunks(REAL, step=8)
@@ -270,3 +268,32 @@ def test_a_thousand_workers_with_their_problems_sortable(broker, chrome):
     finally:
         s.r.close()
         forger.r.close()
+
+
+def test_rhtc_dashboard_prints_its_address_and_serves_until_stopped(broker, tmp_path):
+    import subprocess
+    import sys
+    from tests.samples import ROOT
+    env = dict(os.environ, **broker.config.env())
+    env.pop("RHTC_CONFIG", None)
+    out = open(tmp_path / "dashboard.out", "w+")
+    proc = subprocess.Popen([sys.executable, "-m", "rhtc.client.cli", "dashboard", "--port", "0"],
+                            env=env, cwd=str(ROOT), stdout=out, stderr=subprocess.STDOUT, text=True)
+    try:
+        text = _until("the printed address", lambda: "?token=" in (tmp_path / "dashboard.out").read_text()
+                      and (tmp_path / "dashboard.out").read_text(), timeout=60)
+        url = next(w for w in text.split() if "?token=" in w)
+        assert url.startswith("http://127.0.0.1:")
+        assert _get(url)[0] == 200
+        assert _get(url.split("?")[0] + "metrics")[0] == 403
+        assert "ssh -L" in text and "metrics" in text
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+        out.close()
+    from rhtc.broker.storage import Storage
+    s = Storage(broker.config)
+    try:
+        assert feed.dashboard_address(s) is None          # it took its address with it
+    finally:
+        s.r.close()
