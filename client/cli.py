@@ -65,8 +65,11 @@ def broker(host, port, unix_socket, allow_remote, maxmemory, config_path, dashbo
         click.echo("clients and workers on this machine find it there; elsewhere copy the file and set RHTC_CONFIG.")
         if dashboard_port is not None:
             from rhtc.client.dashboard import Dashboard
-            dash = Dashboard(b.config, port=dashboard_port).start()
-            click.echo(f"dashboard: {dash.url}")
+            try:
+                dash = Dashboard(b.config, port=dashboard_port).start()
+                click.echo(f"dashboard: {dash.url}")
+            except OSError as err:           # the broker serves on without it
+                click.echo(f"no dashboard: {err}", err=True)
         click.echo("Ctrl-C stops the broker.")
         _wait_for_signal()
     except KeyboardInterrupt:
