@@ -88,7 +88,12 @@ def _app(state: DashState, token: str):
 
     class Metrics(Base):
         def get(self):
-            from rhtc.client.dashmetrics import CONTENT_TYPE, render
+            try:
+                from rhtc.client.dashmetrics import CONTENT_TYPE, render
+            except ImportError as err:
+                self.set_status(501)
+                self.finish(f"/metrics needs prometheus-client ({err}): pip install 'redis-htcondor[dashboard]'\n")
+                return
             self.set_header("Content-Type", CONTENT_TYPE)
             self.write(render(state))
 
@@ -124,6 +129,10 @@ class Dashboard:
 
     def start(self) -> "Dashboard":
         """Serve in a daemon thread; returns once it listens."""
+        try:
+            import tornado  # noqa: F401
+        except ImportError as err:
+            raise ImportError(f"the dashboard needs tornado ({err}): pip install 'redis-htcondor[dashboard]'") from err
         self.storage.ping()
         started = threading.Event()
         self._thread = threading.Thread(target=self._serve, args=(started,), name="rhtc-dashboard", daemon=True)
