@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, Iterator
 from rhtc.broker.config import BrokerConfig, BrokerNotConfigured, StaleConfig
 from rhtc.broker.storage import Storage
 from rhtc.client.errors import MapCancelled, RemoteError
-from rhtc.client.handleview import announce, html_view, text_view
+from rhtc.client.handleview import announce, html_view, live_display, text_view
 from rhtc.client.maprun import MapRun
 from rhtc.client.tasks import TaskResult
 from rhtc.client.reduce import Reducer
@@ -239,6 +239,9 @@ class MapHandle:
     def _repr_html_(self) -> str:
         """Progress, workers busy on the map, a link to the dashboard (Jupyter)."""
         return html_view(self)
+
+    def _ipython_display_(self) -> None:
+        live_display(self)          # the same view, redrawn until the map is done
 
 
 def _folding_failed(err: Exception, run: MapRun, index: int) -> Exception:

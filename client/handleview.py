@@ -1,6 +1,6 @@
 """How a :class:`~client.api.MapHandle` shows itself: a small HTML view in Jupyter
-(progress, workers busy, a link to the dashboard when one serves the broker) and one
-line in a terminal. Displaying the handle again shows it as it is then.
+(progress, workers busy, a link to the dashboard when one serves the broker), redrawn
+once a second until the map is done, and one line in a terminal.
 
     >>> h = submit(pow, [(2, 3)] * 4)                   # doctest: +SKIP
     >>> h                                               # doctest: +SKIP
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import html
 import logging
+import threading
+import time
 
 log = logging.getLogger("rhtc.client")
 
@@ -56,3 +58,32 @@ def html_view(handle) -> str:
             f'<div style="width:300px;height:10px;background:#e0e0e0;margin:3px 0">'
             f'<div style="width:{pct:.1f}%;height:100%;background:#2e7d32"></div></div>'
             f"{busy}; {link}</div>")
+
+
+#: how often a displayed handle redraws itself in Jupyter (s)
+REDRAW_SECONDS = 1.0
+
+
+def live_display(handle) -> None:
+    """Show ``handle`` in Jupyter and redraw it every :data:`REDRAW_SECONDS` until the map
+    is done (a daemon thread; the terminal's text and the tqdm bar are untouched)."""
+    from IPython.display import display
+
+    def bundle() -> dict:
+        return {"text/html": html_view(handle), "text/plain": text_view(handle)}
+    shown = display(bundle(), raw=True, display_id=True)
+    if shown is None or handle.done():
+        return
+
+    def redraw() -> None:
+        while True:
+            time.sleep(REDRAW_SECONDS)
+            finished = handle.done()
+            try:
+                shown.update(bundle(), raw=True)
+            except Exception as err:           # the kernel went away: stop quietly
+                log.debug("map %s: cannot redraw its view: %s", handle.map_id, err)
+                return
+            if finished:
+                return
+    threading.Thread(target=redraw, name=f"view-{handle.map_id}", daemon=True).start()

@@ -297,3 +297,32 @@ def test_rhtc_dashboard_prints_its_address_and_serves_until_stopped(broker, tmp_
         assert feed.dashboard_address(s) is None          # it took its address with it
     finally:
         s.r.close()
+
+
+def test_a_map_handle_redraws_itself_in_jupyter(broker, workers, tmp_path, monkeypatch):
+    """In a real kernel (nbclient), a displayed MapHandle shows its HTML view with the
+    dashboard's link, and redraws itself until the map is done."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    from tests.samples import ROOT
+    workers.start(1)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    for var, value in broker.config.env().items():
+        monkeypatch.setenv(var, value)
+    monkeypatch.delenv("RHTC_CONFIG", raising=False)
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("import time\nfrom rhtc import submit\nfrom rhtc.client.dashboard import Dashboard\n"
+                                  "from rhtc.client.api import resolve_config\nd = Dashboard(resolve_config()).start()"),
+        nbformat.v4.new_code_cell("h = submit(time.sleep, [0.5] * 6)\nh"),
+        nbformat.v4.new_code_cell("h.wait(120)\ntime.sleep(2.5)\nd.stop()"),
+    ])
+    client = nbclient.NotebookClient(nb, timeout=180, kernel_name="python3",
+                                     resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()
+    errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors, errors
+    shown = [o for o in nb.cells[1].outputs if "text/html" in o.get("data", {})]
+    assert len(shown) == 1 and "/?token=" in shown[0]["data"]["text/html"]
+    # the cell's output was redrawn after the map ended: it says so now
+    assert "6 / 6 results (100 %)" in shown[0]["data"]["text/html"], shown[0]["data"]["text/html"]
+    assert "<MapHandle" in shown[0]["data"]["text/plain"]
