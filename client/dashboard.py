@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import importlib.util
 import json
 import logging
 import secrets
@@ -129,10 +130,9 @@ class Dashboard:
 
     def start(self) -> "Dashboard":
         """Serve in a daemon thread; returns once it listens."""
-        try:
-            import tornado  # noqa: F401
-        except ImportError as err:
-            raise ImportError(f"the dashboard needs tornado ({err}): pip install 'redis-htcondor[dashboard]'") from err
+        if importlib.util.find_spec("tornado") is None:
+            raise ImportError("the dashboard needs tornado, which is not installed: "
+                              "pip install 'redis-htcondor[dashboard]'")
         self.storage.ping()
         started = threading.Event()
         self._thread = threading.Thread(target=self._serve, args=(started,), name="rhtc-dashboard", daemon=True)

@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from rhtc.client import make_chunks, remote_map, submit
+from rhtc.client import make_chunks, submit
 from tests.conftest import needs_nanoaod
 from tests.samples import NANOAOD
 
