@@ -122,6 +122,8 @@ class Settings:
                                       # long (broker clock) unless its client renews it (s)
     unclaimed_seconds: float = 10.0   # RHTC_UNCLAIMED_SECONDS: tasks sit this long in the queue of
                                       # a "live" worker that takes none: the client takes them back
+    feed_entries: int = 600           # the dashboard's feed keeps this many entries (one per map a second)
+    feed_ttl: int = 600               # ... and expires this long after the last one (s)
 
     @property
     def heartbeat(self) -> float:

@@ -51,6 +51,12 @@ key                             type    what / who deletes it
 ``{ns}:dead:{map}``             list    task frames that exhausted their attempts (poison tasks)
 ``{ns}:fn:{hash}``              string  a packed function, by content hash; expires
 ``{ns}:log``                    list    recent problems workers saw (bad frames...), capped; expires
+``{ns}:feed``                   stream  how the maps go, for the dashboard: JSON entries (a map's
+                                        progress, new errors, tasks finished since) its client
+                                        adds once a second; capped at ``feed_entries``, expires
+                                        ``feed_ttl`` after the last one
+``{ns}:dashboard``              string  the address of a dashboard serving this namespace; its
+                                        server renews it and deletes it when it stops; expires
 ``{ns}:floor:q`` / ``:res``     list    ``bench overhead``'s bare-queue floor; deleted after it
 ==============================  ======  ===============================================
 
@@ -112,6 +118,8 @@ TEMPLATES: dict[str, str] = {
     "dead": "{ns}:dead:{map_id}",
     "function": "{ns}:fn:{fn_hash}",
     "log": "{ns}:log",
+    "feed": "{ns}:feed",
+    "dashboard": "{ns}:dashboard",
     "floor_queue": "{ns}:floor:q",
     "floor_results": "{ns}:floor:res",
 }

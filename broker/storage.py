@@ -309,10 +309,11 @@ class Storage(Leases):
                 todo = todo - int(seen) if int(seen) else 0
         return removed
 
-    def maps_in_flight(self) -> list[dict]:
+    def maps_in_flight(self, tidy: bool = True) -> list[dict]:
         """Every client's maps: their info, ``unread_results``, ``queued`` (tasks in the shared
         queue and the map's backlog, not counting those routed to a worker) and
-        ``client_alive`` (its client's beacon is current; None for a map without one)."""
+        ``client_alive`` (its client's beacon is current; None for a map without one).
+        ``tidy=False``: read only (the registry's stale entries are left to their owners)."""
         ids = [m.decode() for m in self.r.zrange(self.keys.maps, 0, -1)]
         pipe = self.r.pipeline(transaction=False)
         for m in ids:
@@ -342,7 +343,7 @@ class Storage(Leases):
             for d in out:
                 if d.get(MAP_CLIENT):
                     d["client_alive"] = alive[d[MAP_CLIENT]] is not None
-        if gone:
+        if gone and tidy:
             self.r.zrem(self.keys.maps, *gone)
         return out
 

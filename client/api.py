@@ -27,6 +27,7 @@ from rhtc.broker.config import BrokerConfig, BrokerNotConfigured, StaleConfig
 from rhtc.broker.storage import Storage
 from rhtc.client.arguments import map_options
 from rhtc.client.handle import MapHandle, _cancelled
+from rhtc.client.handleview import announce
 from rhtc.client.maprun import MapRun
 from rhtc.client.tasks import TaskResult
 
@@ -195,6 +196,7 @@ def submit(fn: Callable, args: Iterable, *, broker=None, reduce: bool | Callable
         run.cancel()
         raise
     _last = handle
+    announce(handle)
     return handle
 
 

@@ -5,6 +5,7 @@
     rhtc workers -n 4           run a local pool of workers on the configured broker
     rhtc status [-w]            live workers, queues, maps in flight
     rhtc cancel MAP             cancel a map in flight (its id, or the start of it, from status)
+    rhtc dashboard              a live page of the broker in the browser, and /metrics
     rhtc timeline run.json      draw a map's timeline from its saved record
     rhtc submit --workers 50    submit workers to HTCondor (or --scheduler slurm)
     rhtc --version              the installed version
@@ -44,7 +45,9 @@ def main():
 @click.option("--maxmemory", default=None, help="Cap Redis memory, e.g. 2gb (writes fail beyond it).")
 @click.option("--config", "config_path", default=None,
               help="Where to write the URL + key for clients and workers (default: ~/.config/rhtc/broker.json).")
-def broker(host, port, unix_socket, allow_remote, maxmemory, config_path):
+@click.option("--dashboard", "dashboard_port", type=click.IntRange(0, 65535), default=None, is_flag=False,
+              flag_value=8787, help="Also serve the live dashboard on 127.0.0.1 (on this port; default 8787).")
+def broker(host, port, unix_socket, allow_remote, maxmemory, config_path, dashboard_port):
     """Run a private redis-server in the foreground (random password, no persistence)."""
     from rhtc.broker.embedded import EmbeddedBroker
     try:
@@ -54,18 +57,28 @@ def broker(host, port, unix_socket, allow_remote, maxmemory, config_path):
         raise click.ClickException(str(err))
     _stop_on_signals()
     path = config_path or default_config_path()
+    dash = None
     try:
         path = b.config.write(path, owner="rhtc broker")
         # never the password or the key on the terminal: they are in the 0600 file only
         click.echo(f"broker: {redact(b.config.url)}")
         click.echo(f"config (url with password, signing key, namespace; mode 0600): {path}")
         click.echo("clients and workers on this machine find it there; elsewhere copy the file and set RHTC_CONFIG.")
+        if dashboard_port is not None:
+            from rhtc.client.dashboard import Dashboard
+            try:
+                dash = Dashboard(b.config, port=dashboard_port).start()
+                click.echo(f"dashboard: {dash.url}")
+            except OSError as err:           # the broker serves on without it
+                click.echo(f"no dashboard: {err}", err=True)
         click.echo("Ctrl-C stops the broker.")
         _wait_for_signal()
     except KeyboardInterrupt:
         pass
     finally:
         _ignore_signals()
+        if dash is not None:
+            dash.stop()
         b.config.remove_if_mine(path)
         b.stop()
 
@@ -195,6 +208,41 @@ def cancel(map_ids, url):
                                        "wrong): `rhtc status` lists the maps in flight")
         click.echo(f"cancelled map {matches[0]}: {dropped} queued task(s) dropped; its client "
                    "ends with MapCancelled")
+
+
+@main.command()
+@click.option("--broker", "url", default=None, help="Broker URL (default: configured).")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Interface to listen on; keep 127.0.0.1 and reach it with `ssh -L` or jupyter-server-proxy.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8787, show_default=True,
+              help="TCP port (0: a free one).")
+@click.option("--token", default=None, envvar="RHTC_DASHBOARD_TOKEN",
+              help="The token the URL must carry (default: a new random one; env RHTC_DASHBOARD_TOKEN).")
+def dashboard(url, host, port, token):
+    """Serve a live page of the broker (workers, maps, task stream) and /metrics for Prometheus."""
+    try:
+        from rhtc.client.dashboard import Dashboard
+    except ImportError as err:
+        raise click.ClickException(f"the dashboard needs the 'dashboard' extra ({err}): "
+                                   "pip install 'redis-htcondor[dashboard]'")
+    try:
+        config = BrokerConfig.resolve(url=url)
+        d = Dashboard(config, host=host, port=port, token=token).start()
+    except (BrokerNotConfigured, KeyNotConfigured, ConnectionError, PermissionError, OSError) as err:
+        raise click.ClickException(str(err))
+    _stop_on_signals()
+    try:
+        click.echo(f"dashboard of {config!r}: {d.url}")
+        click.echo(f"Prometheus: {d.url.split('?')[0]}metrics (Authorization: Bearer <the token>)")
+        if host in ("127.0.0.1", "localhost", "::1"):
+            click.echo(f"from a laptop: ssh -L {d.port}:127.0.0.1:{d.port} <this node>, then open the URL above")
+        click.echo("Ctrl-C stops it.")
+        _wait_for_signal()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        _ignore_signals()
+        d.stop()
 
 
 def _register_optional() -> None:

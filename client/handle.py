@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from rhtc.client.errors import MapCancelled, RemoteError
+from rhtc.client.handleview import html_view, live_display, text_view
 from rhtc.client.maprun import MapRun
 from rhtc.client.tasks import TaskResult
 from rhtc.client.reduce import Reducer
@@ -148,7 +149,14 @@ class MapHandle:
         return Plot(plot_timeline(self.record(), path=path))
 
     def __repr__(self) -> str:
-        return f"<MapHandle {self.map_id} {self.run.label}: {self.received}/{self.run.n} results>"
+        return text_view(self)
+
+    def _repr_html_(self) -> str:
+        """Progress, workers busy on the map, a link to the dashboard (Jupyter)."""
+        return html_view(self)
+
+    def _ipython_display_(self) -> None:
+        live_display(self)          # the same view, redrawn until the map is done
 
 
 def _folding_failed(err: Exception, run: MapRun, index: int) -> Exception:

@@ -143,11 +143,13 @@ class Ledger:
         got = got[~np.isnan(got)]
         return float(got.max()) if got.size else None
 
-    def metas(self):
+    def metas(self, start: int = 0):
         """Each outcome as the dict a worker's metadata reads as (plus ``index``, ``error``,
-        ``retries``, ``received``, ``backup``), in the order they arrived."""
+        ``retries``, ``received``, ``backup``), in the order they arrived (from the
+        ``start``-th on)."""
         names = self._names
-        for k, index in enumerate(self._index):
+        for k in range(start, len(self._index)):
+            index = self._index[k]
             d: dict = {"index": index, "error": self._errors.get(index),
                        "retries": self._retries[k], "backup": bool(self._backup[k])}
             start, stop, received = self._start[k], self._stop[k], self._received[k]

@@ -72,6 +72,10 @@ class LocalCluster:
         cache_size: each worker's branch cache cap, e.g. ``"2GB"``.
         broker: an existing BrokerConfig to attach the workers to instead.
         log_dir: where worker logs go (default: a temp dir, removed on close).
+        dashboard: serve the live dashboard of the broker in a thread of this process
+            (``True``: on a free port of 127.0.0.1; an int: on that port); its address is
+            ``dashboard_link`` and shows in the repr, as dask's ``Client`` does. Off by
+            default (it needs the ``dashboard`` extra; ``rhtc dashboard`` serves any broker).
 
     Inside ``with LocalCluster(...):`` the calls that are given no ``broker=``
     (``remote_map``, ``submit``, ``imap_unordered``, ``make_chunks(remote=True)``) run on
@@ -81,7 +85,7 @@ class LocalCluster:
 
     def __init__(self, n_workers: int | None = None, *, cache_size: str | None = None,
                  broker: BrokerConfig | None = None, log_dir: str | None = None,
-                 start_timeout: float = 120.0, name_prefix: str = "local"):
+                 start_timeout: float = 120.0, name_prefix: str = "local", dashboard: bool | int = False):
         if n_workers is not None:
             positive_count("n_workers", n_workers, "worker processes to start; None for one per CPU")
         self.n_workers = n_workers or os.cpu_count() or 1
@@ -96,6 +100,8 @@ class LocalCluster:
         self.name_prefix = name_prefix
         self._serial = 0
         self._logs = []
+        self._want_dashboard = dashboard
+        self.dashboard = None
 
     def start(self) -> "LocalCluster":
         if self.config is None:
@@ -104,8 +110,17 @@ class LocalCluster:
         if self.log_dir is None:
             self.log_dir, self._own_log_dir = tempfile.mkdtemp(prefix="rhtc-workers-"), True
         atexit.register(self.close)
+        if self._want_dashboard is not False and self.dashboard is None:
+            from rhtc.client.dashboard import Dashboard
+            port = 0 if self._want_dashboard is True else int(self._want_dashboard)
+            self.dashboard = Dashboard(self.config, port=port).start()
         self.add_workers(self.n_workers)
         return self
+
+    @property
+    def dashboard_link(self) -> str | None:
+        """The address of this cluster's dashboard (with its token), if it serves one."""
+        return self.dashboard.url if self.dashboard is not None else None
 
     def add_workers(self, n: int, wait: bool = True) -> list[subprocess.Popen]:
         """Start ``n`` more worker processes and wait until they heartbeat."""
@@ -181,6 +196,9 @@ class LocalCluster:
                 p.kill()
                 p.wait()
         self.procs = []
+        if self.dashboard is not None:
+            self.dashboard.stop()
+            self.dashboard = None
         for f in self._logs:
             f.close()
         self._logs = []
@@ -202,7 +220,8 @@ class LocalCluster:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<LocalCluster {len(self.alive())} workers, broker {self.config!r}>"
+        link = f", dashboard {self.dashboard_link}" if self.dashboard is not None else ""
+        return f"<LocalCluster {len(self.alive())} workers, broker {self.config!r}{link}>"
 
 
 def active_cluster() -> LocalCluster | None:

@@ -27,6 +27,7 @@ from rhtc.client import beacon
 from rhtc.client.errors import BrokerFull, BrokerLost, RemoteError, describe, undecodable_error
 from rhtc.client.interrupts import held_interrupt
 from rhtc.client.ledger import Ledger
+from rhtc.client.feed import MapFeed
 from rhtc.client.packing import Frames, pack_function
 from rhtc.client.retry import RetryPolicy, RetryQueue
 from rhtc.client.routing import owners
@@ -66,6 +67,7 @@ class MapRun:
         self.routing = routing and any(getattr(a, "routing_key", None) for a in args)
         self.tasks = TaskTable(self.n)
         self.ledger = Ledger(self.n)
+        self.feed = MapFeed(self)                       # the dashboard's view of the map
         self.workers: dict[str, WorkerStatus] = {}     # latest status of each live worker
         self.misfits: set[str] = set()                  # live workers holding another key
         self.shunned: set[str] = set()                  # live-looking workers that took none of their queue
@@ -180,6 +182,7 @@ class MapRun:
             meta = self.ledger.lost_runs(index, error.history, final=True)
         self.ledger.add(index, meta, error=f"{error.remote_type}: {error.message}",
                         retries=note.user_attempts if note else 0, received=time.time())
+        self.feed.note_error(index, error)
         self.last_progress = time.monotonic()
         self._outbox.append(TaskResult(index, None, meta, error))
         return True
@@ -259,6 +262,7 @@ class MapRun:
                 self.end = time.time()
                 if self.end - self.start > 0.5:     # a task process restart takes longer
                     self.ledger.read_lost_runs(self.storage, self.map_id)
+                self.feed.flush()
         return out
 
     def _take(self) -> list[TaskResult]:

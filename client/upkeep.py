@@ -23,6 +23,7 @@ from rhtc.broker.messages import ResultMeta, WorkerStatus
 from rhtc.broker.registry import renew_map_entry
 from rhtc.broker.storage import Storage
 from rhtc.client.errors import BrokerFull, KeyMismatch, RemoteError
+from rhtc.client.feed import MapFeed
 from rhtc.client.unclaimed import UnclaimedWatch
 from rhtc.client.timeouts import TaskTimeouts
 
@@ -57,6 +58,7 @@ class MapVerbs(Protocol):
     metric_samples: list
     misfits: set
     shunned: set
+    feed: "MapFeed"
 
     @property
     def done(self) -> bool: ...
@@ -130,6 +132,7 @@ class Upkeep:
             run.function_lost()
             return
         renew_map_entry(storage, run.map_id)
+        run.feed.flush()
         storage.reap()
         if time.monotonic() >= self._next_audit:
             self._audit()

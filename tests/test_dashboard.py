@@ -1,0 +1,328 @@
+"""The live dashboard (issue 21): a real broker, real workers, real NanoAOD files, the
+dashboard server in this process, and Debian's headless Chromium driven by selenium.
+Also ``/metrics`` scraped and checked against the maps that ran, the token, and the
+address shown by ``LocalCluster`` and ``MapHandle``."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from rhtc.client import make_chunks, submit
+from tests.conftest import needs_nanoaod
+from tests.samples import NANOAOD
+
+pytest.importorskip("tornado")
+pytest.importorskip("prometheus_client")
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+from rhtc.broker import feed  # noqa: E402
+from rhtc.client.dashboard import Dashboard  # noqa: E402
+
+REAL = [str(NANOAOD / "nano_dimuon.root"), str(NANOAOD / "nano_dy.root")]
+CHROME_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--disable-dev-shm-usage", "--window-size=1400,1000")
+
+
+def muon_pt_sum(chunk):
+    import awkward as ak
+    a = chunk.arrays(["Muon_pt"], how=dict)
+    return float(ak.sum(a["Muon_pt"]))
+
+
+def boom_on_two(x):
+    if x == 2:
+        raise ValueError("two is not allowed here")
+    return x
+
+
+def _until(what, check, timeout=60.0, every=0.25):
+    """Poll ``check`` until it returns something true; fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"{what}: not seen within {timeout} s (last: {last!r})")
+
+
+def _get(url, headers=None):
+    req = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def _scrape(d: Dashboard) -> dict:
+    """/metrics as {(name, frozenset(labels)): value}."""
+    status, text = _get(d.url.split("?")[0] + "metrics", {"Authorization": f"Bearer {d.token}"})
+    assert status == 200, text
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def _total(m: dict, name: str) -> float:
+    return sum(v for (n, _), v in m.items() if n == name)
+
+
+@pytest.fixture
+def chrome(tmp_path):
+    """Debian's headless chromium through chromium-driver; quit and its driver stopped by pid."""
+    if shutil.which("chromedriver") is None or shutil.which("chromium") is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium and chromium-driver are missing: apt-get install -y chromium chromium-driver")
+        pytest.skip("chromium / chromium-driver not installed (apt-get install -y chromium chromium-driver)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = shutil.which("chromium")
+    for flag in CHROME_FLAGS:
+        opts.add_argument(flag)
+    opts.add_argument(f"--user-data-dir={tmp_path / 'chromium-profile'}")
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    service = Service(shutil.which("chromedriver"), log_output=str(tmp_path / "chromedriver.log"))
+    driver = webdriver.Chrome(options=opts, service=service)
+    try:
+        yield driver
+    finally:
+        pid = service.process.pid if service.process else None
+        driver.quit()
+        if service.process is not None and service.process.poll() is None:
+            os.kill(pid, signal.SIGKILL)
+            service.process.wait(10)
+
+
+@needs_nanoaod
+def test_the_page_shows_workers_the_map_its_tasks_and_a_killed_worker(broker, workers, chrome):
+    names = workers.start(3)
+    chunks = make_chunks(REAL, step=8)
+    with Dashboard(broker.config) as d:
+        chrome.get(d.url)
+        rows = lambda: {e.get_attribute("data-name") for e in   # noqa: E731
+                        chrome.find_elements("css selector", "#workers tbody tr[data-name]")}
+        _until("the three live workers in the table", lambda: set(names) <= rows())
+
+        h = submit(muon_pt_sum, chunks, broker=broker.config, label="muon_pt_sum")
+        assert len(h.wait(120)) == len(chunks)
+        bar = f'#maps tr[data-map="{h.map_id}"]'
+        _until("the map at 100 %", lambda: [e.get_attribute("data-progress") for e in
+                                            chrome.find_elements("css selector", bar)] == ["100.0"])
+        assert "muon_pt_sum" in chrome.find_element("css selector", bar).text
+        _until("every task of the map in the task stream",
+               lambda: chrome.execute_script("return window.rhtc.streamTasks(arguments[0])", h.map_id) == len(chunks))
+        assert int(chrome.find_element("id", "stream-count").text) >= len(chunks)
+
+        workers.signal(names[0], signal.SIGKILL)
+        workers.procs[names[0]].wait(10)
+        _until(f"the killed worker {names[0]} shown as gone",
+               lambda: chrome.find_elements("css selector", f'#workers tr.gone[data-name="{names[0]}"]'), timeout=40)
+        assert {n for n in names[1:]} <= set(chrome.execute_script("return window.rhtc.workers()"))
+
+        errors = [e for e in chrome.get_log("browser") if e["level"] == "SEVERE"]
+        assert errors == [], f"the page logged errors in the browser: {errors}"
+
+        chrome.get(d.url.split("?")[0] + "?token=not-the-token")
+        assert "403" in chrome.find_element("tag name", "body").text
+
+
+def test_a_wrong_or_missing_token_is_refused(broker):
+    with Dashboard(broker.config) as d:
+        base = d.url.split("?")[0]
+        for path in ("", "api/state", "metrics", "static/dashboard.js"):
+            assert _get(base + path)[0] == 403, path
+            assert _get(base + path + "?token=wrong")[0] == 403, path
+            assert _get(base + path, {"Authorization": "Bearer wrong"})[0] == 403, path
+        status, body = _get(base + "?token=" + d.token)
+        assert status == 200 and "static/dashboard.js" in body
+        assert _get(base + "static/dashboard.js", {"Authorization": f"Bearer {d.token}"})[0] == 200
+        assert d.url.startswith("http://127.0.0.1:")
+
+
+@needs_nanoaod
+def test_metrics_match_the_maps_that_ran(broker, workers, storage):
+    names = workers.start(2)
+    chunks = make_chunks(REAL, step=8)
+    with Dashboard(broker.config) as d:
+        m = _scrape(d)
+        assert m[("rhtc_workers", frozenset({("state", "idle")}))] == 2
+        # a map in flight: both workers busy on it
+        slow = submit(time.sleep, [3, 3], broker=broker.config)
+        _until("two busy workers and one map in flight", lambda: (lambda m: m[("rhtc_workers", frozenset(
+            {("state", "busy")}))] == 2 and m[("rhtc_maps_in_flight", frozenset())] == 1)(_scrape(d)), timeout=30)
+        slow.wait(60)
+        handles = [submit(muon_pt_sum, chunks, broker=broker.config) for _ in range(1)]
+        handles[0].wait(120)
+        handles.append(submit(muon_pt_sum, chunks, broker=broker.config))   # again: from the cache
+        handles[1].wait(120)
+        bad = submit(boom_on_two, [1, 2, 3], broker=broker.config, errors="return")
+        assert [type(x).__name__ for x in bad.wait(60)] == ["int", "RemoteError", "int"]
+        handles.append(bad)
+        metas = [meta for h in [slow, *handles] for meta in h.run.metas]
+        finished = sum(1 for x in metas if not x.get("error"))
+        assert finished == 2 + 2 * len(chunks) + 2
+        m = _until("the workers' counters of every task", lambda: (lambda m: m if _total(
+            m, "rhtc_worker_tasks_finished_total") == finished else None)(_scrape(d)), timeout=30)
+        assert _total(m, "rhtc_worker_tasks_failed_total") == 1
+        assert _total(m, "rhtc_worker_tasks_started_total") == finished + 1
+        cache = sum(x.get("bytes_cache", 0) for x in metas)
+        files = sum(x.get("bytes_file", 0) for x in metas)
+        assert cache > 0 and files > 0
+        assert _total(m, "rhtc_worker_bytes_from_cache_total") == cache
+        assert _total(m, "rhtc_worker_bytes_from_files_total") == files
+        assert m[("rhtc_cache_hit_ratio", frozenset())] == pytest.approx(cache / (cache + files))
+        assert {dict(k)["worker"] for (n, k) in m if n == "rhtc_worker_rss_bytes"} == set(names)
+        assert all(v > 0 for (n, _), v in m.items() if n == "rhtc_worker_rss_bytes")
+        assert m[("rhtc_maps_in_flight", frozenset())] == 0
+        assert m[("rhtc_queue_depth", frozenset({("queue", "shared")}))] == 0
+        for h in handles:
+            done = m[("rhtc_map_tasks", frozenset({("map", h.map_id), ("label", h.run.label), ("state", "done")}))]
+            failed = m[("rhtc_map_tasks", frozenset({("map", h.map_id), ("label", h.run.label), ("state", "failed")}))]
+            assert (done, failed) == ((2, 1) if h is bad else (len(chunks), 0))
+        # the page has the error with its traceback; the feed expires
+        errors = [m for m in d.state.snapshot()["maps"] if m["map_id"] == bad.map_id][0]["errors"]
+        assert errors[0]["index"] == 1 and "two is not allowed here" in errors[0]["traceback"]
+        assert 0 < storage.r.ttl(storage.keys.feed) <= storage.settings.feed_ttl
+
+
+def test_local_cluster_and_map_handle_show_the_dashboard():
+    from rhtc import LocalCluster
+    with LocalCluster(1, dashboard=True, name_prefix="dash") as c:
+        link = c.dashboard_link
+        assert link and link.startswith("http://127.0.0.1:") and "?token=" in link
+        assert link in repr(c)
+        from rhtc.broker.storage import Storage
+        other = Storage(c.config)
+        try:
+            assert feed.dashboard_address(other) == link     # what another process finds
+        finally:
+            other.r.close()
+        h = submit(abs, [-1, -2, -4, -8, -16], broker=c)
+        assert h.wait(60) == [1, 2, 4, 8, 16]
+        view = h._repr_html_()
+        assert "5 / 5 results (100 %)" in view and link.replace("&", "&amp;") in view
+        assert link in repr(h)
+    assert c.dashboard is None and c.dashboard_link is None
+
+
+def test_a_thousand_workers_with_their_problems_sortable(broker, chrome):
+    """1,000 heartbeats published through the broker's own claim (as workers do): the table
+    lists them all, names each problem (another key, another library version, a stalled
+    or forged heartbeat) and sorts by a column, both ways."""
+    import dataclasses
+    import secrets as _secrets
+    from rhtc.broker.config import Settings
+    from rhtc.broker.messages import WorkerStatus
+    from rhtc.broker.protocol import key_fingerprint
+    from rhtc.broker.storage import Storage
+    from rhtc.broker.versions import stack_versions
+    lasting = Settings(lease=600.0)                  # these heartbeats outlive the test's pace
+    s = Storage(broker.config, settings=lasting)
+    forger = Storage(dataclasses.replace(broker.config, key=b"f" * 32), settings=lasting)
+    ours, now = key_fingerprint(broker.config.key), time.time()
+    try:
+        for k in range(1000):
+            st = WorkerStatus(name=f"sim{k:04d}", host=f"node{k % 40}", pid=1000 + k, incarnation=_secrets.token_hex(8),
+                              key_fingerprint=ours, t=now, started=now, tasks_done=(k * 7) % 1000,
+                              versions=dict(stack_versions()), metrics={"cpu": k % 100, "rss": 10 ** 8 + k})
+            if k == 1:
+                st.key_fingerprint = "0" * 16
+            if k == 2:
+                st.versions["numpy"] = "0.0.1"
+            if k == 3:
+                st.t = now - 120
+            (forger if k == 4 else s).claim(st.name, st.incarnation, st)
+        with Dashboard(broker.config) as d:
+            chrome.get(d.url)
+            table = "#workers tbody tr[data-name]"
+            _until("1,000 rows in the workers table",
+                   lambda: len(chrome.find_elements("css selector", table)) == 1000)
+
+            def problems(name):
+                return chrome.find_element("css selector", f'{table}[data-name="{name}"] td.problems').text
+            assert "another signing key" in problems("sim0001")
+            assert "numpy 0.0.1" in problems("sim0002")
+            assert "stalled" in chrome.find_element("css selector", f'{table}[data-name="sim0003"]').get_attribute("class")
+            assert "forged" in problems("sim0004")
+            assert problems("sim0005") == ""
+            header = chrome.find_element("css selector", '#workers th[data-k="tasks_done"]')
+            first = lambda: chrome.find_element("css selector", table).get_attribute("data-name")  # noqa: E731
+            header.click()
+            _until("sorted by tasks, fewest first", lambda: first() == "sim0000")
+            header.click()
+            _until("sorted by tasks, most first", lambda: first() == "sim0857")   # 857 * 7 % 1000 == 999
+            errors = [e for e in chrome.get_log("browser") if e["level"] == "SEVERE"]
+            assert errors == [], f"the page logged errors in the browser: {errors}"
+    finally:
+        s.r.close()
+        forger.r.close()
+
+
+def test_rhtc_dashboard_prints_its_address_and_serves_until_stopped(broker, tmp_path):
+    import subprocess
+    import sys
+    from tests.samples import ROOT
+    env = dict(os.environ, **broker.config.env())
+    env.pop("RHTC_CONFIG", None)
+    out = open(tmp_path / "dashboard.out", "w+")
+    proc = subprocess.Popen([sys.executable, "-m", "rhtc.client.cli", "dashboard", "--port", "0"],
+                            env=env, cwd=str(ROOT), stdout=out, stderr=subprocess.STDOUT, text=True)
+    try:
+        text = _until("the printed address", lambda: "?token=" in (tmp_path / "dashboard.out").read_text()
+                      and (tmp_path / "dashboard.out").read_text(), timeout=60)
+        url = next(w for w in text.split() if "?token=" in w)
+        assert url.startswith("http://127.0.0.1:")
+        assert _get(url)[0] == 200
+        assert _get(url.split("?")[0] + "metrics")[0] == 403
+        assert "ssh -L" in text and "metrics" in text
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+        out.close()
+    from rhtc.broker.storage import Storage
+    s = Storage(broker.config)
+    try:
+        assert feed.dashboard_address(s) is None          # it took its address with it
+    finally:
+        s.r.close()
+
+
+def test_a_map_handle_redraws_itself_in_jupyter(broker, workers, tmp_path, monkeypatch):
+    """In a real kernel (nbclient), a displayed MapHandle shows its HTML view with the
+    dashboard's link, and redraws itself until the map is done."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    from tests.samples import ROOT
+    workers.start(1)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    for var, value in broker.config.env().items():
+        monkeypatch.setenv(var, value)
+    monkeypatch.delenv("RHTC_CONFIG", raising=False)
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("import time\nfrom rhtc import submit\nfrom rhtc.client.dashboard import Dashboard\n"
+                                  "from rhtc.client.api import resolve_config\nd = Dashboard(resolve_config()).start()"),
+        nbformat.v4.new_code_cell("h = submit(time.sleep, [0.5] * 6)\nh"),
+        nbformat.v4.new_code_cell("h.wait(120)\ntime.sleep(2.5)\nd.stop()"),
+    ])
+    client = nbclient.NotebookClient(nb, timeout=180, kernel_name="python3",
+                                     resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()
+    errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors, errors
+    shown = [o for o in nb.cells[1].outputs if "text/html" in o.get("data", {})]
+    assert len(shown) == 1 and "/?token=" in shown[0]["data"]["text/html"]
+    # the cell's output was redrawn after the map ended: it says so now
+    assert "6 / 6 results (100 %)" in shown[0]["data"]["text/html"], shown[0]["data"]["text/html"]
+    assert "<MapHandle" in shown[0]["data"]["text/plain"]
