@@ -18,6 +18,7 @@ import numbers
 import os
 from typing import Any, Callable, Iterable
 
+from rhtc.client.errors import describe
 from rhtc.client.timeouts import check_task_timeout
 
 
@@ -53,11 +54,7 @@ def map_arguments(args: Any) -> list:
 
 
 def _short(value: Any) -> str:
-    try:
-        text = repr(value)
-    except Exception:
-        text = f"<{type(value).__name__}>"
-    return text if len(text) < 60 else text[:57] + "..."
+    return describe(value, 60)
 
 
 def retry_types(retry_on: Any) -> tuple | None:

@@ -9,13 +9,13 @@ if TYPE_CHECKING:  # pragma: no cover
     from rhtc.broker.messages import ResultMeta, WorkerStatus
 
 
-def describe(obj: Any) -> str:
-    """A short repr for error messages (never raises)."""
+def describe(obj: Any, limit: int = 200) -> str:
+    """A short repr for error messages, at most ``limit`` characters (never raises)."""
     try:
         text = repr(obj)
     except Exception:
         text = f"<{type(obj).__name__}>"
-    return text if len(text) < 200 else text[:197] + "..."
+    return text if len(text) < limit else text[:limit - 3] + "..."
 
 
 class BranchNotFound(KeyError):
