@@ -37,13 +37,19 @@ TASK_FIELDS = ("index", "worker", "start", "stop", "bytes_cache", "bytes_file", 
 
 def publish(storage: "Storage", progress: dict, tasks: list[list]) -> None:
     """Add a map's progress and its newly finished tasks to the feed (one round trip)."""
+    publish_many(storage, [(progress, tasks)])
+
+
+def publish_many(storage: "Storage", notes: list[tuple[dict, list[list]]]) -> None:
+    """:func:`publish` for several notes (maps, or one map's several) in one round trip."""
     st, key = storage.settings, storage.keys.feed
     pipe = storage.r.pipeline(transaction=False)
-    parts = [tasks[at:at + BATCH] for at in range(0, len(tasks), BATCH)] or [[]]
-    for k, part in enumerate(parts):
-        entry = {"map": progress if k == len(parts) - 1 else {"map_id": progress["map_id"]}, "tasks": part}
-        pipe.xadd(key, {FIELD: json.dumps(entry, separators=(",", ":"))}, maxlen=st.feed_entries,
-                  approximate=True)
+    for progress, tasks in notes:
+        parts = [tasks[at:at + BATCH] for at in range(0, len(tasks), BATCH)] or [[]]
+        for k, part in enumerate(parts):
+            entry = {"map": progress if k == len(parts) - 1 else {"map_id": progress["map_id"]}, "tasks": part}
+            pipe.xadd(key, {FIELD: json.dumps(entry, separators=(",", ":"))}, maxlen=st.feed_entries,
+                      approximate=True)
     pipe.expire(key, st.feed_ttl)
     pipe.execute()
 

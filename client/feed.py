@@ -9,6 +9,8 @@ the map its results.
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 import time
 
 from rhtc.broker import feed
@@ -49,8 +51,10 @@ class MapFeed:
                 "cancelled": bool(run.cancelled), "events": self.events, "bytes_cache": self.bytes_cache,
                 "bytes_file": self.bytes_file, "t": round(time.time(), 3)}
 
-    def flush(self) -> None:
-        """Publish what finished since the last call (one round trip)."""
+    def flush(self, later: bool = False) -> None:
+        """Publish what finished since the last call: one round trip, or with ``later`` (the
+        map's last note, sent as it ends) none on the map's path, a background thread
+        sends it a moment after."""
         run = self.run
         records = []
         for m in run.ledger.metas(self._sent):
@@ -63,10 +67,48 @@ class MapFeed:
                 records.append([m["index"], m.get("worker"), round(m["start"], 3), round(m["stop"], 3), c, f, ev,
                                 int(bool(m.get("error")))])
         progress = dict(self.progress(), errors=self.errors)
-        try:
-            feed.publish(run.storage, progress, records)
-            self.errors = []
-        except (*ConnectionProblem, OSError) as err:
-            log.debug("map %s: could not update the dashboard's feed: %s", run.map_id, err)
-        except Exception as err:          # e.g. a broker out of memory: the map goes on
-            log.debug("map %s: the broker refused the dashboard's feed: %s", run.map_id, err)
+        self.errors = []
+        if later:
+            _pending.put((run.storage, run.map_id, progress, records))
+            _start_publisher()
+        else:
+            _publish(run.storage, f"map {run.map_id}", [(progress, records)])
+
+
+def _publish(storage, what: str, notes: list) -> None:
+    try:
+        feed.publish_many(storage, notes)
+    except (*ConnectionProblem, OSError) as err:
+        log.debug("%s: could not update the dashboard's feed: %s", what, err)
+    except Exception as err:          # e.g. a broker out of memory: the map goes on
+        log.debug("%s: the broker refused the dashboard's feed: %s", what, err)
+
+
+#: the maps' last notes wait this long (s) to go together: a stream of short maps costs
+#: the broker a round trip per interval, not one per map
+PUBLISH_EVERY = 0.5
+_pending: queue.SimpleQueue = queue.SimpleQueue()
+_publisher: threading.Thread | None = None
+_publisher_lock = threading.Lock()
+
+
+def _start_publisher() -> None:
+    global _publisher
+    with _publisher_lock:
+        if _publisher is None or not _publisher.is_alive():
+            _publisher = threading.Thread(target=_publish_pending, name="rhtc-feed", daemon=True)
+            _publisher.start()
+
+
+def _publish_pending() -> None:
+    """The background thread: every PUBLISH_EVERY s, what the ended maps left, per broker."""
+    while True:
+        batch = [_pending.get()]
+        time.sleep(PUBLISH_EVERY)
+        while not _pending.empty():
+            batch.append(_pending.get())
+        by_storage: dict[int, tuple] = {}
+        for storage, map_id, progress, records in batch:
+            by_storage.setdefault(id(storage), (storage, []))[1].append((progress, records))
+        for storage, notes in by_storage.values():
+            _publish(storage, f"{len(notes)} map(s)", notes)

@@ -262,7 +262,7 @@ class MapRun:
                 self.end = time.time()
                 if self.end - self.start > 0.5:     # a task process restart takes longer
                     self.ledger.read_lost_runs(self.storage, self.map_id)
-                self.feed.flush()
+                self.feed.flush(later=True)    # off the map's path: no round trip
         return out
 
     def _take(self) -> list[TaskResult]:
