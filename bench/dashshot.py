@@ -87,7 +87,7 @@ def main(workers: int, out: str, measure: float) -> None:
                           "page_open_commands_per_s": round(open_rate, 1),
                           "page_cost_commands_per_s": round(open_rate - idle, 1),
                           "idle_by_command": idle_by, "open_by_command": open_by}, indent=1), flush=True)
-        storage.r.close()
+        storage.close()
 
 
 if __name__ == "__main__":

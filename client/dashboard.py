@@ -184,7 +184,7 @@ class Dashboard:
             feed.withdraw_dashboard(self.storage, self.url)
         except Exception:
             pass
-        self.storage.r.close()
+        self.storage.close()
 
     def __enter__(self) -> "Dashboard":
         return self.start()
