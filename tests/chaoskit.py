@@ -45,6 +45,21 @@ def through(proxy: Proxy, config: BrokerConfig) -> dict[str, str]:
     return {ENV_URL: proxied_url(config.url, proxy)}
 
 
+def read_until(proc: subprocess.Popen, marker: str, timeout: float) -> str:
+    """What ``proc`` (text stdout) printed up to and including the line holding ``marker``
+    (or until it closed its output, or ``timeout`` s passed)."""
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if marker in line:
+            break
+    return "".join(lines)
+
+
 def wait_until(condition: Callable[[], object], timeout: float, what: str, every: float = 0.05):
     """Poll ``condition`` until it returns something true; raise AssertionError naming
     ``what`` after ``timeout`` seconds."""

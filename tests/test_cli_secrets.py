@@ -7,10 +7,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from .chaoskit import read_until
 from .pools.common import terminate
 
 
@@ -20,23 +20,15 @@ def _run_until(argv: list[str], env: dict, marker: str, config: Path,
     from ``config`` (the command removes it on exit), stop it (by pid)."""
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env, start_new_session=True)
-    lines: list[str] = []
     try:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            if marker in line:
-                break
+        shown = read_until(proc, marker, timeout)
         secrets = _secrets_in(config)
     finally:
         terminate([proc.pid], grace=20, popen=proc)
         # the workers of `rhtc workers` and the broker's redis-server are its children:
         # SIGTERM to the command ends them; wait for them to exit
         rest, _ = proc.communicate(timeout=30)
-    return "".join(lines) + (rest or ""), secrets
+    return shown + (rest or ""), secrets
 
 
 def _secrets_in(path: Path) -> list[str]:

@@ -27,6 +27,7 @@ from rhtc.client import make_chunks, remote_map
 from rhtc.client.chunks import Chunk, ChunkFileError
 from rhtc.client.errors import RemoteError
 from rhtc.examples.dimuon import dimuon
+from tests.chaoskit import read_until
 from tests.conftest import NANOAOD, ROOT, needs_nanoaod
 from tests.pools.common import free_port, terminate
 
@@ -207,16 +208,7 @@ def _start(argv: list[str], env: dict, marker: str, timeout: float = 90) -> tupl
     """Start `rhtc ARGV` and read its output up to the line holding ``marker``."""
     proc = subprocess.Popen([sys.executable, "-m", "rhtc.client.cli", *argv], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env, cwd=str(ROOT))
-    lines = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        if marker in line:
-            break
-    return proc, "".join(lines)
+    return proc, read_until(proc, marker, timeout)
 
 
 def _stop(proc: subprocess.Popen, sig=signal.SIGTERM) -> str:
