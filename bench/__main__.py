@@ -1,3 +1,3 @@
-from rhtc.bench.cli import main
+from .cli import main
 
 main()

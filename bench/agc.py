@@ -53,7 +53,7 @@ def _runner(executor, cachestrategy=None):
 
 
 def _timed(executor, items: list, systematics: bool, cachestrategy=None) -> tuple[float, dict]:
-    from rhtc.examples.agc_ttbar import TtbarAnalysis
+    from ..examples.agc_ttbar import TtbarAnalysis
     t = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")           # NanoAODSchema's missing cross-references
@@ -94,7 +94,7 @@ def _iterative(items, warmup, systematics) -> dict:
 
 def _ours(items, warmup, systematics, workers: int, record_paths: dict) -> dict:
     import rhtc
-    from rhtc.client.coffea import RedisExecutor, worker_cache
+    from ..client.coffea import RedisExecutor, worker_cache
 
     with rhtc.LocalCluster(n_workers=workers) as cluster:
         executor = RedisExecutor(broker=cluster, status=False)
@@ -144,8 +144,8 @@ def where_time_goes(item, systematics: bool) -> dict:
     reads, building NanoEvents, and processing with every buffer already in memory."""
     import uproot
     from coffea.nanoevents import NanoAODSchema, NanoEventsFactory
-    from rhtc.bench.agcgen import ANALYSIS_BRANCHES
-    from rhtc.examples.agc_ttbar import TtbarAnalysis
+    from .agcgen import ANALYSIS_BRANCHES
+    from ..examples.agc_ttbar import TtbarAnalysis
     meta = dict(item.usermeta or {}, entrystart=item.entrystart, entrystop=item.entrystop,
                 fileuuid="one-chunk")
     proc, cache, out, runs = TtbarAnalysis(systematics), {}, {}, []
@@ -193,9 +193,9 @@ def where_time_goes(item, systematics: bool) -> dict:
 def agc_command(workers, events, chunk_size, systematics, data_dir, systems, repeats, json_path, timeline_path):
     """The AGC ttbar analysis cold and warm: ours vs coffea+dask vs Futures vs one process."""
     from coffea import processor
-    from rhtc.bench.agcgen import ANALYSIS_BRANCHES, make_agc_data
-    from rhtc.examples.agc_ttbar import agc_fileset
-    from rhtc.bench.dimuon_runs import read_into_page_cache
+    from .agcgen import ANALYSIS_BRANCHES, make_agc_data
+    from ..examples.agc_ttbar import agc_fileset
+    from .dimuon_runs import read_into_page_cache
 
     paths = make_agc_data(data_dir, events=events)
     warm_paths = make_agc_data(os.path.join(data_dir, "warm-up"), events=900, min_events=100, lean=True,

@@ -26,8 +26,8 @@ from typing import Any, Sequence
 import awkward as ak
 import numpy as np
 
-from rhtc.bench.agcschema import COLLECTIONS, DTYPES, FLAT
-from rhtc.bench.writer import parse_compression, write_files
+from .agcschema import COLLECTIONS, DTYPES, FLAT
+from .writer import parse_compression, write_files
 
 #: Bump when the generated content changes, so files from an older generator are rewritten.
 FORMAT_VERSION = 2

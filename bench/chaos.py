@@ -30,9 +30,9 @@ import time
 
 import click
 
-from rhtc.bench.chaosday import describe_day, run_day
-from rhtc.bench.chaospool import ChaosPool, outliving
-from rhtc.broker.protocol import task_name
+from .chaosday import describe_day, run_day
+from .chaospool import ChaosPool, outliving
+from ..broker.protocol import task_name
 
 FAULT_KINDS = ("cut", "lost replies", "latency", "reset peer", "sigkill + restart")
 TASK_SECONDS = 0.001
@@ -149,7 +149,7 @@ def run_chaos(tasks: int = 5000, workers: int = 4, lease: float = 2.0, seed: int
     injected at random (``seed``) or none, and check every result.
 
     One task (chosen by the seed) holds the GIL for three leases plus a second."""
-    from rhtc.client import RemoteError, submit
+    from ..client import RemoteError, submit
     seed = random.randrange(1 << 30) if seed is None else seed
     rng = random.Random(seed)
     gil_task = rng.randrange(tasks)

@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from rhtc.bench.chaospool import ChaosPool
+from .chaospool import ChaosPool
 
 DAY_FAULTS = ("connection kill", "broker OOM window", "file rewritten")
 TREE, BRANCH = "Events", "x"
@@ -82,7 +82,7 @@ def run_day(pool: ChaosPool, maps: int = 12, seed: int = 0, oom_seconds: float =
     unknown = set(faults) - set(DAY_FAULTS)
     if unknown or not faults:
         raise ValueError(f"faults must be some of {DAY_FAULTS}, not {sorted(unknown) or 'none'}")
-    from rhtc.client import RemoteError, make_chunks, submit
+    from ..client import RemoteError, make_chunks, submit
     rng = random.Random(seed)
     result = DayResult(seed)
     path = os.path.join(pool.log_dir, f"day-{seed}.root")

@@ -17,11 +17,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psutil
 
-from rhtc.bench.toxiproxy import Proxy, Toxiproxy
-from rhtc.broker.config import ENV_URL
-from rhtc.broker.embedded import EmbeddedBroker, die_with_parent
-from rhtc.broker.processes import stop_processes
-from rhtc.broker.storage import Storage
+from .toxiproxy import Proxy, Toxiproxy
+from ..broker.config import ENV_URL
+from ..broker.embedded import EmbeddedBroker, die_with_parent
+from rhtc.processes import stop_processes
+from ..broker.storage import Storage
 
 def proxied_url(url: str, proxy: Proxy) -> str:
     """``url`` (same password and database) pointed at ``proxy`` instead of Redis.

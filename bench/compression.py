@@ -44,7 +44,7 @@ from typing import Any, Sequence
 import click
 import uproot
 
-from rhtc.bench.datagen import DIMUON_BRANCHES, make_data, parse_compression
+from .datagen import DIMUON_BRANCHES, make_data, parse_compression
 
 #: The compressions compared, LZMA (NanoAOD's default and the baseline) first.
 CODECS: tuple[str, ...] = ("LZMA", "ZLIB", "LZ4", "ZSTD")

@@ -44,7 +44,7 @@ def _browser(width: int, height: int):
 
 
 def _rate(storage, seconds: float) -> tuple[float, dict]:
-    from rhtc.broker.feed import command_counts
+    from ..broker.feed import command_counts
     before = command_counts(storage)
     time.sleep(seconds)
     after = command_counts(storage)
@@ -59,7 +59,7 @@ def _rate(storage, seconds: float) -> tuple[float, dict]:
 @click.option("--measure", default=30.0, show_default=True, help="Seconds of each cost measurement.")
 def main(workers: int, out: str, measure: float) -> None:
     from rhtc import LocalCluster, make_chunks, submit
-    from rhtc.broker.storage import Storage
+    from ..broker.storage import Storage
     from tests.samples import DIMUON_FILES
     chunks = make_chunks([str(p) for p in DIMUON_FILES], step=1) * 3
     with LocalCluster(workers, dashboard=True, start_timeout=900, name_prefix="n") as c:

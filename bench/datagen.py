@@ -40,11 +40,11 @@ import click
 import numpy as np
 import uproot
 
-from rhtc.bench.nanoschema import COLLECTIONS as _COLLECTIONS
-from rhtc.bench.nanoschema import DTYPES as _DTYPES
-from rhtc.bench.nanoschema import FLAT as _FLAT
-from rhtc.bench.nanoschema import MUON as _MUON
-from rhtc.bench.writer import COMPRESSIONS, parse_compression, write_files  # noqa: F401 (re-exported)
+from .nanoschema import COLLECTIONS as _COLLECTIONS
+from .nanoschema import DTYPES as _DTYPES
+from .nanoschema import FLAT as _FLAT
+from .nanoschema import MUON as _MUON
+from .writer import COMPRESSIONS, parse_compression, write_files  # noqa: F401 (re-exported)
 
 #: Bump when the generated content changes, so files from an older generator are rewritten.
 FORMAT_VERSION = 1
@@ -315,7 +315,7 @@ def make_data_command(out: str | None, files: int | None, events: int | None, co
     start = time.perf_counter()
     try:
         if agc:
-            from rhtc.bench.agcgen import make_agc_data
+            from .agcgen import make_agc_data
             paths = make_agc_data(out, events=events or 100_000, files_per_sample=files or 1,
                                   compression=compression, seed=seed, lean=lean, workers=workers)
         else:
@@ -337,7 +337,7 @@ def make_data_command(out: str | None, files: int | None, events: int | None, co
                f"{parse_compression(compression)!r}; wrote {len(written)} in {seconds:.1f} s"
                + (f" ({new / seconds / 1e3:.1f} k events/s)" if written else ""))
     if agc:
-        from rhtc.bench.agcgen import ANALYSIS_BRANCHES, read_fraction
+        from .agcgen import ANALYSIS_BRANCHES, read_fraction
         click.echo(f"the AGC analysis reads {len(ANALYSIS_BRANCHES)} branches: "
                    f"{read_fraction(paths[0]):.1%} of the compressed bytes of {os.path.basename(paths[0])}")
     else:

@@ -10,10 +10,10 @@ import os
 
 import click
 
-from rhtc.bench.dimuon_dask import run_dask
-from rhtc.bench.dimuon_runs import (HEADER, Report, _bare, _check_physics, _median_run, _ours,
+from .dimuon_dask import run_dask
+from .dimuon_runs import (HEADER, Report, _bare, _check_physics, _median_run, _ours,
                                     read_into_page_cache, auto_chunk_size, row, CHUNKS_PER_WORKER, MAX_CHUNK)
-from rhtc.worker.cache import parse_size
+from ..worker.cache import parse_size
 
 
 @click.command("dimuon")
@@ -44,7 +44,7 @@ from rhtc.worker.cache import parse_size
 def dimuon_command(workers, files, events, chunk_size, compression, cache_size, data_dir, broker_url,
                    with_dask, dask_workers, dask_timeout, repeats, xrootd, latency_ms, progress, json_path):
     """Dimuon analysis cold and warm: ours vs dask vs the bare single-process loop."""
-    from rhtc.bench.datagen import make_data
+    from .datagen import make_data
     from rhtc import make_chunks
     cache_bytes = parse_size(cache_size)
     dask_workers = dask_workers or workers
@@ -62,7 +62,7 @@ def dimuon_command(workers, files, events, chunk_size, compression, cache_size, 
     report = Report(json_path, files=len(paths), events=n_events, chunk_size=chunk_size,
                     chunks_per_worker=len(chunks) / workers, compression=compression, cores=os.cpu_count())
     if xrootd:
-        from rhtc.bench.dimuon_xrootd import run_latencies
+        from .dimuon_xrootd import run_latencies
         return run_latencies(report, paths, os.path.abspath(data_dir), chunks, warm,
                              [float(x) for x in latency_ms.split(",") if x.strip()], workers=workers,
                              dask_workers=dask_workers if with_dask else 0, cache_size=cache_size,

@@ -24,10 +24,10 @@ import sys
 import tempfile
 import time
 
-from rhtc.broker import context
-from rhtc.examples.dimuon import dimuon
-from rhtc.worker.cache import BranchCache
-from rhtc.worker.memory import tune_malloc
+from rhtc import context
+from ..examples.dimuon import dimuon
+from ..worker.cache import BranchCache
+from ..worker.memory import tune_malloc
 
 
 def warm_up(chunk):
@@ -60,7 +60,7 @@ def _emit(**fields) -> None:
 def _child(spec_path: str) -> None:
     """The child process: start dask, run cold and warm, report each step on stdout."""
     from dask.distributed import Client, LocalCluster, as_completed
-    from rhtc.client.reduce import combine
+    from ..client.reduce import combine
     with open(spec_path, "rb") as fh:
         spec = pickle.load(fh)
     chunks, warm, n = spec["chunks"], spec["warm"], spec["workers"]

@@ -12,12 +12,12 @@ import time
 
 import click
 
-from rhtc.bench.dimuon_dask import warm_up
-from rhtc.broker import context
-from rhtc.client.reduce import combine
-from rhtc.examples.dimuon import dimuon
-from rhtc.worker.cache import BranchCache
-from rhtc.worker.memory import tune_malloc
+from .dimuon_dask import warm_up
+from rhtc import context
+from ..client.reduce import combine
+from ..examples.dimuon import dimuon
+from ..worker.cache import BranchCache
+from ..worker.memory import tune_malloc
 
 CHUNKS_PER_WORKER = 3            # the seed's 448 chunks for 30 to 150 workers
 MAX_CHUNK = 500_000
@@ -44,7 +44,7 @@ def read_into_page_cache(paths) -> None:
 
 def _bare(chunks, cache_bytes: int, warm: list) -> dict:
     """One process, one chunk after the other: cold (no cache), then with a cache, twice."""
-    from rhtc.client.chunks import close_files
+    from ..client.chunks import close_files
     close_files()                      # pay for opening the files, as the workers do
     tune_malloc()                      # as our workers do
     for c in warm:

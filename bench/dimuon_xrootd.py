@@ -16,9 +16,9 @@ import os
 
 import click
 
-from rhtc.bench.dimuon_runs import HEADER, Report, _bare, _check_physics, _ours, row
-from rhtc.bench.dimuon_dask import run_dask
-from rhtc.worker.cache import parse_size
+from .dimuon_runs import HEADER, Report, _bare, _check_physics, _ours, row
+from .dimuon_dask import run_dask
+from ..worker.cache import parse_size
 
 
 def run_latencies(report: Report, paths: list[str], data_dir: str, local_chunks: list, warm: list,
@@ -27,9 +27,9 @@ def run_latencies(report: Report, paths: list[str], data_dir: str, local_chunks:
     """Start an xrootd server on ``data_dir`` and a latency proxy before it; measure each
     system at each latency, printing and saving each figure as it is measured."""
     import dataclasses
-    from rhtc.bench.toxiproxy import Toxiproxy
-    from rhtc.bench.xrootd_server import XRootDServer
-    from rhtc.client.chunks import close_files
+    from .toxiproxy import Toxiproxy
+    from .xrootd_server import XRootDServer
+    from ..client.chunks import close_files
     cache_bytes = parse_size(cache_size)
     n_events = sum(c.num_entries for c in local_chunks)
     click.echo(HEADER)

@@ -71,7 +71,7 @@ def _ours(workers: int, roundtrips: int, tasks: int, repeats: int, sleep: tuple 
             out["wall_s"] = time.perf_counter() - t
             rec = last_map().record()
             out["last_result_to_return_ms"] = (returned - last_map().run.ledger.last_received()) * 1e3
-            from rhtc.client.timeline import efficiency, plot_timeline
+            from ..client.timeline import efficiency, plot_timeline
             eff = efficiency(rec)
             out["efficiency"] = eff["efficiency"]
             out["efficiency_to_end"] = eff["efficiency_to_end"]
@@ -94,8 +94,8 @@ def _peak_rss_mb() -> float:
 
 def _bare_redis(roundtrips: int) -> dict:
     """The floor: what one round trip through a bare Redis list queue costs here."""
-    from rhtc.broker.embedded import EmbeddedBroker
-    from rhtc.broker.floor import bare_round_trips
+    from ..broker.embedded import EmbeddedBroker
+    from .floor import bare_round_trips
     with EmbeddedBroker() as b:
         rts = bare_round_trips(b.config, roundtrips)
     return {"roundtrip_ms_median": statistics.median(rts) * 1e3}

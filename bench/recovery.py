@@ -13,10 +13,10 @@ import time
 
 import click
 
-from rhtc.bench.overhead import nap
-from rhtc.broker.config import settings
-from rhtc.broker.protocol import TaskRef
-from rhtc.broker.messages import WorkerStatus
+from .overhead import nap
+from ..broker.config import settings
+from ..broker.protocol import TaskRef
+from ..broker.messages import WorkerStatus
 
 
 def _runner_of(storage, task: TaskRef, exclude=()) -> WorkerStatus | None:
@@ -29,7 +29,7 @@ def _runner_of(storage, task: TaskRef, exclude=()) -> WorkerStatus | None:
 def measure_recovery(kills: int = 3, timeout: float = 60.0) -> list[float]:
     """Seconds from SIGKILL of the worker running a task to that task starting again."""
     from rhtc import LocalCluster, submit
-    from rhtc.client.api import storage_for
+    from ..client.api import storage_for
     out = []
     for _ in range(kills):                       # a fresh pair of workers for each kill
         with LocalCluster(n_workers=2, cache_size="64MB") as cluster:

@@ -30,14 +30,15 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from rhtc.broker.config import cache_dir
-from rhtc.broker.processes import stop_processes
+from ..broker.config import cache_dir
+from rhtc.processes import stop_processes
+from rhtc.errors import RhtcError
 
 TOXIPROXY_MODULE = "github.com/Shopify/toxiproxy/v2/cmd/server"
 TOXIPROXY_VERSION = "v2.5.0"
 
 
-class ToxiproxyUnavailable(RuntimeError):
+class ToxiproxyUnavailable(RuntimeError, RhtcError):
     """The toxiproxy server could not be found, built or started; the message says why."""
 
 

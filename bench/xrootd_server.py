@@ -22,10 +22,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from rhtc.broker.processes import stop_processes
+from rhtc.processes import stop_processes
+from rhtc.errors import RhtcError
 
 
-class XRootDUnavailable(RuntimeError):
+class XRootDUnavailable(RuntimeError, RhtcError):
     """No xrootd binary, or it did not start; the message says what to do."""
 
 

@@ -3,7 +3,7 @@ queues and leases, and the embedded ``redis-server``.
 
 Nothing outside this package spells a Redis key or calls a Redis command.
 """
-from rhtc.broker.config import BrokerConfig, BrokerNotConfigured, KeyNotConfigured
-from rhtc.broker.protocol import VERSION as PROTOCOL_VERSION
+from .config import BrokerConfig, BrokerNotConfigured, KeyNotConfigured
+from .protocol import VERSION as PROTOCOL_VERSION
 
 __all__ = ["BrokerConfig", "BrokerNotConfigured", "KeyNotConfigured", "PROTOCOL_VERSION"]

@@ -34,6 +34,7 @@ import socket
 import stat
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
+from rhtc.errors import RhtcError
 
 ENV_URL = "RHTC_BROKER"
 ENV_KEY = "RHTC_KEY"
@@ -164,7 +165,7 @@ def settings() -> Settings:
     return Settings.from_env()
 
 
-class BrokerNotConfigured(RuntimeError):
+class BrokerNotConfigured(RuntimeError, RhtcError):
     """No broker URL was given and none is set in the environment or a config file."""
 
 
@@ -173,7 +174,7 @@ class StaleConfig(BrokerNotConfigured):
     this host, by pid) is no longer running: the URL in it leads nowhere."""
 
 
-class KeyNotConfigured(RuntimeError):
+class KeyNotConfigured(RuntimeError, RhtcError):
     """A broker URL is known but no signing key is."""
 
 

@@ -24,8 +24,9 @@ import time
 
 import redis
 
-from rhtc.broker.config import BrokerConfig, default_namespace, new_key
-from rhtc.broker.processes import stop_processes
+from .config import BrokerConfig, default_namespace, new_key
+from rhtc.processes import stop_processes
+from rhtc.errors import RhtcError
 
 _PR_SET_PDEATHSIG = 1
 
@@ -59,7 +60,7 @@ def find_redis_server() -> str:
     return path
 
 
-class PortInUse(RuntimeError):
+class PortInUse(RuntimeError, RhtcError):
     """The broker's TCP port is taken; the message is one line saying what to do."""
 
 

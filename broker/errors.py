@@ -16,15 +16,16 @@ from __future__ import annotations
 import redis
 from redis._parsers import _HiredisParser, _RESP2Parser
 from redis.connection import DefaultParser
+from rhtc.errors import RhtcError
 
 BrokerRefused = redis.ResponseError     # Redis said no (out of memory, wrong type...)
 
 
-class BrokerOutOfMemory(redis.exceptions.OutOfMemoryError):
+class BrokerOutOfMemory(redis.exceptions.OutOfMemoryError, RhtcError):
     """Redis refused a write beyond its ``maxmemory``: wait for memory to be freed."""
 
 
-class BrokerUnavailable(redis.ResponseError):
+class BrokerUnavailable(redis.ResponseError, RhtcError):
     """Redis is up but cannot serve now (BUSY, LOADING, READONLY, MISCONF): back off, retry."""
 
 

@@ -22,7 +22,7 @@ from typing import Callable, TypeVar
 
 import redis
 
-from rhtc.broker.errors import ConnectionProblem
+from .errors import ConnectionProblem
 
 log = logging.getLogger("rhtc.broker")
 T = TypeVar("T")

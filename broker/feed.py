@@ -25,7 +25,7 @@ import json
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
-    from rhtc.broker.storage import Storage
+    from .storage import Storage
 
 #: task records in one stream entry, at most (a bigger batch goes in several)
 BATCH = 2000

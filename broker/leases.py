@@ -16,7 +16,7 @@ import dataclasses
 import time
 from typing import Iterable, Sequence
 
-from rhtc.broker import messages
+from . import messages
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,7 +16,7 @@ import json
 import re
 import struct
 
-from rhtc.broker.protocol import TaskRef, key_fingerprint
+from .protocol import TaskRef, key_fingerprint
 
 # -- a cancel request (`rhtc cancel MAP`) -------------------------------------------------
 #: what starts the message that asks a map's client to cancel it (pushed among its results;

@@ -47,6 +47,7 @@ from typing import NamedTuple
 
 import cloudpickle
 import lz4.block
+from rhtc.errors import RhtcError
 
 VERSION = 2
 MAGIC = b"RH"
@@ -79,7 +80,7 @@ def lua_layout() -> dict[str, int | str]:
             "TID_LEN": TASK_ID_LEN, "MAP_ID_LEN": MAP_ID_LEN}
 
 
-class BadFrame(ValueError):
+class BadFrame(ValueError, RhtcError):
     """A frame that is not ours: wrong magic, truncated, or signed with another key."""
 
 

@@ -20,7 +20,7 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
-    from rhtc.broker.storage import Storage
+    from .storage import Storage
 
 
 def renew_map_entry(storage: "Storage", map_id: str, now: float | None = None) -> int:

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import redis
 
-from rhtc.broker import errors, keys, protocol
+from . import errors, keys, protocol
 
-from rhtc.broker import messages
+from . import messages
 
 _LUA = Path(__file__).with_name("lua")
 NAMES = ("take", "lease_one", "claim", "reap", "reconcile", "drain", "enqueue", "audit", "purge", "sweep")

@@ -21,15 +21,15 @@ from typing import Sequence
 
 import redis
 
-from rhtc.broker import protocol, scripts
+from . import protocol, scripts
 
-from rhtc.broker import messages
-from rhtc.broker.config import BrokerConfig, Settings, redact
-from rhtc.broker.config import settings as default_settings
-from rhtc.broker.errors import PARSER, ConnectionProblem
-from rhtc.broker.fastlane import FastLane
-from rhtc.broker.keys import MAP_CLIENT, MAP_DATA, MAP_NONCE, MAP_SENT, Keys
-from rhtc.broker.leases import Leases
+from . import messages
+from .config import BrokerConfig, Settings, redact
+from .config import settings as default_settings
+from .errors import PARSER, ConnectionProblem
+from .fastlane import FastLane
+from .keys import MAP_CLIENT, MAP_DATA, MAP_NONCE, MAP_SENT, Keys
+from .leases import Leases
 
 
 def connect(config: BrokerConfig, **kwargs) -> redis.Redis:

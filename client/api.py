@@ -23,13 +23,13 @@ import threading
 import warnings
 from typing import Callable, Iterable, Iterator
 
-from rhtc.broker.config import BrokerConfig, BrokerNotConfigured, StaleConfig
-from rhtc.broker.storage import Storage
-from rhtc.client.arguments import map_options
-from rhtc.client.handle import MapHandle, _cancelled
-from rhtc.client.handleview import announce
-from rhtc.client.maprun import MapRun
-from rhtc.client.tasks import TaskResult
+from ..broker.config import BrokerConfig, BrokerNotConfigured, StaleConfig
+from ..broker.storage import Storage
+from .arguments import map_options
+from .handle import MapHandle, _cancelled
+from .handleview import announce
+from .maprun import MapRun
+from .tasks import TaskResult
 
 log = logging.getLogger("rhtc.client")
 
@@ -43,14 +43,14 @@ def resolve_config(broker=None) -> BrokerConfig:
     of the innermost ``with LocalCluster()`` block, else the environment or config file,
     else the session's local default cluster."""
     if broker is None:
-        from rhtc.client.local import active_cluster
+        from .local import active_cluster
         cluster = active_cluster()
         if cluster is not None:
             return cluster.config
         try:
             return BrokerConfig.resolve()
         except BrokerNotConfigured as err:
-            from rhtc.client.local import default_cluster
+            from .local import default_cluster
             if isinstance(err, StaleConfig):
                 warnings.warn(f"{err}; starting a local cluster for this session instead",
                               RuntimeWarning, stacklevel=3)

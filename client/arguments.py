@@ -18,8 +18,8 @@ import numbers
 import os
 from typing import Any, Callable, Iterable
 
-from rhtc.client.errors import describe
-from rhtc.client.timeouts import check_task_timeout
+from .errors import describe
+from .timeouts import check_task_timeout
 
 
 def _whole(value: Any) -> bool:

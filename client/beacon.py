@@ -20,7 +20,7 @@ import threading
 import time
 import weakref
 
-from rhtc.broker.errors import BrokerTrouble
+from ..broker.errors import BrokerTrouble
 
 log = logging.getLogger("rhtc.client")
 

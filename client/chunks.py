@@ -22,11 +22,11 @@ import os
 import time
 from typing import Iterable, Sequence
 
-from rhtc.broker import context
-from rhtc.client import xrootd
-from rhtc.client.arguments import positive_count
-from rhtc.client.errors import BranchNotFound, ChunkFileError  # noqa: F401  (public here too)
-from rhtc.client.openfiles import (_OpenFile, _changed_while_read, _check_url, _forget, _open_file, _unchanged,
+from rhtc import context
+from . import xrootd
+from .arguments import positive_count
+from .errors import BranchNotFound, ChunkFileError  # noqa: F401  (public here too)
+from .openfiles import (_OpenFile, _changed_while_read, _check_url, _forget, _open_file, _unchanged,
                                    close_files, version_of)  # noqa: F401  (public here too)
 
 @dataclasses.dataclass(frozen=True)
@@ -222,8 +222,8 @@ def _file_info_star(args):
 def _file_infos_on_workers(paths: list[str], tree: str, broker) -> list[tuple[str, int, str]]:
     """file_info of each path, run on the workers; a file that fails there raises the
     same ChunkFileError as here, naming the worker (not a RemoteError)."""
-    from rhtc.client.api import remote_map
-    from rhtc.client.errors import RemoteError
+    from .api import remote_map
+    from .errors import RemoteError
     infos = remote_map(_file_info_star, [(p, tree) for p in paths], broker=broker,
                        progress=True, label="count entries", errors="return")
     for path, info in zip(paths, infos):

@@ -19,9 +19,9 @@ import time
 
 import click
 
-from rhtc.broker.config import (ENV_URL, BrokerConfig, BrokerNotConfigured, KeyNotConfigured, StaleConfig,
+from ..broker.config import (ENV_URL, BrokerConfig, BrokerNotConfigured, KeyNotConfigured, StaleConfig,
                                 default_config_path, redact)
-from rhtc.broker.errors import ConnectionProblem
+from ..broker.errors import ConnectionProblem
 
 _PASSTHROUGH = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
 
@@ -49,7 +49,7 @@ def main():
               flag_value=8787, help="Also serve the live dashboard on 127.0.0.1 (on this port; default 8787).")
 def broker(host, port, unix_socket, allow_remote, maxmemory, config_path, dashboard_port):
     """Run a private redis-server in the foreground (random password, no persistence)."""
-    from rhtc.broker.embedded import EmbeddedBroker
+    from ..broker.embedded import EmbeddedBroker
     try:
         b = EmbeddedBroker(host=host, port=port, unix_socket=unix_socket, allow_remote=allow_remote,
                            maxmemory=maxmemory).start()
@@ -65,7 +65,7 @@ def broker(host, port, unix_socket, allow_remote, maxmemory, config_path, dashbo
         click.echo(f"config (url with password, signing key, namespace; mode 0600): {path}")
         click.echo("clients and workers on this machine find it there; elsewhere copy the file and set RHTC_CONFIG.")
         if dashboard_port is not None:
-            from rhtc.client.dashboard import Dashboard
+            from .dashboard import Dashboard
             try:
                 dash = Dashboard(b.config, port=dashboard_port).start()
                 click.echo(f"dashboard: {dash.url}")
@@ -111,7 +111,7 @@ def pack(ctx):
 @click.option("--broker", "url", default=None, help="Broker URL (default: configured, else start one).")
 def workers(n, cache_size, url):
     """Run a local pool of workers in the foreground until Ctrl-C."""
-    from rhtc.client.local import LocalCluster
+    from .local import LocalCluster
     try:
         config = BrokerConfig.resolve(url=url)
     except StaleConfig as err:
@@ -164,8 +164,8 @@ def _url_source(url: str | None) -> str:
 @click.option("--interval", default=1.0, show_default=True, help="Seconds between refreshes.")
 def status(url, watch, interval):
     """Live workers (current task, last heartbeat, CPU, memory, cache), queues, maps in flight."""
-    from rhtc.client.status import render_status
-    from rhtc.client.api import storage_for
+    from .status import render_status
+    from .api import storage_for
     try:
         storage = storage_for(BrokerConfig.resolve(url=url, require_key=False))
     except (BrokerNotConfigured, ConnectionError, PermissionError) as err:
@@ -190,7 +190,7 @@ def cancel(map_ids, url):
     """Cancel maps in flight by id (as `rhtc status` shows them; a unique start is enough).
     Their queued tasks are dropped now; the client that runs each one ends with MapCancelled."""
     import socket
-    from rhtc.client.api import storage_for
+    from .api import storage_for
     try:
         storage = storage_for(BrokerConfig.resolve(url=url, require_key=False))
     except (BrokerNotConfigured, ConnectionError, PermissionError) as err:
@@ -221,7 +221,7 @@ def cancel(map_ids, url):
 def dashboard(url, host, port, token):
     """Serve a live page of the broker (workers, maps, task stream) and /metrics for Prometheus."""
     try:
-        from rhtc.client.dashboard import Dashboard
+        from .dashboard import Dashboard
     except ImportError as err:
         raise click.ClickException(f"the dashboard needs the 'dashboard' extra ({err}): "
                                    "pip install 'redis-htcondor[dashboard]'")
@@ -247,7 +247,7 @@ def dashboard(url, host, port, token):
 
 def _register_optional() -> None:
     try:
-        from rhtc.client.timeline import timeline_command
+        from .timeline import timeline_command
     except ImportError:
         return
     main.add_command(timeline_command, "timeline")

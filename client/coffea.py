@@ -41,14 +41,14 @@ try:
 except ImportError as err:  # pragma: no cover - depends on the environment
     raise ImportError("rhtc.coffea needs coffea: pip install 'redis-htcondor[coffea]'") from err
 
-from rhtc.broker import context
-from rhtc.client.freshness import PreadSource
-from rhtc.client.openfiles import _forget, version_of
-from rhtc.client.api import submit
-from rhtc.client import xrootd
-from rhtc.client.chunks import Chunk
-from rhtc.client.errors import RemoteError, WorkItemFailed
-from rhtc.client.coffea_parity import (MAX_WARNINGS_PER_ITEM, _bytes_requested, _per_item_bytes,
+from rhtc import context
+from .freshness import PreadSource
+from .openfiles import _forget, version_of
+from .api import submit
+from . import xrootd
+from .chunks import Chunk
+from .errors import RemoteError, WorkItemFailed
+from .coffea_parity import (MAX_WARNINGS_PER_ITEM, _bytes_requested, _per_item_bytes,
                                        _processor_error, _worth_sending)
 
 # The routing key of the item this worker process is running, for worker_cache().

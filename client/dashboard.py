@@ -27,10 +27,10 @@ import secrets
 import threading
 from pathlib import Path
 
-from rhtc.broker import feed
-from rhtc.broker.config import BrokerConfig
-from rhtc.broker.storage import Storage
-from rhtc.client.dashstate import DashState
+from ..broker import feed
+from ..broker.config import BrokerConfig
+from ..broker.storage import Storage
+from .dashstate import DashState
 
 log = logging.getLogger("rhtc.client")
 
@@ -90,7 +90,7 @@ def _app(state: DashState, token: str):
     class Metrics(Base):
         def get(self):
             try:
-                from rhtc.client.dashmetrics import CONTENT_TYPE, render
+                from .dashmetrics import CONTENT_TYPE, render
             except ImportError as err:
                 self.set_status(501)
                 self.finish(f"/metrics needs prometheus-client ({err}): pip install 'redis-htcondor[dashboard]'\n")

@@ -15,11 +15,11 @@ import collections
 import threading
 import time
 
-from rhtc.broker import feed
-from rhtc.broker.protocol import key_fingerprint
-from rhtc.broker.storage import Storage
-from rhtc.broker.versions import stack_versions
-from rhtc.client.status import misfits
+from ..broker import feed
+from ..broker.protocol import key_fingerprint
+from ..broker.storage import Storage
+from rhtc.versions import stack_versions
+from .status import misfits
 
 #: recent task records kept for the task stream; gone workers kept this long (s);
 #: throughput samples kept (one a snapshot); maps kept this long after their last word (s)

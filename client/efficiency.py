@@ -36,7 +36,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from rhtc.client.record import RunRecord
+    from .record import RunRecord
 
 
 def _busy_seconds(intervals: list[tuple[float, float]]) -> float:

@@ -4,9 +4,10 @@ from __future__ import annotations
 import re
 
 from typing import TYPE_CHECKING, Any
+from rhtc.errors import RhtcError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from rhtc.broker.messages import ResultMeta, WorkerStatus
+    from ..broker.messages import ResultMeta, WorkerStatus
 
 
 def describe(obj: Any, limit: int = 200) -> str:
@@ -18,14 +19,14 @@ def describe(obj: Any, limit: int = 200) -> str:
     return text if len(text) < limit else text[:limit - 3] + "..."
 
 
-class BranchNotFound(KeyError):
+class BranchNotFound(KeyError, RhtcError):
     """A branch the function asked for is not in the tree."""
 
     def __str__(self) -> str:
         return self.args[0]
 
 
-class ChunkFileError(OSError):
+class ChunkFileError(OSError, RhtcError):
     """A chunk's file is missing, unreadable, not ROOT, or changed since make_chunks.
 
     ``reason`` says which, always one of :attr:`REASONS` (the README lists them too), and
@@ -49,7 +50,7 @@ class ChunkFileError(OSError):
         return (ChunkFileError, (self.args[0], self.reason, self.transient))
 
 
-class RemoteError(Exception):
+class RemoteError(RhtcError):
     """A task failed on a worker: the user's exception, with the remote traceback, the
     worker and the chunk (argument) it was running.
 
@@ -97,25 +98,25 @@ class RemoteError(Exception):
                               self.worker, self.host, self.argument, self.history))
 
 
-class MapCancelled(RuntimeError):
+class MapCancelled(RuntimeError, RhtcError):
     """The map was cancelled before all its results came back."""
 
 
-class BrokerLost(ConnectionError):
+class BrokerLost(ConnectionError, RhtcError):
     """The broker stayed unreachable longer than the map was willing to wait."""
 
 
-class BrokerFull(RuntimeError):
+class BrokerFull(RuntimeError, RhtcError):
     """Redis reached its maxmemory and refused the map's writes."""
 
 
-class KeyMismatch(RuntimeError):
+class KeyMismatch(RuntimeError, RhtcError):
     """The live workers hold another signing key than this client: they cannot verify
     its tasks, and it cannot verify their results. Give both the same ``RHTC_KEY`` (or
     the same config file), then run the map again."""
 
 
-class WorkItemFailed(RuntimeError):
+class WorkItemFailed(RuntimeError, RhtcError):
     """A coffea WorkItem failed on a worker: which item, which worker, the remote traceback
     (raised by ``rhtc.coffea.RedisExecutor``; defined here so that ``except WorkItemFailed``
     needs no coffea).

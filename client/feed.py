@@ -13,9 +13,9 @@ import queue
 import threading
 import time
 
-from rhtc.broker import feed
-from rhtc.broker.errors import ConnectionProblem
-from rhtc.client.tasks import TaskState
+from ..broker import feed
+from ..broker.errors import ConnectionProblem
+from .tasks import TaskState
 
 log = logging.getLogger("rhtc.client")
 

@@ -42,7 +42,8 @@ import queue
 import numpy
 import uproot
 
-from rhtc.client import xrootd
+from . import xrootd
+from rhtc.errors import RhtcError
 
 #: ROOT's file header up to and including the UUID (its large-file form is 75 bytes).
 HEADER_BYTES = 100
@@ -109,7 +110,7 @@ def unchanged(path: str, opened: Stamp | None, source) -> bool:
     return now is None or now == opened
 
 
-class FileShrank(OSError):
+class FileShrank(OSError, RhtcError):
     """A local file is shorter than when it was opened: it was truncated or rewritten."""
 
 

@@ -7,11 +7,11 @@ import threading
 import time
 from typing import Any
 
-from rhtc.client.errors import MapCancelled, RemoteError
-from rhtc.client.handleview import html_view, live_display, text_view
-from rhtc.client.maprun import MapRun
-from rhtc.client.tasks import TaskResult
-from rhtc.client.reduce import Reducer
+from .errors import MapCancelled, RemoteError
+from .handleview import html_view, live_display, text_view
+from .maprun import MapRun
+from .tasks import TaskResult
+from .reduce import Reducer
 
 log = logging.getLogger("rhtc.client")
 
@@ -145,7 +145,7 @@ class MapHandle:
     def timeline(self, path: str | None = None) -> "Plot":
         """Plot the worker occupancy timeline of this map: shown inline in a notebook,
         saved as PNG with ``path``; ``.figure`` is the matplotlib Figure."""
-        from rhtc.client.timeline import plot_timeline
+        from .timeline import plot_timeline
         return Plot(plot_timeline(self.record(), path=path))
 
     def __repr__(self) -> str:
@@ -185,7 +185,7 @@ class Plot:
 
 def record_of(run: MapRun):
     """A :class:`~client.record.RunRecord` of a map: its tasks and the workers' metrics."""
-    from rhtc.client.record import RunRecord
+    from .record import RunRecord
     rec = RunRecord(map_id=run.map_id, function=run.label, start=run.start or 0.0, n_tasks=run.n)
     for meta in run.metas:
         if "start" in meta and "stop" in meta:

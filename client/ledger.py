@@ -23,8 +23,8 @@ import numpy as np
 
 import time
 
-from rhtc.broker.errors import ConnectionProblem
-from rhtc.broker.messages import ResultMeta, parse_lost_run
+from ..broker.errors import ConnectionProblem
+from ..broker.messages import ResultMeta, parse_lost_run
 
 _NONE = -1
 _NAN = float("nan")

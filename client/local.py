@@ -19,10 +19,10 @@ import tempfile
 import threading
 import time
 
-from rhtc.broker.config import BrokerConfig
-from rhtc.broker.embedded import EmbeddedBroker, die_with_parent
-from rhtc.broker.storage import Storage
-from rhtc.client.arguments import positive_count
+from ..broker.config import BrokerConfig
+from ..broker.embedded import EmbeddedBroker, die_with_parent
+from ..broker.storage import Storage
+from .arguments import positive_count
 
 _default: "LocalCluster | None" = None
 _default_lock = threading.Lock()
@@ -111,7 +111,7 @@ class LocalCluster:
             self.log_dir, self._own_log_dir = tempfile.mkdtemp(prefix="rhtc-workers-"), True
         atexit.register(self.close)
         if self._want_dashboard is not False and self.dashboard is None:
-            from rhtc.client.dashboard import Dashboard
+            from .dashboard import Dashboard
             port = 0 if self._want_dashboard is True else int(self._want_dashboard)
             self.dashboard = Dashboard(self.config, port=port).start()
         self.add_workers(self.n_workers)

@@ -16,24 +16,24 @@ import socket
 import time
 from typing import Iterable, Sequence
 
-from rhtc.broker import protocol
+from ..broker import protocol
 
-from rhtc.broker import messages
-from rhtc.broker.errors import BrokerOutOfMemory, BrokerTrouble, ConnectionProblem
-from rhtc.broker.messages import Fault, FaultKind, ResultMeta, WorkerStatus
-from rhtc.broker.registry import renew_map_entry
-from rhtc.broker.storage import Storage
-from rhtc.client import beacon
-from rhtc.client.errors import BrokerFull, BrokerLost, RemoteError, describe, undecodable_error
-from rhtc.client.interrupts import held_interrupt
-from rhtc.client.ledger import Ledger
-from rhtc.client.feed import MapFeed
-from rhtc.client.packing import Frames, pack_function
-from rhtc.client.retry import RetryPolicy, RetryQueue
-from rhtc.client.routing import owners
-from rhtc.client.tasks import TaskResult, TaskState, TaskTable
-from rhtc.client.timeouts import check_task_timeout
-from rhtc.client.upkeep import Upkeep
+from ..broker import messages
+from ..broker.errors import BrokerOutOfMemory, BrokerTrouble, ConnectionProblem
+from ..broker.messages import Fault, FaultKind, ResultMeta, WorkerStatus
+from ..broker.registry import renew_map_entry
+from ..broker.storage import Storage
+from . import beacon
+from .errors import BrokerFull, BrokerLost, RemoteError, describe, undecodable_error
+from .interrupts import held_interrupt
+from .ledger import Ledger
+from .feed import MapFeed
+from .packing import Frames, pack_function
+from .retry import RetryPolicy, RetryQueue
+from .routing import owners
+from .tasks import TaskResult, TaskState, TaskTable
+from .timeouts import check_task_timeout
+from .upkeep import Upkeep
 
 log = logging.getLogger("rhtc.client")
 

@@ -11,10 +11,10 @@ import os
 import threading
 from typing import Any
 
-from rhtc.broker import context
-from rhtc.broker.config import settings
-from rhtc.client import freshness, xrootd
-from rhtc.client.errors import ChunkFileError
+from rhtc import context
+from ..broker.config import settings
+from . import freshness, xrootd
+from .errors import ChunkFileError
 
 # the files this process has open, least recently used first, at most Settings.open_files:
 # an open NanoAOD tree's metadata (about a thousand branches) stays in memory with it

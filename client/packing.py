@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from rhtc.broker import protocol
-from rhtc.broker.config import mib
-from rhtc.client.errors import describe
+from ..broker import protocol
+from ..broker.config import mib
+from .errors import describe
 
 
 def pack_function(key: bytes, fn, label: str) -> bytes:

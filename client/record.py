@@ -49,8 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from rhtc.client.attempts import AttemptRecord
-from rhtc.client.efficiency import efficiency
+from .attempts import AttemptRecord
+from .efficiency import efficiency
 
 FORMAT_VERSION = 1
 MAX_ERROR_CHARS = 200

@@ -25,8 +25,8 @@ import heapq
 import random
 import time
 
-from rhtc.broker import protocol
-from rhtc.client.tasks import TaskNote
+from ..broker import protocol
+from .tasks import TaskNote
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,10 +8,10 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
-from rhtc.broker.protocol import key_fingerprint
-from rhtc.broker.messages import WorkerStatus
-from rhtc.broker.storage import Storage
-from rhtc.broker.versions import stack_versions
+from ..broker.protocol import key_fingerprint
+from ..broker.messages import WorkerStatus
+from ..broker.storage import Storage
+from rhtc.versions import stack_versions
 
 
 def _mb(x) -> str:

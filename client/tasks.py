@@ -43,8 +43,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from rhtc.broker.messages import ResultMeta
-from rhtc.client.errors import RemoteError, describe
+from ..broker.messages import ResultMeta
+from .errors import RemoteError, describe
 
 
 class TaskState(enum.IntEnum):

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from rhtc.client.efficiency import time_range, efficiency
-from rhtc.client.record import RunRecord, TaskRecord
+from .efficiency import time_range, efficiency
+from .record import RunRecord, TaskRecord
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes

@@ -18,11 +18,11 @@ import math
 import time
 from typing import TYPE_CHECKING
 
-from rhtc.client.errors import RemoteError
+from .errors import RemoteError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from rhtc.broker.messages import WorkerStatus
-    from rhtc.client.upkeep import MapVerbs
+    from ..broker.messages import WorkerStatus
+    from .upkeep import MapVerbs
 
 log = logging.getLogger("rhtc.client")
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 
-from rhtc.broker.messages import WorkerStatus
+from ..broker.messages import WorkerStatus
 
 
 class UnclaimedWatch:

@@ -17,15 +17,15 @@ import warnings
 import weakref
 from typing import Iterable, Protocol
 
-from rhtc.broker import protocol
-from rhtc.broker.errors import BrokerOutOfMemory
-from rhtc.broker.messages import ResultMeta, WorkerStatus
-from rhtc.broker.registry import renew_map_entry
-from rhtc.broker.storage import Storage
-from rhtc.client.errors import BrokerFull, KeyMismatch, RemoteError
-from rhtc.client.feed import MapFeed
-from rhtc.client.unclaimed import UnclaimedWatch
-from rhtc.client.timeouts import TaskTimeouts
+from ..broker import protocol
+from ..broker.errors import BrokerOutOfMemory
+from ..broker.messages import ResultMeta, WorkerStatus
+from ..broker.registry import renew_map_entry
+from ..broker.storage import Storage
+from .errors import BrokerFull, KeyMismatch, RemoteError
+from .feed import MapFeed
+from .unclaimed import UnclaimedWatch
+from .timeouts import TaskTimeouts
 
 log = logging.getLogger("rhtc.client")
 

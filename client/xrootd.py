@@ -29,6 +29,7 @@ import os
 import re
 import threading
 from typing import Any
+from rhtc.errors import RhtcError
 
 SCHEMES = ("root://", "roots://")
 
@@ -231,7 +232,7 @@ def expand(url: str) -> list[str]:
     return sorted(f"{server}/{p}" for p in found)
 
 
-class ListingFailed(OSError):
+class ListingFailed(OSError, RhtcError):
     """A glob's directory could not be listed; ``reason`` as from :func:`explain`."""
 
     def __init__(self, message: str, reason: str):

@@ -20,11 +20,11 @@ Example::
 
 Importing this package does not import ``htcondor2``; that happens on first submit.
 """
-from rhtc.condor.pack import PackError, pack_environment, read_manifest
-from rhtc.condor.schedd import SchedulerUnavailable
-from rhtc.condor.submit import (EXECUTABLE, WORKERS_SBATCH, WORKERS_SUB, WorkerJobs, list_workers,
+from .pack import PackError, pack_environment, read_manifest
+from .schedd import SchedulerUnavailable
+from .submit import (EXECUTABLE, WORKERS_SBATCH, WORKERS_SUB, WorkerJobs, list_workers,
                            remove_workers, submit_workers)
-from rhtc.condor.validate import InvalidDescription, check_description
+from .validate import InvalidDescription, check_description
 
 __all__ = ["submit_workers", "list_workers", "remove_workers", "WorkerJobs", "pack_environment",
            "read_manifest", "check_description", "InvalidDescription", "SchedulerUnavailable",

@@ -13,7 +13,7 @@ import time
 
 import click
 
-from rhtc.condor.pack import DEFAULT_EXCLUDE, DEFAULT_GLIBC, PackError
+from .pack import DEFAULT_EXCLUDE, DEFAULT_GLIBC, PackError
 
 _ALIASES = {"ls": "list", "remove": "rm"}
 _SCHEDULER = click.option("--scheduler", type=click.Choice(["condor", "slurm"]), default="condor",
@@ -32,8 +32,8 @@ def _fail(err: BaseException):
 
 
 def _errors():
-    from rhtc.condor.schedd import SchedulerUnavailable
-    from rhtc.condor.validate import InvalidDescription
+    from .schedd import SchedulerUnavailable
+    from .validate import InvalidDescription
     return (SchedulerUnavailable, InvalidDescription, PackError, FileNotFoundError,
             PermissionError, ValueError)
 
@@ -89,7 +89,7 @@ def submit(workers, scheduler, config_file, env_pack, python, python_version, lo
            disk, cache_size, submit_file, append, sbatch_args, schedd, pool, dry_run, terse,
            do_list, rm_id):
     """Submit N workers; print the cluster (or Slurm array) id."""
-    from rhtc.condor.submit import list_workers, remove_workers, submit_workers
+    from .submit import list_workers, remove_workers, submit_workers
     try:
         if do_list:
             return _print_jobs(list_workers(scheduler, schedd=schedd, pool=pool), scheduler)
@@ -129,7 +129,7 @@ def submit(workers, scheduler, config_file, env_pack, python, python_version, lo
 @_POOL
 def list_(job_id, scheduler, schedd, pool):
     """List worker jobs (all, or those of one cluster / array job)."""
-    from rhtc.condor.submit import list_workers
+    from .submit import list_workers
     try:
         rows = list_workers(scheduler, job_id, schedd=schedd, pool=pool)
     except _errors() as err:
@@ -144,7 +144,7 @@ def list_(job_id, scheduler, schedd, pool):
 @_POOL
 def rm(job_id, scheduler, schedd, pool):
     """Remove workers: a cluster id, one job (12.3), an array job id, or `all` of yours."""
-    from rhtc.condor.submit import remove_workers
+    from .submit import remove_workers
     try:
         n = remove_workers(job_id, scheduler, schedd=schedd, pool=pool)
     except _errors() as err:
@@ -164,7 +164,7 @@ def rm(job_id, scheduler, schedd, pool):
 @click.option("--rebuild", is_flag=True, help="Ignore the cache.")
 def pack(output, python_version, glibc, extra, exclude, pip_args, rebuild):
     """Pack the worker environment (dependencies for the nodes' Python + this project)."""
-    from rhtc.condor.pack import pack_environment, read_manifest
+    from .pack import pack_environment, read_manifest
     t0 = time.monotonic()
     try:
         path = pack_environment(output, python_version=python_version, glibc=glibc, extra=extra,

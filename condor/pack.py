@@ -58,8 +58,9 @@ import time
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from rhtc.broker.config import cache_dir
-from rhtc.condor.lock import Lock, canonical, lock_environment
+from ..broker.config import cache_dir
+from .lock import Lock, canonical, lock_environment
+from rhtc.errors import RhtcError
 
 PACK_FORMAT = 2          # 2: pinned to the client's versions (manifest "lock")
 DIST_NAME = "redis-htcondor"
@@ -76,7 +77,7 @@ INSTALLED_EXTRAS = ("xrootd", "fsspec-xrootd")
 KEEP_PACKS = 3           # the cache keeps this many packs (and installed sites)
 
 
-class PackError(RuntimeError):
+class PackError(RuntimeError, RhtcError):
     """The worker environment could not be built; the message says why and what to try."""
 
 
@@ -95,10 +96,11 @@ def project_root() -> Path:
     return Path(__file__).resolve().parent.parent
 
 
-def _package_init() -> Path:
-    """``rhtc/__init__.py``: beside the folders in a checkout, above them when installed."""
+def _package_top() -> Path:
+    """The folder of ``rhtc/__init__.py`` and the package's top modules: beside the
+    subpackage folders in a checkout, above them when installed."""
     root = project_root()
-    return root / "rhtc" / "__init__.py" if (root / "rhtc" / "__init__.py").is_file() else root / "__init__.py"
+    return root / "rhtc" if (root / "rhtc" / "__init__.py").is_file() else root
 
 
 def _requirement_name(req: str) -> str:
@@ -159,7 +161,7 @@ def _project_files(packages: Sequence[str]) -> list[tuple[str, Path]]:
         for path in sorted(pdir.rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts and path.suffix not in NODE_SKIP_SUFFIXES:
                 files.append((f"rhtc/{path.relative_to(root)}", path))
-    files.append(("rhtc/__init__.py", _package_init()))
+    files += [(f"rhtc/{path.name}", path) for path in sorted(_package_top().glob("*.py"))]
     if not any(name.startswith("rhtc/worker/") for name, _ in files):
         raise PackError(f"the worker package is not in {root}: run from a checkout or install the project")
     return files

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from typing import Any
+from rhtc.errors import RhtcError
 
 # The attribute `workers.sub` puts on every worker job (`+RhtcWorker = true`).
 WORKER_FLAG = "RhtcWorker"
@@ -21,7 +22,7 @@ _UNSET = object()
 _loaded_config: object = _UNSET
 
 
-class SchedulerUnavailable(RuntimeError):
+class SchedulerUnavailable(RuntimeError, RhtcError):
     """No schedd (or Slurm controller) could be reached; the message says what to set."""
 
 

@@ -19,8 +19,8 @@ import subprocess
 from pathlib import Path
 from typing import Sequence
 
-from rhtc.broker.config import ENV_CONFIG, ENV_KEY, ENV_KEY_FILE, ENV_NAMESPACE, ENV_URL
-from rhtc.condor.schedd import SchedulerUnavailable
+from ..broker.config import ENV_CONFIG, ENV_KEY, ENV_KEY_FILE, ENV_NAMESPACE, ENV_URL
+from .schedd import SchedulerUnavailable
 
 JOB_NAME = "rhtc-worker"
 # The jobs get the broker from the config file named on their command line, never from these.

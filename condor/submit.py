@@ -25,13 +25,13 @@ from pathlib import Path
 from typing import Sequence
 from urllib.parse import urlsplit
 
-from rhtc.broker.config import ENV_KEY, ENV_KEY_FILE, ENV_NAMESPACE, ENV_URL, BrokerConfig, \
+from ..broker.config import ENV_KEY, ENV_KEY_FILE, ENV_NAMESPACE, ENV_URL, BrokerConfig, \
     default_config_path
-from rhtc.condor import schedd as _schedd
-from rhtc.condor import slurm as _slurm
-from rhtc.condor.pack import pack_environment, project_root
-from rhtc.condor.schedd import SchedulerUnavailable
-from rhtc.condor.validate import InvalidDescription, check_description
+from . import schedd as _schedd
+from . import slurm as _slurm
+from .pack import pack_environment, project_root
+from .schedd import SchedulerUnavailable
+from .validate import InvalidDescription, check_description
 
 HERE = Path(__file__).resolve().parent
 WORKERS_SUB = HERE / "workers.sub"

@@ -29,6 +29,7 @@ import os
 import re
 from pathlib import Path
 from typing import Iterable, Mapping
+from rhtc.errors import RhtcError
 
 # Commands whose value is a ClassAd expression evaluated by the schedd or the startd.
 EXPRESSION_COMMANDS = ("requirements", "rank", "periodic_hold", "periodic_release",
@@ -39,7 +40,7 @@ _REF = re.compile(r"(?<!\$)\$([A-Za-z_]*)\(\s*([A-Za-z_][A-Za-z0-9_.]*)")
 _QUEUE = re.compile(r"^\s*queue\b", re.IGNORECASE)
 
 
-class InvalidDescription(ValueError):
+class InvalidDescription(ValueError, RhtcError):
     """The submit description would fail (or misbehave) at the schedd; the message says why."""
 
 
@@ -135,7 +136,7 @@ def check_description(description, *, iwd: str | os.PathLike | None = None,
         secrets: strings that must not appear anywhere in the expanded description.
         check_files: also check that the executable and ``transfer_input_files`` exist.
     """
-    from rhtc.condor.schedd import bindings
+    from .schedd import bindings
     htcondor2 = bindings()
     text = description if isinstance(description, str) else None
     if text is not None:
@@ -195,7 +196,7 @@ def _queue_count(sub, qargs: str) -> int:
         return 1
     if re.search(r"\b(in|from|matching)\b", qargs, re.IGNORECASE):
         raise InvalidDescription(f"`queue {qargs}` iterates over items; workers need a plain `queue N`")
-    from rhtc.condor.schedd import bindings
+    from .schedd import bindings
     htcondor2 = bindings()
     probe = "rhtc_queue_count_probe"
     copy = htcondor2.Submit(dict(sub))     # keys cannot be deleted from a Submit

@@ -142,11 +142,11 @@ def main(argv=None) -> dict:
     elif a.files:
         files = a.files
     else:
-        from rhtc.bench.datagen import make_data
+        from rhtc import make_nanoaod
         n_files, n_events = (int(x) for x in a.generate.lower().split("x"))
         print(f"generated NanoAOD: {n_files} files x {n_events:,} events in {a.data_dir} "
               "(made once, reused afterwards)")
-        files = make_data(a.data_dir, files=n_files, events=n_events, compression="LZ4")
+        files = make_nanoaod(a.data_dir, files=n_files, events=n_events, compression="LZ4")
     chunks = make_chunks(files, step=a.step)
     cluster = LocalCluster(n_workers=a.workers).start() if a.workers else None
     try:

@@ -12,16 +12,14 @@ first use, so a worker that imports ``rhtc.worker`` never loads the client.
 """
 from __future__ import annotations
 
-import os as _os
+from rhtc import _checkout
 
 # In a checkout the subpackages are the top-level folders next to this one (the layout
-# the users asked for); an installed wheel has them inside this folder. Either way
-# ``rhtc.broker`` resolves, and an installed copy is never shadowed by the checkout.
-_here = _os.path.dirname(_os.path.abspath(__file__))
-_root = _os.path.dirname(_here)
-if (not _os.path.isdir(_os.path.join(_here, "broker"))
-        and _os.path.isfile(_os.path.join(_root, "broker", "keys.py"))):
-    __path__.append(_root)  # noqa: F821 -- the package's own __path__
+# the users asked for); an installed wheel has them inside this folder. Only the six
+# folder names are mapped (see rhtc/_checkout.py): the repository root is never on
+# ``__path__``, so ``pkgutil.walk_packages`` ends; the checkout that holds this file
+# also provides the folders, and an installed wheel maps nothing.
+_checkout.map_folders(__name__, __path__)  # noqa: F821 -- the package's own __path__
 
 try:
     from importlib.metadata import PackageNotFoundError as _NotFound, version as _version
@@ -43,6 +41,8 @@ _API = {
     "BrokerNotConfigured": "rhtc.broker.config",
     "make_chunks": "rhtc.client.chunks", "Chunk": "rhtc.client.chunks",
     "BrokerConfig": "rhtc.broker.config",
+    "RhtcError": "rhtc.errors",
+    "make_nanoaod": "rhtc.bench.datagen:make_data",  # synthetic NanoAOD files to try things on
 }
 __all__ = sorted(_API) + ["__version__"]
 
@@ -54,7 +54,8 @@ def __getattr__(name: str):
         return importlib.import_module("rhtc.coffea")
     if module is None:
         raise AttributeError(f"module 'rhtc' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    module, _, attr = module.partition(":")
+    value = getattr(importlib.import_module(module), attr or name)
     globals()[name] = value
     return value
 

@@ -15,7 +15,7 @@ import pytest
 
 from rhtc.broker.embedded import EmbeddedBroker
 from rhtc.broker.storage import Storage
-from rhtc.broker.processes import stop_processes
+from rhtc.processes import stop_processes
 
 from tests.samples import NANOAOD, ROOT, needs_nanoaod  # noqa: F401  (re-exported to the tests)
 

@@ -49,7 +49,7 @@ def test_a_worker_with_a_tiny_cache_reads_again_and_withdraws_its_chunks(broker,
 @needs_nanoaod
 def test_branches_of_one_collection_share_their_offsets_in_the_cache():
     import awkward as ak
-    from rhtc.broker import context
+    from rhtc import context
     chunk = make_chunks(str(NANOAOD / "nano_dy.root"), step=40)[0]
     direct = chunk.arrays(["Muon_pt", "Muon_eta", "Muon_charge"], how=dict)
     cache = BranchCache(limit_bytes=10**8)

@@ -20,17 +20,22 @@ def _folder(name: str) -> Path:
 
 def _imports(path: Path) -> set[str]:
     """Modules of rhtc that ``path`` imports anywhere (also inside functions: a lazy import
-    only hides a cycle), except under ``if TYPE_CHECKING``."""
+    only hides a cycle), except under ``if TYPE_CHECKING``. Relative imports between the
+    folders (``from ..broker import storage`` in ``worker/``) are resolved."""
     tree = ast.parse(path.read_text())
     skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
             and "TYPE_CHECKING" in ast.unparse(node.test) for n in ast.walk(node)}
+    package = ["rhtc", path.parent.name]
     out = set()
     for node in ast.walk(tree):
         if id(node) in skip:
             continue
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rhtc."):
-            out.add(node.module)
-            out.update(f"{node.module}.{a.name}" for a in node.names)
+        if isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            if module == "rhtc" or module.startswith("rhtc."):
+                out.add(module)
+                out.update(f"{module}.{a.name}" for a in node.names)
         elif isinstance(node, ast.Import):
             out.update(a.name for a in node.names if a.name.startswith("rhtc."))
     return out

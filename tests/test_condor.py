@@ -210,7 +210,7 @@ def test_pack_pins_the_clients_exact_versions(tmp_path):
     """The nodes get the versions installed here (numpy, awkward, uproot, their dependencies),
     recorded in the manifest's lock and installed in site/, for the nodes' Python 3.13."""
     from importlib.metadata import version
-    from rhtc.broker.versions import stack_versions
+    from rhtc.versions import stack_versions
     from rhtc.condor.pack import pack_environment, read_manifest
     path = pack_environment(tmp_path / "env.tar.gz", python_version="3.13")
     lock = read_manifest(path)["lock"]

@@ -227,7 +227,7 @@ def test_a_thousand_workers_with_their_problems_sortable(broker, chrome):
     from rhtc.broker.messages import WorkerStatus
     from rhtc.broker.protocol import key_fingerprint
     from rhtc.broker.storage import Storage
-    from rhtc.broker.versions import stack_versions
+    from rhtc.versions import stack_versions
     lasting = Settings(lease=600.0)                  # these heartbeats outlive the test's pace
     s = Storage(broker.config, settings=lasting)
     forger = Storage(dataclasses.replace(broker.config, key=b"f" * 32), settings=lasting)

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from rhtc.broker.config import Settings
-from rhtc.broker.processes import stop_processes
+from rhtc.processes import stop_processes
 from rhtc.broker.storage import Storage
 from rhtc.client import remote_map
 from rhtc.client.maprun import MapRun

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from rhtc.broker.versions import stack_versions
+from rhtc.versions import stack_versions
 from rhtc.client import RemoteError, remote_map
 from tests.conftest import ROOT
 

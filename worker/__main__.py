@@ -1,5 +1,5 @@
 """``python -m rhtc.worker --broker URL [--name NAME] [--cache-size 4GB]``"""
-from rhtc.worker.cli import main
+from .cli import main
 
 if __name__ == "__main__":
     main()

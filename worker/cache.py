@@ -21,7 +21,7 @@ import re
 import sys
 from typing import Any, Iterator, MutableMapping
 
-from rhtc.broker import context
+from rhtc import context
 
 _UNITS = {"": 1, "B": 1, "K": 1e3, "KB": 1e3, "M": 1e6, "MB": 1e6, "G": 1e9, "GB": 1e9,
           "T": 1e12, "TB": 1e12, "KIB": 1024, "MIB": 1024 ** 2, "GIB": 1024 ** 3, "TIB": 1024 ** 4}

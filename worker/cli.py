@@ -8,7 +8,7 @@ import sys
 import click
 import psutil
 
-from rhtc.broker.config import BrokerConfig, BrokerNotConfigured, KeyNotConfigured, validate_worker_name
+from ..broker.config import BrokerConfig, BrokerNotConfigured, KeyNotConfigured, validate_worker_name
 
 
 def default_cache_size() -> int:
@@ -37,8 +37,8 @@ def main(url, config_file, name, cache_size, namespace, verbose):
     """Serve tasks from the broker until SIGTERM (then hand back the current task, exit 0)."""
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    from rhtc.worker.cache import parse_size
-    from rhtc.worker.supervisor import Supervisor
+    from .cache import parse_size
+    from .supervisor import Supervisor
     if name is not None:
         try:
             validate_worker_name(name)

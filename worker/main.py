@@ -15,19 +15,20 @@ import signal
 import socket
 import time
 
-from rhtc.broker import context, protocol
+from rhtc import context
+from ..broker import protocol
 
-from rhtc.broker import messages
-from rhtc.broker.config import BrokerConfig, Settings, redact, settings
-from rhtc.broker.errors import BrokerOutOfMemory, BrokerRefused, BrokerTrouble, BrokerUnavailable, ConnectionProblem
-from rhtc.broker.storage import Storage
-from rhtc.worker.cache import BranchCache
-from rhtc.worker.children import end_children
-from rhtc.worker.memory import tune_malloc
-from rhtc.worker.results import (ALWAYS_FITS, REFUSALS, batches_within, describe_error, pack_result,
+from ..broker import messages
+from ..broker.config import BrokerConfig, Settings, redact, settings
+from ..broker.errors import BrokerOutOfMemory, BrokerRefused, BrokerTrouble, BrokerUnavailable, ConnectionProblem
+from ..broker.storage import Storage
+from .cache import BranchCache
+from .children import end_children
+from .memory import tune_malloc
+from .results import (ALWAYS_FITS, REFUSALS, batches_within, describe_error, pack_result,
                                  refused_by_broker)
-from rhtc.worker.shared import SharedState
-from rhtc.worker.tokens import MapTokens
+from .shared import SharedState
+from .tokens import MapTokens
 
 log = logging.getLogger("rhtc.worker")
 

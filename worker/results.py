@@ -14,9 +14,9 @@ from typing import Callable, Sequence
 
 import cloudpickle
 
-from rhtc.broker import messages, protocol
-from rhtc.broker.config import mib
-from rhtc.broker.leases import BulkLimits
+from ..broker import messages, protocol
+from ..broker.config import mib
+from ..broker.leases import BulkLimits
 
 #: room left in one Redis command for the frame's header, the meta and the other arguments
 COMMAND_MARGIN = 64 * 1024

@@ -14,7 +14,7 @@ import multiprocessing
 import time
 from typing import Iterable
 
-from rhtc.broker.protocol import TASK_ID_LEN, TaskRef
+from ..broker.protocol import TASK_ID_LEN, TaskRef
 
 MAX_HELD = 256
 

@@ -34,17 +34,18 @@ import time
 
 import redis
 
-from rhtc.broker import protocol
+from ..broker import protocol
 
-from rhtc.broker import messages
-from rhtc.broker.config import BrokerConfig, Settings, redact, settings, validate_worker_name
-from rhtc.broker.errors import BrokerTrouble
-from rhtc.broker.storage import Storage
-from rhtc.broker.versions import stack_versions
-from rhtc.worker.children import become_subreaper, end_children
-from rhtc.worker.main import Backoff, TaskProcess, default_name
-from rhtc.worker.metrics import NodeMetrics
-from rhtc.worker.shared import SharedState
+from ..broker import messages
+from ..broker.config import BrokerConfig, Settings, redact, settings, validate_worker_name
+from ..broker.errors import BrokerTrouble
+from ..broker.storage import Storage
+from rhtc.versions import stack_versions
+from .children import become_subreaper, end_children
+from .main import Backoff, TaskProcess, default_name
+from .metrics import NodeMetrics
+from .shared import SharedState
+from rhtc.errors import RhtcError
 
 log = logging.getLogger("rhtc.worker")
 
@@ -54,7 +55,7 @@ EXIT_REFUSED = 2           # the exit code when the broker refuses the password
 STOP_GRACE = 10.0          # seconds a task process gets to hand back its task on SIGTERM
 
 
-class NameHeld(RuntimeError):
+class NameHeld(RuntimeError, RhtcError):
     """Another live process holds this worker name."""
 
 

@@ -27,8 +27,8 @@ import dataclasses
 import time
 from datetime import datetime, timezone
 
-from rhtc.broker import protocol
-from rhtc.broker.messages import FaultKind
+from ..broker import protocol
+from ..broker.messages import FaultKind
 
 FRESH_MARGIN_MS = 1000      # a cached token must stay valid this much longer to run at once
 _CACHE = 256                # tokens (and maps) remembered

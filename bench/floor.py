@@ -15,8 +15,8 @@ import time
 
 import redis
 
-from rhtc.broker.config import BrokerConfig
-from rhtc.broker.keys import Keys
+from ..broker.config import BrokerConfig
+from ..broker.keys import Keys
 
 
 def _echo(url: str, queue: str, replies: str) -> None:

@@ -6,7 +6,7 @@ and adds up the bytes it read. Outside a worker ``current`` is ``None`` and that
 reads directly. Because this lives in an installed module, the cache survives across
 tasks however the user's function was pickled.
 
-    >>> from rhtc.broker import context
+    >>> from rhtc import context
     >>> context.current is None   # not inside a worker
     True
 """

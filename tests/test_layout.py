@@ -1,0 +1,84 @@
+"""The layout users asked for (top-level folders), seen the same way by the code, by
+tools that never run it and by an installed copy (issue 17)."""
+from __future__ import annotations
+
+import ast
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import rhtc
+from tests.test_client_structure import FOLDERS, _folder, _imports
+
+#: DESIGN.md's "may import" column: which folders a folder's modules may use. Every
+#: folder may use the package top (``rhtc``, ``rhtc.errors``, ``rhtc.context``...).
+MAY_IMPORT = {
+    "broker": set(),
+    "worker": {"broker"},
+    "client": {"broker"},
+    "condor": {"broker"},
+    "bench": {"broker", "client", "worker", "condor", "examples"},  # it times the examples
+}
+
+
+def _folder_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 and parts[0] == "rhtc" and parts[1] in FOLDERS + ("examples",) else None
+
+
+@pytest.mark.parametrize("folder", sorted(MAY_IMPORT))
+def test_folders_import_only_what_the_design_allows(folder):
+    wrong = sorted(f"{p.name} imports {m}" for p in _folder(folder).glob("*.py") for m in _imports(p)
+                   if _folder_of(m) not in (None, folder, *MAY_IMPORT[folder]))
+    assert not wrong, f"{folder}/ breaks DESIGN.md's layering: " + "; ".join(wrong)
+
+
+@pytest.mark.parametrize("folder", sorted(MAY_IMPORT))
+def test_imports_between_folders_are_relative(folder):
+    """A reader who never runs the code sees which sibling folder a file uses:
+    ``from ..broker import storage``, not ``from rhtc.broker import storage`` (which
+    names no folder of the checkout)."""
+    absolute = []
+    for p in _folder(folder).glob("*.py"):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.ImportFrom) and not node.level and node.module \
+                    and _folder_of(node.module):
+                absolute.append(f"{p.name}:{node.lineno} from {node.module}")
+            elif isinstance(node, ast.Import):
+                absolute += [f"{p.name}:{node.lineno} import {a.name}" for a in node.names
+                             if _folder_of(a.name)]
+    assert not absolute, f"write these imports relative: {absolute}"
+
+
+def test_examples_use_the_public_api_only():
+    used = set()
+    for p in _folder("examples").glob("*.py"):
+        used |= {m for m in _imports(p) if m != "rhtc"}
+    public = {f"rhtc.{name}" for name in rhtc.__all__} | {"rhtc.coffea"}
+    assert used <= public, f"examples import private modules: {sorted(used - public)}"
+
+
+def test_the_repository_root_is_not_on_the_package_path():
+    root = Path(rhtc.__file__).resolve().parent.parent
+    assert all(Path(p).resolve() != root for p in rhtc.__path__), rhtc.__path__
+
+
+def test_walk_packages_ends_and_names_no_package_twice():
+    names = [m.name for m in pkgutil.walk_packages(rhtc.__path__, "rhtc.")]
+    assert len(names) == len(set(names)) and not any(n.startswith("rhtc.rhtc") for n in names), names
+
+
+def test_a_second_checkout_runs_its_own_folders(tmp_path):
+    """A worktree (or a second clone) next to an editable install imports its own
+    ``broker/``, not the installed checkout's."""
+    here = Path(rhtc.__file__).resolve().parent.parent
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(here), str(clone)], check=True)
+    (clone / "broker" / "marker_for_test.py").write_text("WHERE = 'clone'\n")
+    out = subprocess.run([sys.executable, "-c", "import rhtc.broker.marker_for_test as m, rhtc.broker.keys as k; "
+                          "print(m.WHERE, k.__file__)"], cwd=clone, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[0] == "clone" and out.stdout.split()[1].startswith(str(clone)), out.stdout
