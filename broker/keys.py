@@ -24,6 +24,11 @@ key                             type    what / who deletes it
                                         script routes to the shared queue instead when the
                                         worker is not live); emptied when it is reaped or
                                         retires, and only then is it removed from ``workers``
+``{ns}:q:routed``               set     workers whose own queue may hold tasks (the enqueue script
+                                        adds the worker it routes to; a thief removes a name whose
+                                        queue it finds empty), so an idle worker looks for work to
+                                        steal in the few routed queues, not in every worker's:
+                                        bounded by the registered workers, gone when all are empty
 ``{ns}:lease:{worker}``         hash    task id -> incarnation | taken-at ms | task frame: in
                                         flight on that worker; reconciled by the worker, requeued
                                         by the reaper, by a new incarnation, or on a task-process crash
@@ -99,6 +104,7 @@ import dataclasses
 TEMPLATES: dict[str, str] = {
     "shared_queue": "{ns}:q:shared",
     "queue": "{ns}:q:w:{worker}",
+    "routed": "{ns}:q:routed",
     "lease": "{ns}:lease:{worker}",
     "incarnation": "{ns}:inc:{worker}",
     "heartbeat": "{ns}:hb:{worker}",

@@ -64,6 +64,7 @@ while i <= #ARGV do
   local first, last = i + 3, i + 2 + count
   if routed and is_live(who) then
     push(K.queue(who), first, last)
+    redis.call('SADD', K.routed(), who)
   else
     local now = math.min(room, count)
     if now > 0 then push(K.shared_queue(), first, first + now - 1) end

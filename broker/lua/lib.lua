@@ -137,26 +137,29 @@ end
 -- the owner would reach the tail much later than the thief can re-read it) or stuck
 -- (its current task has run more than `stuck` seconds), or it is dead (no incarnation).
 -- A short queue of an owner that is making progress is left alone: those chunks are in
--- its cache. Work: one LLEN per registered worker, at most `step` pops.
+-- its cache. Work: one LLEN per worker whose queue may hold tasks (the `routed` set: an
+-- idle pool of a thousand workers costs one SMEMBERS of an empty set per take, not a
+-- thousand LLENs), at most `step` pops. A name whose queue is empty, or that is no longer
+-- registered, leaves the set here.
 -- Returns frame, the map's token; or nil.
 local function steal_one(me, inc, minq, stuck, step)
   local best, bestlen = nil, 0
-  for _, w in ipairs(redis.call('SMEMBERS', K.workers())) do
-    if w ~= me then
-      local l = redis.call('LLEN', K.queue(w))
-      if l > 0 then
-        local ok = l >= minq
-        if not ok then
-          local hb = redis.call('GET', K.heartbeat(w))
-          if not hb then
-            ok = true
-          else
-            local status = cjson.decode(hb)
-            ok = type(status[STATUS_TASK_SECONDS]) == 'number' and status[STATUS_TASK_SECONDS] > stuck
-          end
+  for _, w in ipairs(redis.call('SMEMBERS', K.routed())) do
+    local l = redis.call('LLEN', K.queue(w))
+    if l == 0 or redis.call('SISMEMBER', K.workers(), w) == 0 then
+      redis.call('SREM', K.routed(), w)
+    elseif w ~= me then
+      local ok = l >= minq
+      if not ok then
+        local hb = redis.call('GET', K.heartbeat(w))
+        if not hb then
+          ok = true
+        else
+          local status = cjson.decode(hb)
+          ok = type(status[STATUS_TASK_SECONDS]) == 'number' and status[STATUS_TASK_SECONDS] > stuck
         end
-        if ok and l > bestlen then best, bestlen = w, l end
       end
+      if ok and l > bestlen then best, bestlen = w, l end
     end
   end
   if not best then return nil end

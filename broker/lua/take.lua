@@ -37,7 +37,10 @@ local function take(q, shared)
   while #out < 2 * n + 2 and budget > 0 do
     budget = budget - 1
     local item = redis.call('RPOP', q)
-    if not item then return end
+    if not item then
+      if not shared then redis.call('SREM', K.routed(), w) end  -- nothing left to steal here
+      return
+    end
     if not is_task(item) then
       out[#out + 1] = item
       out[#out + 1] = ''
