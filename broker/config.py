@@ -125,6 +125,9 @@ class Settings:
                                       # a "live" worker that takes none: the client takes them back
     feed_entries: int = 600           # the dashboard's feed keeps this many entries (one per map a second)
     feed_ttl: int = 600               # ... and expires this long after the last one (s)
+    disk_cache: str = ""              # RHTC_DISK_CACHE: the node's disk tier (a node-local directory
+                                      # shared by the node's workers); "" = off
+    disk_cache_size: int = 20 * 10 ** 9   # RHTC_DISK_CACHE_SIZE: its cap for the whole node (bytes)
 
     @property
     def heartbeat(self) -> float:
@@ -156,7 +159,9 @@ class Settings:
                    client_ttl=max(1.0, _env_float("RHTC_CLIENT_TTL", 10.0)),
                    malloc_tuning=e.get("RHTC_MALLOC_TUNING", "1") != "0",
                    token_ttl=max(2.0, _env_float("RHTC_TOKEN_TTL", 30.0)),
-                   unclaimed_seconds=max(1.0, _env_float("RHTC_UNCLAIMED_SECONDS", 10.0)))
+                   unclaimed_seconds=max(1.0, _env_float("RHTC_UNCLAIMED_SECONDS", 10.0)),
+                   disk_cache=e.get("RHTC_DISK_CACHE", ""),
+                   disk_cache_size=int(_env_float("RHTC_DISK_CACHE_SIZE", 20 * 10 ** 9)))
 
 
 @functools.lru_cache(maxsize=1)

@@ -55,6 +55,7 @@ class ResultMeta:
     stop: float
     incarnation: str = ""
     bytes_cache: int = 0
+    bytes_disk: int = 0
     bytes_file: int = 0
     events: int | None = None
     files_opened: int = 0
@@ -62,12 +63,12 @@ class ResultMeta:
 
     @property
     def bytes_read(self) -> int:
-        return self.bytes_cache + self.bytes_file
+        return self.bytes_cache + self.bytes_disk + self.bytes_file
 
     def to_dict(self) -> dict:
         d = {"worker": self.worker, "host": self.host, "pid": self.pid, "start": self.start,
              "stop": self.stop, "incarnation": self.incarnation, "bytes_cache": self.bytes_cache,
-             "bytes_file": self.bytes_file, "events": self.events, "files_opened": self.files_opened,
+             "bytes_disk": self.bytes_disk, "bytes_file": self.bytes_file, "events": self.events, "files_opened": self.files_opened,
              **self.extra}
         d["bytes_read"] = self.bytes_read
         return d

@@ -22,13 +22,15 @@ class TaskContext:
 
     worker: str
     cache: MutableMapping | None = None      # branch cache (bytes-capped LRU)
-    bytes_from_cache: int = 0
+    bytes_from_cache: int = 0                # served from the worker's memory
+    bytes_from_disk: int = 0                 # served from the node's disk tier
     bytes_from_file: int = 0
     files_opened: int = 0                    # files this task had to open (not already open)
     routing_keys: set = dataclasses.field(default_factory=set)  # chunks this task cached
 
     def begin_task(self) -> None:
         self.bytes_from_cache = 0
+        self.bytes_from_disk = 0
         self.bytes_from_file = 0
         self.files_opened = 0
         self.routing_keys = set()

@@ -47,14 +47,15 @@ def nbytes_of(value: Any) -> int:
 class BranchCache(MutableMapping):
     """Byte-capped LRU mapping for uproot's ``array_cache``, with per-chunk tags."""
 
-    def __init__(self, limit_bytes: int):
+    def __init__(self, limit_bytes: int, disk=None):
         self.limit_bytes = int(limit_bytes)
+        self.disk = disk                       # the node's disk tier under it (worker.disk), or None
         self._data: collections.OrderedDict[str, tuple[Any, int, str | None]] = collections.OrderedDict()
         self._tag_count: collections.Counter = collections.Counter()
         self._offsets: dict[str, list] = {}    # per chunk: offsets arrays kept once
         self.nbytes = 0
         self.evicted_tags: set[str] = set()   # chunks no longer held; drained by the worker
-        self.hits = self.misses = 0
+        self.hits = self.misses = self.disk_hits = 0
 
     # MutableMapping
     def __getitem__(self, key: str) -> Any:
@@ -65,8 +66,10 @@ class BranchCache(MutableMapping):
     def get(self, key: str, default: Any = None) -> Any:
         return self.get_counted(key, default)
 
-    def get_counted(self, key: str, default: Any = None) -> Any:
+    def get_counted(self, key: str, default: Any = None, tag: str | None = None) -> Any:
         entry = self._data.get(key)
+        if entry is None and self.disk is not None:
+            return self._from_disk(key, default, tag)
         if entry is None:
             self.misses += 1
             return default
@@ -75,6 +78,21 @@ class BranchCache(MutableMapping):
         if context.current is not None:
             context.current.bytes_from_cache += entry[1]
         return entry[0]
+
+    def _from_disk(self, key: str, default: Any, tag: str | None) -> Any:
+        """A RAM miss looked up in the node's disk tier; a hit goes back into memory under
+        its chunk and counts as bytes from disk."""
+        value = self.disk.get(key)
+        if value is None:
+            self.misses += 1
+            return default
+        self.put(key, value, tag)
+        self.disk_hits += 1
+        if context.current is not None:
+            context.current.bytes_from_disk += nbytes_of(value)
+            if tag is not None:
+                context.current.routing_keys.add(tag)
+        return value
 
     def __setitem__(self, key: str, value: Any) -> None:
         self.put(key, value, None)
@@ -170,12 +188,14 @@ class TaggedView(MutableMapping):
         return self.cache[self.prefix + key]
 
     def get(self, key, default=None):
-        return self.cache.get_counted(self.prefix + key, default)
+        return self.cache.get_counted(self.prefix + key, default, self.tag)
 
     def __setitem__(self, key, value):
         key = self.prefix + key
         fresh = key not in self.cache._data
         self.cache.put(key, value, self.tag)
+        if fresh and self.cache.disk is not None and self.prefix:
+            self.cache.disk.put_later(key, value)      # read from the file: keep it on the node
         if fresh and context.current is not None:
             context.current.routing_keys.add(self.tag)
 

@@ -24,6 +24,7 @@ from ..broker.errors import BrokerOutOfMemory, BrokerRefused, BrokerTrouble, Bro
 from ..broker.storage import Storage
 from .cache import BranchCache
 from .children import end_children
+from .disk import open_disk_tier
 from .memory import tune_malloc
 from .results import (ALWAYS_FITS, REFUSALS, batches_within, describe_error, pack_result,
                                  refused_by_broker)
@@ -82,7 +83,7 @@ class TaskProcess:
         self.shared = shared
         self.key = config.key
         self.storage = Storage(config, self.settings)
-        self.cache = BranchCache(cache_bytes)
+        self.cache = BranchCache(cache_bytes, disk=open_disk_tier(self.settings, name))
         self.functions: collections.OrderedDict[str, object] = collections.OrderedDict()
         self.tokens = MapTokens(self.key, name)
         self._broker_ms = 0                         # the broker's clock at the last take
@@ -291,6 +292,7 @@ class TaskProcess:
         self._ewma = 0.8 * self._ewma + 0.2 * (t1 - t0)
         meta = messages.ResultMeta(worker=self.name, host=self.host, pid=self.pid, start=t0, stop=t1,
                                    incarnation=self.incarnation, bytes_cache=self.ctx.bytes_from_cache,
+                                   bytes_disk=self.ctx.bytes_from_disk,
                                    bytes_file=self.ctx.bytes_from_file, events=_events_of(arg),
                                    files_opened=self.ctx.files_opened)
         if late_check:

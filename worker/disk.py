@@ -1,0 +1,246 @@
+"""The node's disk tier: the branch cache's entries kept on node-local disk, shared by
+every worker of the node that points at the same directory, so that a worker replaced
+on the node (walltime, eviction, the keeper's replacement, the next morning's pool)
+comes back warm.
+
+The store is :mod:`diskcache` (SQLite index + one file per large value): it is made for
+several processes sharing one directory, publishes an entry atomically (the index row is
+committed only after the value's file is written, so a reader never sees a half-written
+entry; a writer killed mid-write leaves an orphan file that diskcache ignores), caps the
+directory in bytes and evicts across all its users. We add what it does not do:
+
+* a **checksum** and length over every entry (a file truncated or corrupted after a node
+  crash is dropped and re-read from the input file: costs a read, never an error or a
+  wrong value);
+* **no pickle**: arrays are stored as their raw buffers (numpy) or awkward's
+  ``to_buffers``, behind a small JSON header, compressed with LZ4 (fast to decompress:
+  a disk hit must cost much less than decompressing the ROOT basket again);
+* **free space**: nothing is written when the disk's free space would fall under
+  ``min_free`` (the cap is not the only limit: other jobs share the disk);
+* keys are the RAM cache's (the file version stamp, file UUID, tree, branch,
+  interpretation and entry range), so a changed input file is never served stale.
+
+Eviction is "least recently stored": a read never writes to the index, so the workers of
+a node never queue for SQLite's write lock to *read*.
+
+    >>> import tempfile, numpy as np
+    >>> d = DiskTier(tempfile.mkdtemp(), size_limit=10_000_000)
+    >>> d.put("v1|uuid:Events:Muon_pt:0-10", np.arange(10, dtype=np.float32))
+    True
+    >>> d.get("v1|uuid:Events:Muon_pt:0-10")[:3]
+    array([0., 1., 2.], dtype=float32)
+    >>> d.get("v2|uuid:Events:Muon_pt:0-10") is None
+    True
+    >>> d.close()
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import shutil
+import struct
+import threading
+import zlib
+from typing import Any
+
+import lz4.frame
+
+log = logging.getLogger("rhtc.worker")
+
+MAGIC = b"RHD1"
+_HEAD = struct.Struct("<4sIQ")            # magic, crc32 of the compressed body, body length
+MIN_FREE = 2 * 1024 ** 3                 # never fill the disk: leave this much free (bytes)
+WRITE_QUEUE = 256                        # entries waiting for the background writer, at most
+
+
+class DiskTier:
+    """A node-local, size-capped, multi-process store of branch arrays (see the module)."""
+
+    def __init__(self, directory: str | os.PathLike, size_limit: int, min_free: int = MIN_FREE):
+        import diskcache
+        self.directory = os.fspath(directory)
+        os.makedirs(self.directory, mode=0o700, exist_ok=True)
+        self.size_limit, self.min_free = int(size_limit), int(min_free)
+        self._store = diskcache.Cache(self.directory, size_limit=self.size_limit,
+                                      eviction_policy="least-recently-stored", timeout=5,
+                                      cull_limit=20)
+        self.hits = self.misses = self.dropped = self.written = self.skipped = 0
+        self._pending: queue.Queue = queue.Queue(maxsize=WRITE_QUEUE)
+        self._writer: threading.Thread | None = None
+
+    # -- reading -------------------------------------------------------------------------
+    def get(self, key: str) -> Any | None:
+        """The array stored under ``key``; None when absent, corrupt or unreadable (a
+        corrupt entry is deleted: the caller reads the input file instead)."""
+        try:
+            raw = self._store.get(key, default=None, retry=True)
+        except Exception as err:           # a broken index, a disk error: a miss, said once
+            self._say(f"cannot read the disk cache {self.directory}: {type(err).__name__}: {err}")
+            raw = None
+        if raw is None:
+            self.misses += 1
+            return None
+        value = decode(raw)
+        if value is None:
+            self.dropped += 1
+            self.misses += 1
+            self.discard(key)
+            return None
+        self.hits += 1
+        return value
+
+    # -- writing -------------------------------------------------------------------------
+    def put(self, key: str, value: Any) -> bool:
+        """Store ``value`` (numpy or awkward); False when it cannot be stored (a kind of
+        value we don't keep, larger than a tenth of the cap, or too little free disk)."""
+        raw = encode(value)
+        if raw is None or len(raw) > self.size_limit // 10 or not self._room(len(raw)):
+            self.skipped += 1
+            return False
+        try:
+            self._store.set(key, raw, retry=True)
+        except Exception as err:
+            self._say(f"cannot write the disk cache {self.directory}: {type(err).__name__}: {err}")
+            return False
+        self.written += 1
+        return True
+
+    def put_later(self, key: str, value: Any) -> None:
+        """:meth:`put` in the background (compressing and writing while the task goes on);
+        dropped when the writer is :data:`WRITE_QUEUE` entries behind: a cache may miss."""
+        if self._writer is None:
+            self._writer = threading.Thread(target=self._write_loop, name="rhtc-disk-writer", daemon=True)
+            self._writer.start()
+        try:
+            self._pending.put_nowait((key, value))
+        except queue.Full:
+            self.skipped += 1
+
+    def flush(self, timeout: float = 30.0) -> None:
+        """Wait until what :meth:`put_later` was given is written (tests, a draining worker)."""
+        if self._writer is not None:
+            self._pending.join()
+
+    def _write_loop(self) -> None:
+        while True:
+            key, value = self._pending.get()
+            try:
+                self.put(key, value)
+            except Exception as err:           # never let the writer die
+                self._say(f"cannot write the disk cache {self.directory}: {type(err).__name__}: {err}")
+            finally:
+                self._pending.task_done()
+
+    def discard(self, key: str) -> None:
+        try:
+            self._store.delete(key, retry=True)
+        except Exception:
+            pass
+
+    def _room(self, n: int) -> bool:
+        try:
+            free = shutil.disk_usage(self.directory).free
+        except OSError:
+            return False
+        return free - n > self.min_free
+
+    # -- about ---------------------------------------------------------------------------
+    @property
+    def nbytes(self) -> int:
+        """Bytes the directory's entries take (all the node's workers together)."""
+        try:
+            return int(self._store.volume())
+        except Exception:
+            return 0
+
+    def __len__(self) -> int:
+        try:
+            return len(self._store)
+        except Exception:
+            return 0
+
+    def close(self) -> None:
+        self._store.close()
+
+    _said: set = set()
+
+    def _say(self, message: str) -> None:
+        if message not in self._said:
+            self._said.add(message)
+            log.warning("%s (the worker reads the input files instead)", message)
+
+
+def open_disk_tier(settings, worker: str) -> DiskTier | None:
+    """The disk tier ``settings.disk_cache`` names, or None (off, or it cannot be used:
+    said once, and the worker runs on with its RAM cache only)."""
+    if not settings.disk_cache:
+        return None
+    try:
+        return DiskTier(os.path.expanduser(settings.disk_cache), settings.disk_cache_size)
+    except ImportError:
+        log.warning("worker %s: RHTC_DISK_CACHE=%s but the diskcache package is not installed "
+                    "(pip install 'redis-htcondor[disk]'): no disk tier", worker, settings.disk_cache)
+    except Exception as err:
+        log.warning("worker %s: cannot use the disk cache %s (%s: %s): no disk tier",
+                    worker, settings.disk_cache, type(err).__name__, err)
+    return None
+
+
+# -- the entry format: header | lz4( json length | json | buffers ) ---------------------
+def encode(value: Any) -> bytes | None:
+    """Bytes for a numpy array or an awkward array; None for anything else.
+
+    >>> import numpy as np, awkward as ak
+    >>> decode(encode(ak.Array([[1.5], [], [2.5, 3.5]]))).tolist()
+    [[1.5], [], [2.5, 3.5]]
+    """
+    import numpy as np
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biufcmM?":
+        head = {"kind": "np", "dtype": value.dtype.str, "shape": list(value.shape)}
+        buffers = [np.ascontiguousarray(value)]
+    elif type(value).__module__.startswith("awkward") and type(value).__name__ == "Array":
+        import awkward as ak
+        form, length, container = ak.to_buffers(value)
+        names = sorted(container)
+        head = {"kind": "ak", "form": form.to_dict(), "length": int(length), "names": names,
+                "sizes": [int(np.asarray(container[n]).nbytes) for n in names]}
+        buffers = [np.ascontiguousarray(container[n]) for n in names]
+    else:
+        return None
+    text = json.dumps(head).encode()
+    body = lz4.frame.compress(b"".join([struct.pack("<I", len(text)), text,
+                                        *[memoryview(b).cast("B") for b in buffers]]))
+    return _HEAD.pack(MAGIC, zlib.crc32(body), len(body)) + body
+
+
+def decode(raw: bytes) -> Any | None:
+    """The value of :func:`encode`'s bytes, or None when they are truncated or corrupt.
+
+    >>> import numpy as np
+    >>> good = encode(np.ones(4))
+    >>> decode(good[:-3]) is None, decode(good[:12] + b"x" + good[13:]) is None
+    (True, True)
+    """
+    import numpy as np
+    try:
+        magic, crc, n = _HEAD.unpack_from(raw)
+        body = memoryview(raw)[_HEAD.size:]
+        if magic != MAGIC or len(body) != n or zlib.crc32(body) != crc:
+            return None
+        data = lz4.frame.decompress(body)
+        (k,) = struct.unpack_from("<I", data)
+        head = json.loads(data[4:4 + k])
+        at = 4 + k
+        if head["kind"] == "np":
+            return np.frombuffer(data, dtype=head["dtype"], offset=at,
+                                 count=int(np.prod(head["shape"], dtype=np.int64))).reshape(head["shape"])
+        import awkward as ak
+        container = {}
+        for name, size in zip(head["names"], head["sizes"]):
+            container[name] = np.frombuffer(data, dtype=np.uint8, count=size, offset=at)
+            at += size
+        return ak.from_buffers(ak.forms.from_dict(head["form"]), head["length"], container)
+    except Exception:                       # any damage: not a value, a miss
+        return None
