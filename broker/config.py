@@ -128,6 +128,7 @@ class Settings:
     disk_cache: str = ""              # RHTC_DISK_CACHE: the node's disk tier (a node-local directory
                                       # shared by the node's workers); "" = off
     disk_cache_size: int = 20 * 10 ** 9   # RHTC_DISK_CACHE_SIZE: its cap for the whole node (bytes)
+    disk_holds_ttl: int = 7 * 86400   # the broker forgets what a node's disk holds this long after its last addition (s)
 
     @property
     def heartbeat(self) -> float:

@@ -38,6 +38,10 @@ key                             type    what / who deletes it
                                         same expiry as ``inc``
 ``{ns}:workers``                set     registered workers; the reaper removes dead ones
 ``{ns}:holds:{worker}``         set     routing keys of chunks the worker has cached; expires
+``{ns}:disk:{tier}``            set     routing keys of chunks a node's disk tier holds (see
+                                        worker/disk.py): outlives the workers, so a replaced
+                                        worker of the node is routed to; expires
+                                        ``disk_holds_ttl`` after the last addition
 ``{ns}:reap-due``               string  throttle: one reaper pass per second per namespace; expires
 ``{ns}:sweep-due``              string  throttle: one sweep for maps of dead clients per second; expires
 ``{ns}:refusals``               hash    the reaper's note of the broker: its run id, how many commands it
@@ -110,6 +114,7 @@ TEMPLATES: dict[str, str] = {
     "heartbeat": "{ns}:hb:{worker}",
     "workers": "{ns}:workers",
     "holds": "{ns}:holds:{worker}",
+    "disk_holds": "{ns}:disk:{tier}",
     "reap_due": "{ns}:reap-due",
     "sweep_due": "{ns}:sweep-due",
     "backlog": "{ns}:q:m:{map_id}",
@@ -154,7 +159,7 @@ def _key(name: str):
     template = TEMPLATES[name]
 
     def build(self, arg: str | None = None) -> str:
-        return template.format(ns=self.ns, worker=arg, map_id=arg, fn_hash=arg, client_id=arg)
+        return template.format(ns=self.ns, worker=arg, map_id=arg, fn_hash=arg, client_id=arg, tier=arg)
     build.__name__ = name
     build.__doc__ = f"``{template}``"
     return build

@@ -192,8 +192,10 @@ class Leases:
         return [w.decode() for w in got]
 
     # -- what a worker publishes -------------------------------------------------------------
-    def advertise(self, worker: str, added: Iterable[str] = (), removed: Iterable[str] = ()) -> None:
-        """Publish which chunks (routing keys) this worker holds in its cache."""
+    def advertise(self, worker: str, added: Iterable[str] = (), removed: Iterable[str] = (),
+                  tier: str = "") -> None:
+        """Publish which chunks (routing keys) this worker holds in its cache; with
+        ``tier``, the added ones are also held by its node's disk tier (which outlives it)."""
         added, removed = list(added), list(removed)
         pipe = self.r.pipeline(transaction=False)
         if removed:
@@ -201,6 +203,9 @@ class Leases:
         if added:
             pipe.sadd(self.keys.holds(worker), *added)
             pipe.expire(self.keys.holds(worker), self.settings.holds_ttl)
+            if tier:
+                pipe.sadd(self.keys.disk_holds(tier), *added)
+                pipe.expire(self.keys.disk_holds(tier), self.settings.disk_holds_ttl)
         if added or removed:
             pipe.execute()
 

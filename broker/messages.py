@@ -175,6 +175,9 @@ class WorkerStatus:
     cache_bytes: int = 0
     cache_entries: int = 0
     cache_limit: int = 0
+    disk_tier: str = ""                       # the node's disk tier it uses (worker.disk.tier_id), or ""
+    disk_bytes: int = 0                       # bytes in that tier (all the node's workers together)
+    disk_limit: int = 0                       # its cap
     bytes_read: int = 0
     bytes_from_cache: int = 0
     versions: dict = dataclasses.field(default_factory=dict)

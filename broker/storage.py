@@ -402,9 +402,11 @@ class Storage(Leases):
         return sum(pipe.execute())
 
     def locate(self, routing_keys: Sequence[str]) -> tuple[dict[str, str], list[str]]:
-        """For each routing key cached on a live worker, that worker's name; and the
-        names of the live workers (never one whose heartbeat is forged)."""
-        live = [w.name for w in self.worker_statuses(queue_depths=False) if not w.forged]
+        """For each routing key cached on a live worker, that worker's name, else a live
+        worker of a node whose disk tier holds it (spread over that node's workers); and
+        the names of the live workers (never one whose heartbeat is forged)."""
+        statuses = [w for w in self.worker_statuses(queue_depths=False) if not w.forged]
+        live = [w.name for w in statuses]
         if not routing_keys or not live:
             return {}, live
         pipe = self.r.pipeline(transaction=False)
@@ -415,6 +417,19 @@ class Storage(Leases):
             for key, held in zip(routing_keys, flags):
                 if held and key not in where:
                     where[key] = w
+        tiers: dict[str, list[str]] = {}
+        for w in statuses:
+            if w.disk_tier:
+                tiers.setdefault(w.disk_tier, []).append(w.name)
+        rest = [k for k in routing_keys if k not in where]
+        if tiers and rest:
+            pipe = self.r.pipeline(transaction=False)
+            for tier in tiers:
+                pipe.smismember(self.keys.disk_holds(tier), rest)
+            for (tier, names), flags in zip(tiers.items(), pipe.execute()):
+                for n, (key, held) in enumerate(zip(rest, flags)):
+                    if held and key not in where:
+                        where[key] = sorted(names)[n % len(names)]
         return where, live
 
     def count_keys(self) -> int:

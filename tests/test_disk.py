@@ -157,3 +157,40 @@ def test_a_worker_of_another_node_reads_the_files_not_the_other_disk(broker, wor
     assert all(r.meta["bytes_file"] > 0 and not r.meta.get("bytes_disk") for r in on_b)
     assert len(DiskTier(tmp_path / "node-a", size_limit=10**9, min_free=0)) == a_entries
     assert len(DiskTier(tmp_path / "node-b", size_limit=10**9, min_free=0)) > 0
+
+
+@needs_nanoaod
+def test_a_chunk_on_node_a_disk_goes_to_node_a_after_a_restart(broker, workers, storage, tmp_path):
+    """The broker remembers which node's disk holds a chunk, beyond the workers: after
+    every worker is replaced (new names), the client routes the chunk to node A's new
+    worker, not to node B's, and it reads nothing from the file."""
+    env_a, env_b = {"RHTC_DISK_CACHE": str(tmp_path / "node-a")}, {"RHTC_DISK_CACHE": str(tmp_path / "node-b")}
+    workers.start(1, env=env_a)
+    chunks = make_chunks(REAL, step=30)[:6]
+    list(imap_unordered(_pt_sum, chunks, broker=broker))
+    workers.stop_all()
+    time.sleep(0.5)
+    (a2,) = workers.start(1, env=env_a)
+    (b1,) = workers.start(1, env=env_b)
+    where, live = storage.locate([c.routing_key for c in chunks])
+    assert set(live) >= {a2, b1}
+    assert all(where.get(c.routing_key) == a2 for c in chunks), where
+    rerun = list(imap_unordered(_pt_sum, chunks, broker=broker))
+    on_a = [r for r in rerun if r.meta["worker"] == a2]
+    assert len(on_a) >= len(chunks) - 1, [r.meta["worker"] for r in rerun]     # B may steal one
+    assert all(r.meta["bytes_file"] == 0 and r.meta["bytes_disk"] > 0 for r in on_a)
+
+
+@needs_nanoaod
+def test_a_wiped_disk_costs_a_file_read_not_an_error(broker, workers, tmp_path):
+    import shutil
+    env = {"RHTC_DISK_CACHE": str(tmp_path / "node-a")}
+    workers.start(1, env=env)
+    chunks = make_chunks(REAL, step=30)[:4]
+    first = [r.value for r in sorted(imap_unordered(_pt_sum, chunks, broker=broker), key=lambda r: r.index)]
+    workers.stop_all()
+    shutil.rmtree(tmp_path / "node-a")                 # the node was reinstalled overnight
+    workers.start(1, env=env)
+    again = sorted(imap_unordered(_pt_sum, chunks, broker=broker), key=lambda r: r.index)
+    assert [r.value for r in again] == first
+    assert all(r.meta["bytes_file"] > 0 for r in again)

@@ -42,6 +42,8 @@ import queue
 import shutil
 import struct
 import threading
+import time
+import uuid
 import zlib
 from typing import Any
 
@@ -66,7 +68,9 @@ class DiskTier:
         self._store = diskcache.Cache(self.directory, size_limit=self.size_limit,
                                       eviction_policy="least-recently-stored", timeout=5,
                                       cull_limit=20)
+        self.tier = tier_id(self.directory)
         self.hits = self.misses = self.dropped = self.written = self.skipped = 0
+        self._volume, self._volume_at = 0, -1.0
         self._pending: queue.Queue = queue.Queue(maxsize=WRITE_QUEUE)
         self._writer: threading.Thread | None = None
 
@@ -150,10 +154,13 @@ class DiskTier:
     @property
     def nbytes(self) -> int:
         """Bytes the directory's entries take (all the node's workers together)."""
-        try:
-            return int(self._store.volume())
-        except Exception:
-            return 0
+        now = time.monotonic()
+        if now - self._volume_at > 1.0:           # one query a second at most
+            try:
+                self._volume, self._volume_at = int(self._store.volume()), now
+            except Exception:
+                pass
+        return self._volume
 
     def __len__(self) -> int:
         try:
@@ -170,6 +177,51 @@ class DiskTier:
         if message not in self._said:
             self._said.add(message)
             log.warning("%s (the worker reads the input files instead)", message)
+
+
+TIER_ID_FILE = "rhtc-tier-id"
+
+
+def tier_id(directory: str) -> str:
+    """The identity of the disk tier in ``directory``, made by its first user: what the
+    broker calls the node (the workers that share the directory share it). A directory
+    wiped clean gets a new one, so what the broker knew of the old contents is not used.
+
+    >>> import tempfile; d = tempfile.mkdtemp()
+    >>> tier_id(d) == tier_id(d) and len(tier_id(d)) == 12
+    True
+    """
+    path = os.path.join(directory, TIER_ID_FILE)
+    try:
+        with open(path) as fh:
+            known = fh.read().strip()
+        if known:
+            return known
+    except FileNotFoundError:
+        pass
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    mine = uuid.uuid4().hex[:12]
+    tmp = f"{path}.{os.getpid()}"
+    with open(tmp, "w") as fh:
+        fh.write(mine)
+    try:
+        os.link(tmp, path)                     # atomic: the first writer's id wins
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(tmp)
+    with open(path) as fh:
+        return fh.read().strip() or mine
+
+
+def disk_tier_of(settings) -> str:
+    """The tier id a worker with these settings uses ("" when it has no disk tier)."""
+    if not settings.disk_cache:
+        return ""
+    try:
+        return tier_id(os.path.expanduser(settings.disk_cache))
+    except OSError:
+        return ""
 
 
 def open_disk_tier(settings, worker: str) -> DiskTier | None:

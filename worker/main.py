@@ -311,7 +311,8 @@ class TaskProcess:
         self.shared.set_task(None)
         self._publish()
         if self.ctx.routing_keys:
-            self.storage.advertise(self.name, added=self.ctx.routing_keys)
+            self.storage.advertise(self.name, added=self.ctx.routing_keys,
+                                   tier=self.cache.disk.tier if self.cache.disk is not None else "")
 
     def _end_children(self, ref) -> None:
         """Stop the processes the task left running (a Pool never closed, a background
@@ -326,7 +327,10 @@ class TaskProcess:
                         "Close pools inside the task (`with Pool() as p:`)", self.name, ref, len(stopped), stopped)
 
     def _publish(self) -> None:
-        self.shared.set_counters(tasks_done=self.tasks_done, errors=self.errors, cache_bytes=self.cache.nbytes,
+        disk = self.cache.disk
+        self.shared.set_counters(disk_bytes=disk.nbytes if disk is not None else 0,
+                                 disk_limit=disk.size_limit if disk is not None else 0,
+                                 tasks_done=self.tasks_done, errors=self.errors, cache_bytes=self.cache.nbytes,
                                  cache_entries=len(self.cache), cache_limit=self.cache.limit_bytes,
                                  bytes_read=self.bytes_from_file, bytes_from_cache=self.bytes_from_cache)
 

@@ -27,6 +27,7 @@ class _Block(ctypes.Structure):
         ("task_started", ctypes.c_double),
         ("tasks_done", ctypes.c_int64), ("errors", ctypes.c_int64),
         ("cache_bytes", ctypes.c_int64), ("cache_entries", ctypes.c_int64), ("cache_limit", ctypes.c_int64),
+        ("disk_bytes", ctypes.c_int64), ("disk_limit", ctypes.c_int64),
         ("bytes_read", ctypes.c_int64), ("bytes_from_cache", ctypes.c_int64),
         ("n_held", ctypes.c_int32),
         ("held", ctypes.c_ubyte * (TASK_ID_LEN * MAX_HELD)),
@@ -100,7 +101,7 @@ class SharedState:
 
     def counters(self) -> dict[str, int]:
         names = ("tasks_done", "errors", "cache_bytes", "cache_entries", "cache_limit", "bytes_read",
-                 "bytes_from_cache")
+                 "bytes_from_cache", "disk_bytes", "disk_limit")
         return {n: int(getattr(self.b, n)) for n in names}
 
     def reset(self) -> None:

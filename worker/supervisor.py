@@ -42,6 +42,7 @@ from ..broker.errors import BrokerTrouble
 from ..broker.storage import Storage
 from rhtc.versions import stack_versions
 from .children import become_subreaper, end_children
+from .disk import disk_tier_of
 from .main import Backoff, TaskProcess, default_name
 from .metrics import NodeMetrics
 from .shared import SharedState
@@ -112,6 +113,7 @@ class Supervisor:
         self.proc: multiprocessing.process.BaseProcess | None = None
         self.metrics: NodeMetrics | None = None
         self.crashes = 0
+        self.disk_tier = disk_tier_of(self.settings)
         self.stopping = False
         # retry at least once a heartbeat: a longer pause could let the claim expire
         self.backoff = Backoff(f"worker {self.name}", cap=self.settings.heartbeat)
@@ -124,7 +126,7 @@ class Supervisor:
             name=self.name, host=self.host, pid=self.pid, incarnation=self.incarnation,
             key_fingerprint=self.fingerprint, task_pid=self.proc.pid if self.proc else None, t=now,
             started=self.started, task=task, task_seconds=(now - since) if since else None,
-            crashes=self.crashes, versions=self.versions,
+            crashes=self.crashes, versions=self.versions, disk_tier=self.disk_tier,
             metrics=self.metrics.sample() if self.metrics else {}, **self.shared.counters())
 
     # -- claiming the name -----------------------------------------------------------------
