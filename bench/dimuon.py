@@ -39,11 +39,21 @@ from ..worker.cache import parse_size
                                              "through a TCP proxy that adds latency.")
 @click.option("--latency-ms", default="0,5,20", show_default=True,
               help="With --xrootd: added round-trip latencies to measure, in ms.")
+@click.option("--restart", is_flag=True,
+              help="Warm after a restart: cold, warm, every worker replaced on the same node, rerun; "
+                   "RAM cache vs RAM + the node's disk tier, per codec (--compression LZ4,LZMA by default).")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="Progress bars (stderr).")
 @click.option("--json", "json_path", default="bench-dimuon.json", show_default=True)
 def dimuon_command(workers, files, events, chunk_size, compression, cache_size, data_dir, broker_url,
-                   with_dask, dask_workers, dask_timeout, repeats, xrootd, latency_ms, progress, json_path):
+                   with_dask, dask_workers, dask_timeout, repeats, xrootd, latency_ms, restart, progress, json_path):
     """Dimuon analysis cold and warm: ours vs dask vs the bare single-process loop."""
+    if restart:
+        from .dimuon_restart import restart_command
+        codecs = [c.strip() for c in (compression if compression != "LZ4" else "LZ4,LZMA").split(",") if c.strip()]
+        data = restart_command(codecs, workers, files, events, chunk_size, cache_size, data_dir, with_dask, progress)
+        if json_path:
+            Report(json_path, restart=data).save()
+        return data
     from .datagen import make_data
     from rhtc import make_chunks
     cache_bytes = parse_size(cache_size)

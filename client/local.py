@@ -70,6 +70,10 @@ class LocalCluster:
     Args:
         n_workers: worker processes, at least 1 (default: CPU count).
         cache_size: each worker's branch cache cap, e.g. ``"2GB"``.
+        disk_cache: a directory for the node's disk tier under the branch cache, shared
+            by these workers (and any other on this machine pointing at it): a worker
+            started later is warm from it. Off by default.
+        disk_cache_size: its cap, e.g. ``"20GB"`` (default 20 GB).
         broker: an existing BrokerConfig to attach the workers to instead.
         log_dir: where worker logs go (default: a temp dir, removed on close).
         dashboard: serve the live dashboard of the broker in a thread of this process
@@ -85,11 +89,13 @@ class LocalCluster:
 
     def __init__(self, n_workers: int | None = None, *, cache_size: str | None = None,
                  broker: BrokerConfig | None = None, log_dir: str | None = None,
-                 start_timeout: float = 120.0, name_prefix: str = "local", dashboard: bool | int = False):
+                 start_timeout: float = 120.0, name_prefix: str = "local", dashboard: bool | int = False,
+                 disk_cache: str | None = None, disk_cache_size: str | None = None):
         if n_workers is not None:
             positive_count("n_workers", n_workers, "worker processes to start; None for one per CPU")
         self.n_workers = n_workers or os.cpu_count() or 1
         self.cache_size = cache_size
+        self.disk_cache, self.disk_cache_size = disk_cache, disk_cache_size
         self.embedded: EmbeddedBroker | None = None
         self._given = broker
         self.config: BrokerConfig | None = broker
@@ -134,6 +140,10 @@ class LocalCluster:
             cmd = [sys.executable, "-m", "rhtc.worker", "--name", name]
             if self.cache_size:
                 cmd += ["--cache-size", str(self.cache_size)]
+            if self.disk_cache:
+                cmd += ["--disk-cache", str(self.disk_cache)]
+            if self.disk_cache_size:
+                cmd += ["--disk-cache-size", str(self.disk_cache_size)]
             logf = open(os.path.join(self.log_dir, f"{name}.log"), "ab")
             self._logs.append(logf)
             p = _launcher.run(lambda: subprocess.Popen(cmd, env=env, stdout=logf, stderr=subprocess.STDOUT,

@@ -52,6 +52,30 @@ def misfits(statuses: list[WorkerStatus], key: bytes, versions: dict[str, str] |
     return lines
 
 
+def disk_tiers(statuses) -> list[str]:
+    """One line per node disk tier in use: its hosts, workers, bytes held and cap.
+
+    >>> from rhtc.broker.messages import WorkerStatus
+    >>> w = WorkerStatus(name="w1", host="n1", pid=1, incarnation="i", key_fingerprint="f",
+    ...                  disk_tier="3f2a", disk_bytes=5 * 10**9, disk_limit=20 * 10**9)
+    >>> disk_tiers([w])[2]
+    '  node disk 3f2a on n1: 1 workers, 5.0 GB of 20.0 GB (25%)'
+    """
+    tiers: dict[str, list] = {}
+    for w in statuses:
+        if w.disk_tier:
+            tiers.setdefault(w.disk_tier, []).append(w)
+    if not tiers:
+        return []
+    out = ["", "node disk tiers (the branch cache on each node's disk, kept across worker restarts):"]
+    for tier, ws in sorted(tiers.items()):
+        used, cap = max(w.disk_bytes for w in ws), max(w.disk_limit for w in ws)
+        hosts = ",".join(sorted({w.host for w in ws}))
+        share = f" ({100 * used / cap:.0f}%)" if cap else ""
+        out.append(f"  node disk {tier} on {hosts}: {len(ws)} workers, {used / 1e9:.1f} GB of {cap / 1e9:.1f} GB{share}")
+    return out
+
+
 def render_status(storage: Storage, max_workers: int = 60) -> str:
     """The whole ``rhtc status`` screen: workers, misfits, maps in flight, recent problems."""
     now = time.time()
@@ -75,6 +99,7 @@ def render_status(storage: Storage, max_workers: int = 60) -> str:
             lines.append(f"... and {len(workers) - max_workers} more")
     else:
         lines.append("no workers: start some with `rhtc workers -n 4` or `condor_submit condor/workers.sub`")
+    lines += disk_tiers(statuses)
     odd = misfits(statuses, storage.config.key)
     if odd:
         lines += ["", "misfits (restart them with this client's key and versions):"]

@@ -194,3 +194,15 @@ def test_a_wiped_disk_costs_a_file_read_not_an_error(broker, workers, tmp_path):
     again = sorted(imap_unordered(_pt_sum, chunks, broker=broker), key=lambda r: r.index)
     assert [r.value for r in again] == first
     assert all(r.meta["bytes_file"] > 0 for r in again)
+
+
+def test_rhtc_status_shows_each_nodes_disk_tier(broker, workers, tmp_path):
+    import re
+    env = {"RHTC_DISK_CACHE": str(tmp_path / "node-a"), "RHTC_DISK_CACHE_SIZE": "3GB"}
+    workers.start(2, env=env)
+    workers.start(1)                                            # no disk tier
+    out = subprocess.run([sys.executable, "-m", "rhtc.client.cli", "status"], cwd=str(ROOT), capture_output=True,
+                         text=True, env=dict(os.environ, **broker.config.env()), timeout=60)
+    assert out.returncode == 0, out.stderr
+    tier = (tmp_path / "node-a" / "rhtc-tier-id").read_text().strip()
+    assert re.search(rf"node disk {tier} on \S+: 2 workers, [0-9.]+ GB of 3.0 GB", out.stdout), out.stdout

@@ -1,6 +1,7 @@
 """Command line of one worker (also reached as ``rhtc worker``)."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import sys
@@ -8,7 +9,8 @@ import sys
 import click
 import psutil
 
-from ..broker.config import BrokerConfig, BrokerNotConfigured, KeyNotConfigured, validate_worker_name
+from ..broker.config import (BrokerConfig, BrokerNotConfigured, KeyNotConfigured, settings,
+                             validate_worker_name)
 
 
 def default_cache_size() -> int:
@@ -31,9 +33,14 @@ def default_cache_size() -> int:
               help="JSON config with url, key, namespace (default: $RHTC_CONFIG or ~/.config/rhtc/broker.json).")
 @click.option("--name", help="Worker name shown by `rhtc status` (default: host-pid).")
 @click.option("--cache-size", default=None, help="Branch cache cap, e.g. 4GB (default: from the node's memory).")
+@click.option("--disk-cache", default=None, metavar="DIR",
+              help="The node's disk tier under the branch cache: a node-local directory that outlives "
+                   "the job, shared by the node's workers (default: $RHTC_DISK_CACHE; off when unset).")
+@click.option("--disk-cache-size", default=None,
+              help="Cap of the node's disk tier, e.g. 20GB (default: $RHTC_DISK_CACHE_SIZE or 20GB).")
 @click.option("--namespace", default=None, help="Key namespace (must match the client's).")
 @click.option("-v", "--verbose", is_flag=True)
-def main(url, config_file, name, cache_size, namespace, verbose):
+def main(url, config_file, name, cache_size, disk_cache, disk_cache_size, namespace, verbose):
     """Serve tasks from the broker until SIGTERM (then hand back the current task, exit 0)."""
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -47,7 +54,12 @@ def main(url, config_file, name, cache_size, namespace, verbose):
     try:
         config = BrokerConfig.resolve(url=url, namespace=namespace, config_file=config_file)
         size = parse_size(cache_size) if cache_size else default_cache_size()
-        w = Supervisor(config, name=name, cache_bytes=size)
+        st = settings()
+        if disk_cache is not None:
+            st = dataclasses.replace(st, disk_cache=disk_cache)
+        if disk_cache_size is not None:
+            st = dataclasses.replace(st, disk_cache_size=parse_size(disk_cache_size))
+        w = Supervisor(config, name=name, cache_bytes=size, settings_=st)
     except (BrokerNotConfigured, KeyNotConfigured, ValueError, PermissionError) as err:
         raise click.ClickException(str(err))
     sys.exit(w.run())
