@@ -74,6 +74,10 @@ def _print_jobs(rows, scheduler):
 @click.option("--cpus", type=int, default=1, show_default=True, help="Cores per worker.")
 @click.option("--disk", default="1GB", show_default=True, help="Scratch disk per worker (HTCondor).")
 @click.option("--cache-size", default=None, help="Branch cache cap per worker (default: half the memory).")
+@click.option("--disk-cache", default=None, metavar="DIR",
+              help="The node's disk tier: a node-local directory that outlives the jobs, shared by the "
+                   "node's workers ($VARS expanded on the node), e.g. '/scratch/$USER/rhtc-cache'. Off by default.")
+@click.option("--disk-cache-size", default=None, help="Its cap per node (default 20GB).")
 @click.option("--submit-file", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Your own copy of condor/workers.sub.")
 @click.option("-a", "--append", multiple=True,
@@ -86,7 +90,7 @@ def _print_jobs(rows, scheduler):
 @click.option("--list", "do_list", is_flag=True, help="List the worker jobs instead (same as `list`).")
 @click.option("--rm", "rm_id", default=None, metavar="ID", help="Remove workers instead (same as `rm ID`).")
 def submit(workers, scheduler, config_file, env_pack, python, python_version, log_dir, memory, cpus,
-           disk, cache_size, submit_file, append, sbatch_args, schedd, pool, dry_run, terse,
+           disk, cache_size, disk_cache, disk_cache_size, submit_file, append, sbatch_args, schedd, pool, dry_run, terse,
            do_list, rm_id):
     """Submit N workers; print the cluster (or Slurm array) id."""
     from .submit import list_workers, remove_workers, submit_workers
@@ -98,6 +102,7 @@ def submit(workers, scheduler, config_file, env_pack, python, python_version, lo
             return click.echo(f"removed {n} worker job(s) of {rm_id}")
         jobs = submit_workers(workers, scheduler=scheduler, config_file=config_file, env_pack=env_pack,
                               python=python, python_version=python_version, cache_size=cache_size,
+                              disk_cache=disk_cache, disk_cache_size=disk_cache_size,
                               log_dir=log_dir, memory=memory, cpus=cpus, disk=disk,
                               submit_file=submit_file, append=append, sbatch_args=sbatch_args,
                               schedd=schedd, pool=pool, dry_run=dry_run)

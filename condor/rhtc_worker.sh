@@ -7,6 +7,7 @@
 #
 #   rhtc_worker.sh [--config FILE] [--env TARBALL | --python PYTHON]
 #                  [--cache-size SIZE] [-- EXTRA WORKER ARGS]
+#                  (any other option goes to the worker as is, e.g. --disk-cache DIR)
 #
 #   --config FILE    broker config (JSON: url, key, namespace; mode 0600).  Default:
 #                    broker.json in the current directory if it is there (HTCondor

@@ -120,6 +120,7 @@ def submit_workers(workers: int = 3, *, scheduler: str = "condor",
                    config_file: str | os.PathLike | None = None,
                    env_pack: str | os.PathLike | None = None, python: str | None = None,
                    python_version: str | None = None, cache_size: str | None = None,
+                   disk_cache: str | None = None, disk_cache_size: str | None = None,
                    log_dir: str | os.PathLike = "rhtc-logs", memory: str = "2GB", cpus: int = 1,
                    disk: str = "1GB", submit_file: str | os.PathLike | None = None,
                    append: Sequence[str] = (), sbatch_args: Sequence[str] = (),
@@ -136,6 +137,9 @@ def submit_workers(workers: int = 3, *, scheduler: str = "condor",
         append: extra submit lines for HTCondor, e.g. ``['+JobFlavour = "workday"']``.
         sbatch_args: extra ``sbatch`` options for Slurm, e.g. ``["--partition=short"]``.
         schedd, pool: which schedd (name) in which pool (collector host), default the local one.
+        disk_cache, disk_cache_size: the node's disk tier (a node-local directory that
+            outlives the jobs, shared by the node's workers; ``$VARS`` are expanded on the
+            node) and its cap; off by default.
         dry_run: validate and return the expanded description without submitting.
     """
     if scheduler not in SCHEDULERS:
@@ -175,6 +179,8 @@ def submit_workers(workers: int = 3, *, scheduler: str = "condor",
         worker_args += ["--python", python] if python else ["--env", str(pack)]
         if cache_size:
             worker_args += ["--cache-size", cache_size]
+        if disk_cache:
+            worker_args += ["--disk-cache", disk_cache, "--disk-cache-size", disk_cache_size or "20GB"]
         description = {"script": str(WORKERS_SBATCH), "args": worker_args, "array": f"0-{workers - 1}"}
         for secret in _secrets(cfg):
             if any(secret in a for a in worker_args + list(sbatch_args)):
@@ -188,7 +194,8 @@ def submit_workers(workers: int = 3, *, scheduler: str = "condor",
         return jobs
 
     macros = {"workers": workers, "worker_sh": EXECUTABLE, "broker_config": cfg_path,
-              "log_dir": log_dir, "memory": memory, "cpus": cpus, "disk": disk, "cache_size": cache_size}
+              "log_dir": log_dir, "memory": memory, "cpus": cpus, "disk": disk, "cache_size": cache_size,
+              "disk_cache": disk_cache, "disk_cache_size": disk_cache_size}
     if python:
         macros["worker_python"] = python
     else:

@@ -214,12 +214,17 @@ def tier_id(directory: str) -> str:
         return fh.read().strip() or mine
 
 
+def expand(directory: str) -> str:
+    """``~`` and ``$VARS`` expanded on the node (``/scratch/$USER/rhtc-cache``)."""
+    return os.path.expandvars(os.path.expanduser(directory))
+
+
 def disk_tier_of(settings) -> str:
     """The tier id a worker with these settings uses ("" when it has no disk tier)."""
     if not settings.disk_cache:
         return ""
     try:
-        return tier_id(os.path.expanduser(settings.disk_cache))
+        return tier_id(expand(settings.disk_cache))
     except OSError:
         return ""
 
@@ -230,7 +235,7 @@ def open_disk_tier(settings, worker: str) -> DiskTier | None:
     if not settings.disk_cache:
         return None
     try:
-        return DiskTier(os.path.expanduser(settings.disk_cache), settings.disk_cache_size)
+        return DiskTier(expand(settings.disk_cache), settings.disk_cache_size)
     except ImportError:
         log.warning("worker %s: RHTC_DISK_CACHE=%s but the diskcache package is not installed "
                     "(pip install 'redis-htcondor[disk]'): no disk tier", worker, settings.disk_cache)

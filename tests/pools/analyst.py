@@ -8,6 +8,7 @@ test process may run another, so the tests run this script in the chroot, with t
 
     python3 analyst.py CONFIG where            # 24 chunks: square, in-a-job?, Python X.Y
     python3 analyst.py CONFIG dimuon REPO STEP FILE...   # examples/dimuon.py on these NanoAOD files
+    python3 analyst.py CONFIG reads STEP FILE...         # per chunk: a sum, bytes from file/disk, worker
 
 It prints one JSON line with the results.
 """
@@ -48,7 +49,20 @@ def main(argv: list[str]) -> dict:
         result = remote_map(example.dimuon, chunks, reduce=True, broker=cfg, progress=False)
         return {"files": files, "chunks": len(chunks), "events": int(result["events"]),
                 "pairs": int(result["pairs"]), "in_z_window": float(result["mass_z"].values().sum())}
+    if mode == "reads":
+        from rhtc.client import imap_unordered, make_chunks
+        chunks = make_chunks(argv[4:], step=int(argv[3]))
+        out = sorted(imap_unordered(muon_pt_sum, chunks, broker=cfg), key=lambda r: r.index)
+        return {"tasks": [{"value": r.value, "worker": r.meta["worker"], "bytes_file": r.meta["bytes_file"],
+                           "bytes_disk": r.meta.get("bytes_disk", 0)} for r in out]}
     raise SystemExit(f"unknown mode {mode}")
+
+
+def muon_pt_sum(chunk):
+    """Runs on a worker: reads two branches of one chunk (through the caches)."""
+    import awkward as ak
+    arrays = chunk.arrays(["Muon_pt", "Muon_eta"], how=dict)
+    return float(ak.sum(arrays["Muon_pt"]))
 
 
 if __name__ == "__main__":
