@@ -16,6 +16,19 @@ def _submit(pool, work, env_pack, disk, n: int) -> int:
                               "log_dir=rhtc-logs", cwd=work)
 
 
+def _serve_one_map(pool, broker, env_pack, analyst, work, cfg, disk, files) -> tuple[int, list[dict]]:
+    """Two worker jobs with the node's disk tier; one map; then every job removed."""
+    cluster = _submit(pool, work, env_pack, disk, 2)
+    names = []
+    try:
+        names = _wait_registered(pool, broker.config, cluster, 2, work / "rhtc-logs")
+        tasks = analyst(cfg, "reads", "2000", *files)["tasks"]
+    finally:
+        pool.run(["condor_rm", str(cluster)], check=False)
+    _wait_gone(pool, broker.config, cluster, names)
+    return cluster, tasks
+
+
 @pool_tests
 def test_a_replaced_condor_worker_is_warm_from_its_nodes_disk(condor_pool, pool_broker, condor_env_pack,
                                                               pool_analyst):
@@ -26,23 +39,10 @@ def test_a_replaced_condor_worker_is_warm_from_its_nodes_disk(condor_pool, pool_
     make_owned_dir(work / "rhtc-logs")
     disk = make_owned_dir(work / "node-disk")          # outside every job's scratch: outlives the jobs
     files = [str(f) for f in DIMUON_FILES]
-    first = _submit(condor_pool, work, condor_env_pack, disk, 2)
-    names = []
-    try:
-        names = _wait_registered(condor_pool, pool_broker.config, first, 2, work / "rhtc-logs")
-        cold = pool_analyst(cfg, "reads", "2000", *files)["tasks"]
-    finally:
-        condor_pool.run(["condor_rm", str(first)], check=False)
-    _wait_gone(condor_pool, pool_broker.config, first, names)
+    cold_cluster, cold = _serve_one_map(condor_pool, pool_broker, condor_env_pack, pool_analyst, work, cfg, disk, files)
     assert cold and all(t["bytes_file"] > 0 for t in cold)
-    second = _submit(condor_pool, work, condor_env_pack, disk, 2)      # new names: condor-<second>.N
-    names = []
-    try:
-        names = _wait_registered(condor_pool, pool_broker.config, second, 2, work / "rhtc-logs")
-        warm = pool_analyst(cfg, "reads", "2000", *files)["tasks"]
-    finally:
-        condor_pool.run(["condor_rm", str(second)], check=False)
-    _wait_gone(condor_pool, pool_broker.config, second, names)
+    second, warm = _serve_one_map(condor_pool, pool_broker, condor_env_pack, pool_analyst, work, cfg, disk, files)
+    assert second != cold_cluster                          # new jobs, new names: condor-<second>.N
     assert [t["value"] for t in warm] == [t["value"] for t in cold]
     assert all(t["worker"].startswith(f"condor-{second}.") for t in warm)
     assert sum(t["bytes_file"] for t in warm) == 0, warm

@@ -143,14 +143,21 @@ def test_a_worker_replaced_on_the_node_is_warm_from_its_disk(broker, workers, tm
     assert all(r.meta.get("bytes_disk", 0) > 0 for r in warm.values())
 
 
-@needs_nanoaod
-def test_a_worker_of_another_node_reads_the_files_not_the_other_disk(broker, workers, tmp_path):
+def _filled_node_a(broker, workers, tmp_path):
+    """Two "nodes" on this host (two disk tiers); a map run on node A's worker, which
+    then leaves. Returns the nodes' worker environments and the chunks."""
     env_a, env_b = {"RHTC_DISK_CACHE": str(tmp_path / "node-a")}, {"RHTC_DISK_CACHE": str(tmp_path / "node-b")}
     workers.start(1, env=env_a)
-    chunks = make_chunks(REAL, step=20)[:6]
+    chunks = make_chunks(REAL, step=20)
     list(imap_unordered(_pt_sum, chunks, broker=broker))
     workers.stop_all()
     time.sleep(0.5)
+    return env_a, env_b, chunks
+
+
+@needs_nanoaod
+def test_a_worker_of_another_node_reads_the_files_not_the_other_disk(broker, workers, tmp_path):
+    env_a, env_b, chunks = _filled_node_a(broker, workers, tmp_path)
     a_entries = len(DiskTier(tmp_path / "node-a", size_limit=10**9, min_free=0))
     workers.start(1, env=env_b)
     on_b = list(imap_unordered(_pt_sum, chunks, broker=broker))
@@ -164,12 +171,7 @@ def test_a_chunk_on_node_a_disk_goes_to_node_a_after_a_restart(broker, workers, 
     """The broker remembers which node's disk holds a chunk, beyond the workers: after
     every worker is replaced (new names), the client routes the chunk to node A's new
     worker, not to node B's, and it reads nothing from the file."""
-    env_a, env_b = {"RHTC_DISK_CACHE": str(tmp_path / "node-a")}, {"RHTC_DISK_CACHE": str(tmp_path / "node-b")}
-    workers.start(1, env=env_a)
-    chunks = make_chunks(REAL, step=30)[:6]
-    list(imap_unordered(_pt_sum, chunks, broker=broker))
-    workers.stop_all()
-    time.sleep(0.5)
+    env_a, env_b, chunks = _filled_node_a(broker, workers, tmp_path)
     (a2,) = workers.start(1, env=env_a)
     (b1,) = workers.start(1, env=env_b)
     where, live = storage.locate([c.routing_key for c in chunks])
