@@ -45,7 +45,7 @@ def dask_dimuon(chunk):
     if context.current is None:
         tune_malloc()                   # as our workers do
         context.current = context.TaskContext(worker=f"dask-{os.getpid()}",
-                                              cache=BranchCache(int(os.environ["RHTC_BENCH_CACHE"])))
+                                              cache=BranchCache(int(os.environ["BENCH_DASK_CACHE_BYTES"])))
     return dimuon(chunk)
 
 
@@ -123,7 +123,7 @@ def run_dask(chunks, warm, *, workers: int, cache_bytes: int, start_bound: float
     with spec:
         pickle.dump({"chunks": chunks, "warm": warm, "workers": workers}, spec)
     log = tempfile.NamedTemporaryFile(prefix="rhtc-dask-", suffix=".log", delete=False)
-    env = dict(os.environ, RHTC_BENCH_CACHE=str(cache_bytes))
+    env = dict(os.environ, BENCH_DASK_CACHE_BYTES=str(cache_bytes))
     proc = subprocess.Popen([sys.executable, "-c", f"from rhtc.bench.dimuon_dask import _child; _child({spec.name!r})"],
                             stdout=subprocess.PIPE, stderr=log, env=env, start_new_session=True, text=True)
     out: dict = {"workers": workers}

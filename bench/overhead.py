@@ -157,11 +157,13 @@ def overhead_command(workers, roundtrips, tasks, repeats, sleep, with_dask, time
     if sl is None:
         result["bare_redis"] = _bare_redis(roundtrips)
     if compare_leases and sl is None:
-        os.environ["RHTC_LEASES"] = "0"            # inherited by the workers started next
+        from ..broker.config import Settings
+        leases = Settings.env_name("leases")
+        os.environ[leases] = "0"                   # inherited by the workers started next
         try:
             bare = _ours(workers, roundtrips, tasks, repeats, None, None, None)
         finally:
-            del os.environ["RHTC_LEASES"]
+            del os.environ[leases]
         # a second run with leases, after the no-lease run, so that drift shows up in both orders
         again = _ours(workers, roundtrips, tasks, repeats, None, None, None)
         with_l_rt = statistics.median([ours["roundtrip_ms_median"], again["roundtrip_ms_median"]])

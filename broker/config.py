@@ -54,7 +54,7 @@ def validate_worker_name(name: str) -> str:
 
     >>> validate_worker_name("node12-4711")
     'node12-4711'
-    >>> validate_worker_name("-x")
+    >>> validate_worker_name("-x")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
     ValueError: worker name '-x' is not valid: it must start with a letter or digit ...
@@ -82,53 +82,93 @@ def mib(n: float) -> str:
     return f"{n / 2**20:.1f} MiB"
 
 
-def _env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name)
-    if raw in (None, ""):
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise ValueError(f"${name}={raw!r} is not a number (default {default:g})") from None
+_UNITS = {"": 1, "B": 1, "K": 1e3, "KB": 1e3, "M": 1e6, "MB": 1e6, "G": 1e9, "GB": 1e9,
+          "T": 1e12, "TB": 1e12, "KIB": 1024, "MIB": 1024 ** 2, "GIB": 1024 ** 3, "TIB": 1024 ** 4}
+
+
+def parse_size(text: str | int | float) -> int:
+    """``"4GB"`` -> 4_000_000_000; ``"512MiB"``, ``"1.5G"`` and plain numbers work too.
+
+    >>> parse_size("4GB"), parse_size("512MiB"), parse_size(100)
+    (4000000000, 536870912, 100)
+    """
+    if isinstance(text, (int, float)):
+        return int(text)
+    m = re.fullmatch(r"\s*([0-9.]+(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
+    if not m or m.group(2).upper() not in _UNITS:
+        raise ValueError(f"cannot read {text!r} as a size: use e.g. 4GB, 512MB, 2GiB or a number of bytes")
+    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+
+
+def _parse_bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise ValueError("use 1 or 0")
+
+
+#: how a setting's text in the environment becomes its value, by the field's kind
+_PARSERS = {"float": float, "int": lambda t: int(float(t)), "bool": _parse_bool, "str": str, "size": parse_size}
+_ACCEPTS = {"float": "a number", "int": "a whole number", "bool": "1 or 0", "str": "text",
+            "size": "a size such as 64MiB, 20GB or a number of bytes"}
+
+
+def setting(default, *, kind: str | None = None, minimum: float | None = None, env: str | None = None,
+            doc: str = ""):
+    """One setting of :class:`Settings`: its default, how its ``RHTC_<NAME>`` variable is
+    read (``kind``: float, int, bool, str or size; by default the default's type), the
+    least value it takes (smaller ones are raised to it), and what it does. Everything
+    :meth:`Settings.from_env` and the docs need comes from here."""
+    kind = kind or type(default).__name__
+    if kind not in _PARSERS:
+        raise TypeError(f"setting kind {kind!r}: use one of {', '.join(_PARSERS)}")
+    return dataclasses.field(default=default, metadata={"kind": kind, "minimum": minimum, "env": env, "doc": doc})
 
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-    """Every tunable of the broker, the workers and the client, read once from the
-    environment (``RHTC_*``) by :func:`settings` and passed on from there.
+    """Every tunable of the broker, the workers and the client, each declared once below
+    and read once from the environment (``RHTC_<NAME IN CAPITALS>``, e.g. ``RHTC_LEASE``)
+    by :func:`settings`, then passed on from there.
 
     >>> Settings().lease
     5.0
+    >>> Settings.env_name("max_result_bytes")
+    'RHTC_MAX_RESULT_BYTES'
     """
 
-    lease: float = 5.0                # RHTC_LEASE: a worker silent this long is dead (s)
-    map_ttl: int = 120                # RHTC_MAP_TTL: a map whose client stopped renewing it
-    result_ttl: int = 600             # RHTC_RESULT_TTL: unread results of an abandoned map
-    result_grace: int = 30            # a result list outlives its map by this much
-    function_ttl: int = 600           # a function blob expires this long after its last map
-    log_ttl: int = 86400              # the problem log
-    max_attempts: int = 3             # RHTC_MAX_ATTEMPTS: runs of a task that killed its worker
-    retry_delay: float = 1.0          # RHTC_RETRY_DELAY: pause before a retry (s), doubling, jittered
-    open_files: int = 16              # RHTC_OPEN_FILES: files a worker keeps open, with their trees' metadata
-    leases: bool = True               # RHTC_LEASES=0 only to measure what leases cost
-    steal_min_queue: int = 4          # steal from a live worker's queue this long...
-    steal_stuck_seconds: float = 10.0  # ... or whose current task has run this long
-    max_result_bytes: int = 64 * 1024 * 1024   # RHTC_MAX_RESULT_BYTES
-    broker_patience: float = 300.0    # RHTC_BROKER_PATIENCE: client waits this long for a lost broker
-    scan_step: int = 2000             # items one Lua call looks at, at most (C9)
-    fair_window: int = 8              # RHTC_FAIR_WINDOW: tasks of one map in the shared queue at a time
-    client_ttl: float = 10.0          # RHTC_CLIENT_TTL: a client silent this long is dead, its maps dropped (s)
-    malloc_tuning: bool = True        # RHTC_MALLOC_TUNING=0 turns it off
-    token_ttl: float = 30.0           # RHTC_TOKEN_TTL: a map's signed liveness token lasts this
-                                      # long (broker clock) unless its client renews it (s)
-    unclaimed_seconds: float = 10.0   # RHTC_UNCLAIMED_SECONDS: tasks sit this long in the queue of
-                                      # a "live" worker that takes none: the client takes them back
-    feed_entries: int = 600           # the dashboard's feed keeps this many entries (one per map a second)
-    feed_ttl: int = 600               # ... and expires this long after the last one (s)
-    disk_cache: str = ""              # RHTC_DISK_CACHE: the node's disk tier (a node-local directory
-                                      # shared by the node's workers); "" = off
-    disk_cache_size: int = 20 * 10 ** 9   # RHTC_DISK_CACHE_SIZE: its cap for the whole node (bytes)
-    disk_holds_ttl: int = 7 * 86400   # the broker forgets what a node's disk holds this long after its last addition (s)
+    lease: float = setting(5.0, doc="a worker silent this long is dead (s)")
+    map_ttl: int = setting(120, doc="a map whose client stopped renewing it expires after this (s)")
+    result_ttl: int = setting(600, doc="unread results of an abandoned map expire after this (s)")
+    result_grace: int = setting(30, doc="a result list outlives its map by this much (s)")
+    function_ttl: int = setting(600, doc="a function blob expires this long after its last map (s)")
+    log_ttl: int = setting(86400, doc="the problem log expires after this (s)")
+    max_attempts: int = setting(3, doc="runs of a task that killed its worker, in all")
+    retry_delay: float = setting(1.0, doc="pause before a retry (s), doubling, jittered")
+    open_files: int = setting(16, minimum=1, doc="files a worker keeps open, with their trees' metadata")
+    leases: bool = setting(True, doc="0 only to measure what leases cost")
+    steal_min_queue: int = setting(4, doc="steal from a live worker's queue this long...")
+    steal_stuck_seconds: float = setting(10.0, doc="... or whose current task has run this long (s)")
+    max_result_bytes: int = setting(64 * 1024 * 1024, kind="size", doc="the largest result a task may return")
+    broker_patience: float = setting(300.0, doc="the client waits this long for a lost broker (s)")
+    scan_step: int = setting(2000, minimum=1, doc="items one Lua call looks at, at most")
+    fair_window: int = setting(8, minimum=1, doc="tasks of one map in the shared queue at a time")
+    client_ttl: float = setting(10.0, minimum=1.0, doc="a client silent this long is dead, its maps dropped (s)")
+    malloc_tuning: bool = setting(True, doc="0 turns the workers' malloc tuning off")
+    token_ttl: float = setting(30.0, minimum=2.0, doc="a map's signed liveness token lasts this long "
+                                                      "(broker clock) unless its client renews it (s)")
+    unclaimed_seconds: float = setting(10.0, minimum=1.0, doc="tasks sit this long in the queue of a "
+                                       "'live' worker that takes none: the client takes them back (s)")
+    feed_entries: int = setting(600, minimum=1, doc="the dashboard's feed keeps this many entries")
+    feed_ttl: int = setting(600, doc="... and expires this long after the last one (s)")
+    xrootd_retries: int = setting(2, doc="a root:// read that fails is tried again this many times")
+    disk_cache: str = setting("", doc="the node's disk tier: a node-local directory shared by the "
+                                      "node's workers ('' = off)")
+    disk_cache_size: int = setting(20 * 10 ** 9, kind="size", doc="the disk tier's cap for the whole node")
+    disk_holds_ttl: int = setting(7 * 86400, doc="the broker forgets what a node's disk holds this long "
+                                                 "after its last addition (s)")
 
     @property
     def heartbeat(self) -> float:
@@ -144,25 +184,42 @@ class Settings:
     def holds_ttl(self) -> int:
         return max(600, int(self.lease * 4))
 
+    @staticmethod
+    def env_name(name: str) -> str:
+        """The environment variable of setting ``name``."""
+        return SETTINGS_FIELDS[name].metadata["env"] or f"RHTC_{name.upper()}"
+
     @classmethod
-    def from_env(cls) -> "Settings":
-        e = os.environ
-        return cls(lease=_env_float("RHTC_LEASE", 5.0),
-                   map_ttl=int(_env_float("RHTC_MAP_TTL", 120)),
-                   result_ttl=int(_env_float("RHTC_RESULT_TTL", 600)),
-                   max_attempts=int(_env_float("RHTC_MAX_ATTEMPTS", 3)),
-                   retry_delay=_env_float("RHTC_RETRY_DELAY", 1.0),
-                   open_files=max(1, int(_env_float("RHTC_OPEN_FILES", 16))),
-                   leases=e.get("RHTC_LEASES", "1") != "0",
-                   max_result_bytes=int(_env_float("RHTC_MAX_RESULT_BYTES", 64 * 1024 * 1024)),
-                   broker_patience=_env_float("RHTC_BROKER_PATIENCE", 300.0),
-                   fair_window=max(1, int(_env_float("RHTC_FAIR_WINDOW", 8))),
-                   client_ttl=max(1.0, _env_float("RHTC_CLIENT_TTL", 10.0)),
-                   malloc_tuning=e.get("RHTC_MALLOC_TUNING", "1") != "0",
-                   token_ttl=max(2.0, _env_float("RHTC_TOKEN_TTL", 30.0)),
-                   unclaimed_seconds=max(1.0, _env_float("RHTC_UNCLAIMED_SECONDS", 10.0)),
-                   disk_cache=e.get("RHTC_DISK_CACHE", ""),
-                   disk_cache_size=int(_env_float("RHTC_DISK_CACHE_SIZE", 20 * 10 ** 9)))
+    def from_env(cls, environ=None) -> "Settings":
+        """The settings with every ``RHTC_<NAME>`` that is set (and not empty) applied;
+        a value that cannot be read raises ValueError naming the variable and what it takes.
+
+        >>> Settings.from_env({"RHTC_LEASE": "2.5", "RHTC_LEASES": "0", "RHTC_OPEN_FILES": "0"})  # doctest: +ELLIPSIS
+        Settings(lease=2.5, ..., open_files=1, leases=False, ...)
+        >>> Settings.from_env({"RHTC_DISK_CACHE_SIZE": "lots"})  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: $RHTC_DISK_CACHE_SIZE='lots' is not a size such as 64MiB, 20GB or a number of bytes ...
+        """
+        environ = os.environ if environ is None else environ
+        values = {}
+        for f in dataclasses.fields(cls):
+            name = cls.env_name(f.name)
+            raw = environ.get(name)
+            if raw in (None, ""):
+                continue
+            kind, minimum = f.metadata["kind"], f.metadata["minimum"]
+            try:
+                value = _PARSERS[kind](raw)
+            except (ValueError, TypeError):
+                raise ValueError(f"${name}={raw!r} is not {_ACCEPTS[kind]} ({f.metadata['doc']}; "
+                                 f"default {f.default!r})") from None
+            values[f.name] = max(value, minimum) if minimum is not None else value
+        return cls(**values)
+
+
+#: the fields of :class:`Settings` by name
+SETTINGS_FIELDS = {f.name: f for f in dataclasses.fields(Settings)}
 
 
 @functools.lru_cache(maxsize=1)

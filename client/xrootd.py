@@ -31,6 +31,8 @@ import threading
 from typing import Any
 from rhtc.errors import RhtcError
 
+from ..broker.config import settings
+
 SCHEMES = ("root://", "roots://")
 
 #: XRootD client environment (XrdCl reads each at its first use in a process).
@@ -49,7 +51,7 @@ SETTINGS: dict[str, str] = {
 #: NanoAOD file with "Invalid operation"). Their timeout is :func:`request_timeout`.
 #: times a transient failure (server unreachable, timeout, connection dropped) of one read
 #: is retried inside ``Chunk.arrays``, reopening the file, before ChunkFileError is raised.
-READ_RETRIES = int(os.environ.get("RHTC_XROOTD_RETRIES", "2"))
+READ_RETRIES = settings().xrootd_retries
 
 _applied = False
 _lock = threading.Lock()

@@ -203,8 +203,13 @@ def test_rhtc_status_shows_each_nodes_disk_tier(broker, workers, tmp_path):
     env = {"RHTC_DISK_CACHE": str(tmp_path / "node-a"), "RHTC_DISK_CACHE_SIZE": "3GB"}
     workers.start(2, env=env)
     workers.start(1)                                            # no disk tier
-    out = subprocess.run([sys.executable, "-m", "rhtc.client.cli", "status"], cwd=str(ROOT), capture_output=True,
-                         text=True, env=dict(os.environ, **broker.config.env()), timeout=60)
-    assert out.returncode == 0, out.stderr
     tier = (tmp_path / "node-a" / "rhtc-tier-id").read_text().strip()
-    assert re.search(rf"node disk {tier} on \S+: 2 workers, [0-9.]+ GB of 3.0 GB", out.stdout), out.stdout
+    wanted = rf"node disk {tier} on \S+: 2 workers, [0-9.]+ GB of 3.0 GB"
+    for _ in range(20):              # the task processes publish their tier's figures at start
+        out = subprocess.run([sys.executable, "-m", "rhtc.client.cli", "status"], cwd=str(ROOT), capture_output=True,
+                             text=True, env=dict(os.environ, **broker.config.env()), timeout=60)
+        assert out.returncode == 0, out.stderr
+        if re.search(wanted, out.stdout):
+            break
+        time.sleep(0.5)
+    assert re.search(wanted, out.stdout), out.stdout

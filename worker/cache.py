@@ -17,24 +17,11 @@ they are evicted) and counts the bytes served from memory.
 from __future__ import annotations
 
 import collections
-import re
 import sys
 from typing import Any, Iterator, MutableMapping
 
 from rhtc import context
 
-_UNITS = {"": 1, "B": 1, "K": 1e3, "KB": 1e3, "M": 1e6, "MB": 1e6, "G": 1e9, "GB": 1e9,
-          "T": 1e12, "TB": 1e12, "KIB": 1024, "MIB": 1024 ** 2, "GIB": 1024 ** 3, "TIB": 1024 ** 4}
-
-
-def parse_size(text: str | int | float) -> int:
-    """``"4GB"`` -> 4_000_000_000; ``"512MiB"``, ``"1.5G"`` and plain numbers work too."""
-    if isinstance(text, (int, float)):
-        return int(text)
-    m = re.fullmatch(r"\s*([0-9.]+)\s*([A-Za-z]*)\s*", str(text))
-    if not m or m.group(2).upper() not in _UNITS:
-        raise ValueError(f"cannot read {text!r} as a size: use e.g. 4GB, 512MB, 2GiB or a number of bytes")
-    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
 
 
 def nbytes_of(value: Any) -> int:

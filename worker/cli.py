@@ -44,7 +44,7 @@ def main(url, config_file, name, cache_size, disk_cache, disk_cache_size, namesp
     """Serve tasks from the broker until SIGTERM (then hand back the current task, exit 0)."""
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    from .cache import parse_size
+    from ..broker.config import parse_size
     from .supervisor import Supervisor
     if name is not None:
         try:
