@@ -13,6 +13,7 @@ the broker out of memory for a while, the input file rewritten, between and duri
 
 Example::
 
+    (not run by the tests: minutes of faults; tests/test_chaos.py runs it)
     >>> run_chaos(tasks=500, workers=2, seed=1).ok                  # doctest: +SKIP
     True
 """

@@ -10,6 +10,7 @@ lease, while the workers run their tasks. Every map's results are checked agains
 numbers of the file as it is now: correct, in order, each delivered exactly once; and no
 attempt may be counted against a task (nothing died).
 
+    (not run by the tests: minutes of faults; tests/test_day_*.py run it)
     >>> with ChaosPool(4, 2.0) as pool:                         # doctest: +SKIP
     ...     run_day(pool, maps=6, seed=1).ok
     True

@@ -3,8 +3,8 @@
 prints it beside ours, measured in the same run, so that a round-trip figure can be read
 against what this machine's loopback and Redis cost.
 
-    >>> from rhtc.broker.embedded import EmbeddedBroker                    # doctest: +SKIP
-    >>> with EmbeddedBroker() as b:                                   # doctest: +SKIP
+    >>> from rhtc.broker.embedded import EmbeddedBroker
+    >>> with EmbeddedBroker() as b:
     ...     min(bare_round_trips(b.config, 50)) < 0.01
     True
 """

@@ -12,6 +12,7 @@ points that cache elsewhere), and says what to do when Go is missing.
 
 Example::
 
+    (not run by the tests: it builds toxiproxy; the fault tests run it)
     >>> with Toxiproxy() as tp:                                        # doctest: +SKIP
     ...     redis_proxy = tp.proxy("redis", upstream="127.0.0.1:6390")
     ...     redis_proxy.add_toxic("latency", latency=20)      # +20 ms on every reply

@@ -8,10 +8,14 @@ firewall that dropped it) is noticed before the next command is written and repl
 so that command is never lost in a dead socket; :meth:`FastLane.retrying` runs a step
 again on a fresh connection, with back-off, when the connection breaks under it.
 
-    >>> from rhtc.broker.fastlane import FastLane      # doctest: +SKIP
-    >>> lane = FastLane(redis_client)                   # doctest: +SKIP
-    >>> lane.send("PING"); lane.collect()               # doctest: +SKIP
+    >>> from rhtc.broker.fastlane import FastLane
+    >>> from rhtc.broker.embedded import EmbeddedBroker
+    >>> from rhtc.broker.storage import connect
+    >>> b = EmbeddedBroker().start()
+    >>> lane = FastLane(connect(b.config))
+    >>> lane.send("PING"); lane.collect()
     b'PONG'
+    >>> b.stop()
 """
 from __future__ import annotations
 

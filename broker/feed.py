@@ -13,7 +13,7 @@ Example (against a running broker)::
 
     >>> from rhtc.broker.embedded import EmbeddedBroker
     >>> from rhtc.broker.storage import Storage
-    >>> with EmbeddedBroker() as b:                       # doctest: +SKIP
+    >>> with EmbeddedBroker() as b:
     ...     s = Storage(b.config)
     ...     publish(s, {"map_id": "0123456789abcdef", "n": 2, "done": 1}, [[0, "w1", 1.0, 2.0, 0, 10, None, 0]])
     ...     read_feed(s, "0")[1][0]["tasks"]

@@ -3,12 +3,14 @@ taking and leasing tasks, handing in results, reconciling the lease with what ru
 and giving tasks back (reap, retire, crash). Mixed into :class:`broker.storage.Storage`;
 the atomic steps are the Lua scripts named here (see :mod:`broker.scripts`).
 
-    >>> from rhtc.broker.embedded import EmbeddedBroker            # doctest: +SKIP
-    >>> from rhtc.broker.storage import Storage                    # doctest: +SKIP
-    >>> with EmbeddedBroker() as b:                                # doctest: +SKIP
+    >>> from rhtc.broker.embedded import EmbeddedBroker
+    >>> from rhtc.broker.messages import WorkerStatus
+    >>> from rhtc.broker.storage import Storage
+    >>> status = WorkerStatus(name="w1", host="n1", pid=1, incarnation="0" * 16, key_fingerprint="f")
+    >>> with EmbeddedBroker() as b:
     ...     s = Storage(b.config)
-    ...     s.claim("w1", "0" * 16, status).ok
-    True
+    ...     s.claim("w1", "0" * 16, status).ok, s.take("w1", "0" * 16, max_tasks=1)[2]
+    (True, [])
 """
 from __future__ import annotations
 

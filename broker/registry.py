@@ -10,7 +10,7 @@ Example (against a running broker)::
 
     >>> from rhtc.broker.embedded import EmbeddedBroker
     >>> from rhtc.broker.storage import Storage
-    >>> with EmbeddedBroker() as b:                       # doctest: +SKIP
+    >>> with EmbeddedBroker() as b:
     ...     renew_map_entry(Storage(b.config), "0123456789abcdef")
     0
 """

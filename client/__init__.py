@@ -1,6 +1,6 @@
 """The analyst's API.
 
-    >>> from rhtc.client import remote_map, LocalCluster, make_chunks      # doctest: +SKIP
+    >>> from rhtc.client import remote_map, LocalCluster, make_chunks
 """
 from .api import (MapHandle, imap_unordered, last_map, live_workers, remote_map,
                         resolve_config, submit)

@@ -7,8 +7,10 @@ the branch cache and from files (counters of the worker's current incarnation), 
 RSS and cache size. For the namespace: workers by state, queue depths, the cache hit
 ratio of the live workers, maps in flight, and each map's tasks by state.
 
-    >>> from prometheus_client import generate_latest              # doctest: +SKIP
-    >>> print(render(DashState(storage_for())).decode())         # doctest: +SKIP
+    >>> from rhtc.client.api import storage_for
+    >>> from rhtc.client.dashstate import DashState
+    >>> print(render(DashState(storage_for())).decode())
+    # HELP rhtc_workers ...
 """
 from __future__ import annotations
 

@@ -19,8 +19,10 @@ log = logging.getLogger("rhtc.client")
 class MapHandle:
     """A map in flight: ``progress()``, ``done()``, ``wait()``, ``cancel()``, ``record``.
 
-    >>> h = submit(pow, [(2, 3)] * 4)                   # doctest: +SKIP
-    >>> h.wait()                                        # doctest: +SKIP
+    >>> from rhtc import submit
+    >>> h = submit(abs, [-1, -2, -3, -4])
+    >>> h.wait(), h.done()
+    ([1, 2, 3, 4], True)
     """
 
     def __init__(self, run: MapRun, reduce=None, errors: str = "raise", progress: bool = False):

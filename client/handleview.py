@@ -2,9 +2,10 @@
 (progress, workers busy, a link to the dashboard when one serves the broker), redrawn
 once a second until the map is done, and one line in a terminal.
 
-    >>> h = submit(pow, [(2, 3)] * 4)                   # doctest: +SKIP
-    >>> h                                               # doctest: +SKIP
-    <MapHandle 0123456789abcdef pow: 4/4 results; dashboard http://127.0.0.1:8787/?token=...>
+    >>> from rhtc import submit
+    >>> h = submit(abs, [-1, -2, -3, -4]); _ = h.wait()
+    >>> h
+    <MapHandle ... abs: 4/4 results...>
 """
 from __future__ import annotations
 

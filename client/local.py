@@ -1,7 +1,7 @@
 """A cluster on this machine: a private broker and N worker processes.
 
     >>> from rhtc.client import LocalCluster, remote_map
-    >>> with LocalCluster(n_workers=2) as cluster:                 # doctest: +SKIP
+    >>> with LocalCluster(n_workers=2) as cluster:
     ...     remote_map(str.upper, ["a", "b"], broker=cluster, progress=False)
     ['A', 'B']
 """
@@ -12,12 +12,13 @@ import concurrent.futures
 import os
 import queue
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+
+from rhtc.processes import stop_processes
 
 from ..broker.config import BrokerConfig
 from ..broker.embedded import EmbeddedBroker, die_with_parent
@@ -195,16 +196,7 @@ class LocalCluster:
         with _default_lock:
             if self in _active:
                 _active.remove(self)
-        for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        for p in self.procs:
-            try:
-                p.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_processes(self.procs, grace=timeout)
         self.procs = []
         if self.dashboard is not None:
             self.dashboard.stop()

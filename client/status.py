@@ -1,7 +1,10 @@
 """The text behind ``rhtc status``: workers, queues, maps in flight, recent problems.
 
-    >>> from rhtc.client.api import storage_for                     # doctest: +SKIP
-    >>> print(render_status(storage_for()))                    # doctest: +SKIP
+    >>> from rhtc.client.api import storage_for
+    >>> print(render_status(storage_for()))
+    broker BrokerConfig(url='redis://:***@...', namespace='...')   ...
+    0 live workers, 0 tasks in the shared queue
+    ...
 """
 from __future__ import annotations
 

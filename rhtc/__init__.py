@@ -2,8 +2,8 @@
 
 The one import name of the project. The public API sits here::
 
-    >>> from rhtc import remote_map, make_chunks, LocalCluster      # doctest: +SKIP
-    >>> results = remote_map(lambda x: x * x, [1, 2, 3])           # doctest: +SKIP
+    >>> from rhtc import remote_map, make_chunks, LocalCluster
+    >>> results = remote_map(lambda x: x * x, [1, 2, 3])
 
 The parts live in subpackages that mirror the repository's folders: ``rhtc.broker``
 (Redis, protocol), ``rhtc.worker``, ``rhtc.client``, ``rhtc.condor`` (batch jobs),

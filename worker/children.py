@@ -6,6 +6,7 @@ orphaned grandchild is reparented to them rather than to init; :func:`end_childr
 then stops every child still there: SIGTERM, a short grace, SIGKILL, and reaps them, so
 nothing leaks from one task into the next or outlives the worker.
 
+    (not run by the tests: it makes the calling process a subreaper)
     >>> become_subreaper()                 # doctest: +SKIP
     >>> end_children()                     # after the task: nothing left   # doctest: +SKIP
     []

@@ -3,6 +3,7 @@ at a time, hand in signed results. It talks to Redis directly (the supervisor in
 :mod:`worker.supervisor` is not on the hot path), keeps the branch cache, and tells its
 supervisor what it runs through :class:`worker.shared.SharedState`.
 
+    (not run by the tests: it serves tasks until SIGTERM)
     >>> from rhtc.worker.main import TaskProcess            # doctest: +SKIP
     >>> TaskProcess(config, "w1", incarnation, shared).run()   # doctest: +SKIP
 """

@@ -8,6 +8,7 @@ worker runs one task after another for hours, so it keeps up to ``trim`` bytes o
 heap for the next task. ``RHTC_MALLOC_TUNING=0`` turns this off (read with the other
 settings in :class:`broker.config.Settings`; the task process skips the call then).
 
+    (not run by the tests: it changes the calling process's allocator)
     >>> tune_malloc()      # doctest: +SKIP
     True
 """

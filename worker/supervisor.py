@@ -15,6 +15,7 @@ The task process is not daemonic, so a task may start processes of its own
 left running when the task ends, and the supervisor (a child subreaper, see
 :mod:`worker.children`) what a task process that died or was stopped left behind.
 
+    (not run by the tests: it serves until SIGTERM)
     >>> from rhtc.worker.supervisor import Supervisor         # doctest: +SKIP
     >>> Supervisor(config, name="w1").run()                   # doctest: +SKIP
     0
