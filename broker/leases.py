@@ -162,7 +162,8 @@ class Leases:
         """Requeue this worker's lease entries that nobody runs: of another incarnation, or
         older than one lease and not in ``held`` (every entry not held when the task process
         is ``gone``); ``crashed`` goes back counted as an attempt, with ``why`` in its history.
-        Returns (how many, the crashed task's fate: 'queued', 'dead', 'gone' or '')."""
+        Returns (how many, the crashed task's fate: a :class:`~broker.messages.Requeued`
+        value, or '' when it was not leased)."""
         st = self.settings
         n, outcome = self._scripts["reconcile"](args=[
             self.keys.ns, worker, incarnation, int(st.lease * 1000), int(gone), crashed, why,

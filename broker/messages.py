@@ -42,7 +42,83 @@ def cancelled_by(frame: bytes) -> str | None:
     return frame[len(CANCEL_MARK):].decode(errors="replace")
 
 
+# -- errors -----------------------------------------------------------------------------
+class ErrorKind(str, enum.Enum):
+    """The kinds of :class:`~client.errors.RemoteError` that are not an exception of the
+    user's function (whose kind is its exception's type name, e.g. ``"ValueError"``).
+    A ``str`` enum: ``err.remote_type == "WorkerLost"`` holds for ``ErrorKind.WORKER_LOST``.
+
+    >>> ErrorKind.WORKER_LOST == "WorkerLost", str(ErrorKind.RESULT_TOO_LARGE)
+    (True, 'ResultTooLarge')
+    """
+
+    WORKER_LOST = "WorkerLost"                # the process running it died every time it ran
+    WORKER_REFUSED = "WorkerRefused"          # a worker refused the frame (forged, replayed)
+    WORKER_ERROR = "WorkerError"              # a worker could not run it (function missing, versions...)
+    RESULT_TOO_LARGE = "ResultTooLarge"       # over max_result_bytes or what the broker accepts
+    UNPICKLABLE_RESULT = "UnpicklableResult"  # the function returned something that does not pickle
+    UNDECODABLE_RESULT = "UndecodableResult"  # the result does not unpickle on the client
+    TASK_TIMEOUT = "TaskTimeout"              # ran past task_timeout on every copy
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskError:
+    """What travels back when the user's function raised (a USER_ERROR result): the
+    exception's type name and message, the traceback text, a short description of the
+    argument, and the exception itself pickled when it pickles and loads back. On the wire
+    it is a plain dict (:meth:`to_wire`), which any version of the client reads.
+
+    >>> e = TaskError("OSError", "gone", "Traceback ...", argument="Chunk(a.root 0-10)")
+    >>> TaskError.from_wire(e.to_wire()) == e
+    True
+    >>> TaskError.from_wire({"type": "ValueError"}).message
+    ''
+    """
+
+    type: str
+    message: str = ""
+    traceback: str = ""
+    argument: str = ""
+    exception: bytes | None = None
+
+    def to_wire(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_wire(cls, value) -> "TaskError":
+        """From :meth:`to_wire`'s dict (missing fields take their defaults), or as is."""
+        if isinstance(value, cls):
+            return value
+        d = dict(value) if isinstance(value, dict) else {"type": "Error", "message": repr(value)[:500]}
+        fields = {f.name: d[f.name] for f in dataclasses.fields(cls) if d.get(f.name) is not None}
+        fields["type"] = str(fields.get("type") or "Error")
+        return cls(**fields)
+
+    def summary(self) -> str:
+        """``"OSError: gone"``."""
+        return f"{self.type}: {self.message}"
+
+
+class Requeued(str, enum.Enum):
+    """What became of a task a worker gave back (lua/lib.lua's ``requeue``; the Lua
+    scripts get these names from here): queued again, dead (it used up its attempts),
+    or gone (its map ended)."""
+
+    QUEUED = "queued"
+    DEAD = "dead"
+    GONE = "gone"
+
+
 # -- results ----------------------------------------------------------------------------
+def _counter(what: str):
+    """A count a worker reports about one run of a task: the client's ledger, the run
+    record and the timeline each get a column of it (:data:`RUN_COUNTERS`)."""
+    return dataclasses.field(default=0, metadata={"counter": what})
+
+
 @dataclasses.dataclass
 class ResultMeta:
     """What a worker says about one run of a task (travels beside the pickled value, so it
@@ -54,22 +130,20 @@ class ResultMeta:
     start: float
     stop: float
     incarnation: str = ""
-    bytes_cache: int = 0
-    bytes_disk: int = 0
-    bytes_file: int = 0
+    bytes_cache: int = _counter("bytes served from the worker's memory (its branch cache)")
+    bytes_disk: int = _counter("bytes served from the node's disk tier")
+    bytes_file: int = _counter("bytes read from the input files")
     events: int | None = None
-    files_opened: int = 0
+    files_opened: int = _counter("files the task had to open (not already open on the worker)")
     extra: dict = dataclasses.field(default_factory=dict)
 
     @property
     def bytes_read(self) -> int:
-        return self.bytes_cache + self.bytes_disk + self.bytes_file
+        return sum(getattr(self, name) for name in BYTES_SOURCES)
 
     def to_dict(self) -> dict:
-        d = {"worker": self.worker, "host": self.host, "pid": self.pid, "start": self.start,
-             "stop": self.stop, "incarnation": self.incarnation, "bytes_cache": self.bytes_cache,
-             "bytes_disk": self.bytes_disk, "bytes_file": self.bytes_file, "events": self.events, "files_opened": self.files_opened,
-             **self.extra}
+        d = {name: getattr(self, name) for name in _META_FIELDS}
+        d.update(self.extra)
         d["bytes_read"] = self.bytes_read
         return d
 
@@ -80,14 +154,30 @@ class ResultMeta:
     def decode(cls, raw: bytes | dict) -> "ResultMeta":
         d = dict(json.loads(raw)) if isinstance(raw, (bytes, str)) else dict(raw)
         d.pop("bytes_read", None)
-        if _META_REQUIRED <= d.keys() <= _META_FIELDS:
+        if _META_REQUIRED <= d.keys() <= _META_SET:
             return cls(**d)                  # the common case, once per result: keep it fast
-        known = {k: d.pop(k) for k in list(d) if k in _META_FIELDS}
+        known = {k: d.pop(k) for k in list(d) if k in _META_SET}
         return cls(**{"worker": "?", "host": "?", "pid": 0, "start": 0.0, "stop": 0.0, **known}, extra=d)
 
 
-_META_FIELDS = frozenset(f.name for f in dataclasses.fields(ResultMeta)) - {"extra"}
+_META_FIELDS = tuple(f.name for f in dataclasses.fields(ResultMeta) if f.name != "extra")
+_META_SET = frozenset(_META_FIELDS)
 _META_REQUIRED = frozenset({"worker", "host", "pid", "start", "stop"})
+#: the counts of a run (``bytes_cache``, ``bytes_disk``, ``bytes_file``, ``files_opened``):
+#: a field added to ResultMeta with :func:`_counter` is counted everywhere from here
+RUN_COUNTERS = tuple(f.name for f in dataclasses.fields(ResultMeta) if "counter" in f.metadata)
+#: ... of which the bytes, by where they came from (their sum is ``bytes_read``)
+BYTES_SOURCES = tuple(name for name in RUN_COUNTERS if name.startswith("bytes_"))
+
+#: What a map samples of each live worker every upkeep tick for its run record (the
+#: heartbeat's counters and the process and node figures of worker/metrics.py): name ->
+#: type. The run record's MetricSample and the client's sampling derive theirs from here.
+WORKER_METRICS: dict[str, type] = {
+    "cpu": float, "rss": int,                               # the task process
+    "cache_bytes": int, "cache_entries": int, "bytes_read": int, "disk_bytes": int,
+    "net_recv": int, "net_sent": int, "disk_read": int, "disk_write": int,
+    "node_cpu": float, "node_mem": float,                   # the node
+}
 
 
 _META_LEN = struct.Struct(">I")

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Sequence
 
 import redis
 
@@ -30,6 +29,7 @@ from .errors import PARSER, ConnectionProblem
 from .fastlane import FastLane
 from .keys import MAP_CLIENT, MAP_DATA, MAP_NONCE, MAP_SENT, Keys
 from .leases import Leases
+from .pool import Pool
 
 
 def connect(config: BrokerConfig, **kwargs) -> redis.Redis:
@@ -46,9 +46,10 @@ def connect(config: BrokerConfig, **kwargs) -> redis.Redis:
                          "redis://[:password@]host:port[/db], rediss://... or unix:///path.sock") from err
 
 
-class Storage(Leases):
+class Storage(Leases, Pool):
     """The broker as the project sees it: queues, leases, maps, results, workers.
-    The worker's side (claims, takes, leases) is in :class:`broker.leases.Leases`."""
+    The worker's side (claims, takes, leases) is in :class:`broker.leases.Leases`; who is
+    alive and which chunks they hold, in :class:`broker.pool.Pool`."""
 
     def __init__(self, config: BrokerConfig, settings: Settings | None = None, **redis_kwargs):
         self.config = config
@@ -92,6 +93,13 @@ class Storage(Leases):
         """(used bytes, maxmemory bytes or 0 when unlimited)."""
         info = self.r.info("memory")
         return int(info["used_memory"]), int(info.get("maxmemory", 0))
+
+    def memory_or_none(self) -> tuple[int, int]:
+        """:meth:`memory`, or (0, 0) when the broker cannot say (unreachable, refusing)."""
+        try:
+            return self.memory()
+        except Exception:
+            return 0, 0
 
     # -- maps (client side) ---------------------------------------------------------
     def enqueue_map(self, map_id: str, fn_hash: str, packed_fn: bytes | None, info: dict,
@@ -357,80 +365,6 @@ class Storage(Leases):
 
     def recent_problems(self, n: int = 20) -> list[dict]:
         return [json.loads(x) for x in self.r.lrange(self.keys.log, 0, n - 1)]
-
-    # -- who is alive, what they hold -------------------------------------------------
-    def worker_statuses(self, queue_depths: bool = True) -> list[messages.WorkerStatus]:
-        """Status of every worker whose heartbeat is current, with the length of its own
-        queue as ``queued`` unless ``queue_depths=False``."""
-        names = sorted(m.decode() for m in self.r.smembers(self.keys.workers))
-        if not names:
-            return []
-        raw = self.r.mget([self.keys.heartbeat(n) for n in names])
-        depths = [None] * len(names)
-        if queue_depths:
-            pipe = self.r.pipeline(transaction=False)
-            for n in names:
-                pipe.llen(self.keys.queue(n))
-            depths = pipe.execute()
-        out = []
-        for name, blob, depth in zip(names, raw, depths):
-            if blob:
-                status = messages.WorkerStatus.decode(blob)
-                status.forged = messages.status_forgery(self.config.key, blob, name, status)
-                status.name, status.queued = name, depth
-                out.append(status)
-        return out
-
-    def live_workers(self, queue_depths: bool = True) -> list[dict]:
-        """:meth:`worker_statuses` as flat dicts (name, host, state, task label...)."""
-        return [s.to_dict() for s in self.worker_statuses(queue_depths)]
-
-    def take_back_queue(self, worker: str) -> None:
-        """Move every task queued for ``worker`` to the shared queue (in bounded steps): it
-        looks live but takes none of them."""
-        while int(self._scripts["drain"](args=[self.keys.ns, worker, self.settings.scan_step])):
-            pass
-
-    def shared_depth(self) -> int:
-        return int(self.r.llen(self.keys.shared_queue))
-
-    def unrouted_depth(self, map_id: str) -> int:
-        """Tasks in the shared queue (any map's) plus those in ``map_id``'s backlog."""
-        pipe = self.r.pipeline(transaction=False)
-        pipe.llen(self.keys.shared_queue)
-        pipe.llen(self.keys.backlog(map_id))
-        return sum(pipe.execute())
-
-    def locate(self, routing_keys: Sequence[str]) -> tuple[dict[str, str], list[str]]:
-        """For each routing key cached on a live worker, that worker's name, else a live
-        worker of a node whose disk tier holds it (spread over that node's workers); and
-        the names of the live workers (never one whose heartbeat is forged)."""
-        statuses = [w for w in self.worker_statuses(queue_depths=False) if not w.forged]
-        live = [w.name for w in statuses]
-        if not routing_keys or not live:
-            return {}, live
-        pipe = self.r.pipeline(transaction=False)
-        for w in live:
-            pipe.smismember(self.keys.holds(w), list(routing_keys))
-        where: dict[str, str] = {}
-        for w, flags in zip(live, pipe.execute()):
-            for key, held in zip(routing_keys, flags):
-                if held and key not in where:
-                    where[key] = w
-        tiers: dict[str, list[str]] = {}
-        for w in statuses:
-            if w.disk_tier:
-                tiers.setdefault(w.disk_tier, []).append(w.name)
-        rest = [k for k in routing_keys if k not in where]
-        if tiers and rest:
-            pipe = self.r.pipeline(transaction=False)
-            for tier in tiers:
-                pipe.smismember(self.keys.disk_holds(tier), rest)
-            for (tier, names), flags in zip(tiers.items(), pipe.execute()):
-                for n, (key, held) in enumerate(zip(rest, flags)):
-                    if held and key not in where:
-                        where[key] = sorted(names)[n % len(names)]
-        return where, live
 
     def count_keys(self) -> int:
         """How many keys exist under this namespace (for tests and `rhtc status`)."""

@@ -25,7 +25,8 @@ from typing import Callable, Iterable, Iterator
 
 from ..broker.config import BrokerConfig, BrokerNotConfigured, StaleConfig
 from ..broker.storage import Storage
-from .arguments import map_options
+from .arguments import map_call
+from .options import MapOptions, documented
 from .handle import MapHandle, _cancelled
 from .handleview import announce
 from .maprun import MapRun
@@ -98,9 +99,9 @@ def live_workers(broker=None) -> list[dict]:
     return storage_for(broker).live_workers()
 
 
-def _start(fn, args: list, broker, wait_first: float = 0.0, **options) -> MapRun:
+def _start(fn, args: list, broker, options: MapOptions, wait_first: float = 0.0) -> MapRun:
     """A map, submitted; whatever stops the submission (Ctrl-C too) cancels it."""
-    run = MapRun(storage_for(broker), fn, args, **options)
+    run = MapRun(storage_for(broker), fn, args, options)
     try:
         run.submit(wait_first=wait_first)
     except BaseException:
@@ -109,10 +110,10 @@ def _start(fn, args: list, broker, wait_first: float = 0.0, **options) -> MapRun
     return run
 
 
+@documented
 def remote_map(fn: Callable, args: Iterable, *, broker=None, reduce: bool | Callable | None = None,
-               progress: bool = True, errors: str = "raise", retries: int = 0,
-               retry_on: tuple | None = None, routing: bool = True, stragglers: float | None = 3.0,
-               timeout: float | None = None, label: str | None = None, task_timeout: float | None = None):
+               progress: bool = True, errors: str = "raise", timeout: float | None = None,
+               options: MapOptions | None = None, **map_options):
     """Run ``fn`` on every argument on the workers; return the results in argument order.
 
     Args:
@@ -125,23 +126,14 @@ def remote_map(fn: Callable, args: Iterable, *, broker=None, reduce: bool | Call
         progress: show a progress bar (notebook-aware).
         errors: ``"raise"``: after the other results are in, raise the first
             :class:`RemoteError` (the others in ``.more``); ``"return"``: put them in the list.
-        retries: how many times to rerun a task whose function raised (default 0). Tasks
-            whose *worker* died are always retried, up to ``$RHTC_MAX_ATTEMPTS`` runs in all
-            (default 3; :mod:`client.retry` decides every rerun).
-        retry_on: only retry these exception types (or type names), e.g.
-            ``(ChunkFileError, OSError)`` for transient remote reads.
-        routing: send each chunk to a worker that has it cached (sticky routing).
-        stragglers: in the map's tail, when a worker is idle, run a backup copy of a task
-            that has run this many times longer than the median (first result wins);
-            ``None`` turns it off. With fewer than three finished tasks (a small map) the
-            longest finished one stands in for the median.
         timeout: seconds to wait before cancelling and raising TimeoutError.
-        task_timeout: seconds one task may run without a result (default ``None``: no
-            bound). Past it the task is backed up on an idle worker; if no copy has a
-            result ``task_timeout`` seconds later (or no worker was free by twice the
-            bound), it fails with a :class:`RemoteError` ``TaskTimeout`` naming the worker,
-            the chunk and the time. For reads that may hang for good (a stalled FUSE
-            mount, an XRootD server), e.g. ``task_timeout=600``.
+        options: a :class:`~client.options.MapOptions` to start from (the keywords below
+            override it).
+
+    The map options (keywords, or ``options=MapOptions(...)``; they are the same for
+    :func:`submit`, :func:`imap_unordered` and the coffea executor):
+
+        {map_options}
 
     Example::
 
@@ -153,16 +145,12 @@ def remote_map(fn: Callable, args: Iterable, *, broker=None, reduce: bool | Call
     Ctrl-C cancels the map: its queued tasks are dropped and its keys removed.
     """
     global _last
-    checked = map_options(fn, args, reduce=reduce, errors=errors, retries=retries, retry_on=retry_on,
-                          routing=routing, stragglers=stragglers, timeout=timeout, label=label,
-                          task_timeout=task_timeout)
-    args = checked["args"]
+    opts = MapOptions.of(options, **map_options)
+    args = map_call(fn, args, reduce=reduce, errors=errors, timeout=timeout)
     if not args:
         return None if reduce else []
     # a small map waits for its first result in the same round trip as its submission
-    run = _start(fn, args, broker, wait_first=0.05 if len(args) <= 4 else 0.0, retries=retries,
-                 retry_on=checked["retry_on"], routing=routing, stragglers=stragglers, label=label,
-                 task_timeout=task_timeout)
+    run = _start(fn, args, broker, opts, wait_first=0.05 if len(args) <= 4 else 0.0)
     handle = None
     try:
         handle = MapHandle(run, reduce=reduce, errors=errors, progress=progress)
@@ -175,21 +163,17 @@ def remote_map(fn: Callable, args: Iterable, *, broker=None, reduce: bool | Call
 
 
 def submit(fn: Callable, args: Iterable, *, broker=None, reduce: bool | Callable | None = None,
-           errors: str = "raise", retries: int = 0, retry_on: tuple | None = None,
-           routing: bool = True, stragglers: float | None = 3.0, label: str | None = None,
-           task_timeout: float | None = None) -> MapHandle:
+           errors: str = "raise", options: MapOptions | None = None, **map_options) -> MapHandle:
     """Start a map and return at once; results are collected in the background. The
-    options are :func:`remote_map`'s (``task_timeout=`` bounds one task's run time).
+    arguments and map options are :func:`remote_map`'s (:class:`~client.options.MapOptions`).
 
     >>> h = submit(abs, [-1, -2])
     >>> h.wait(), h.progress()
     ([1, 2], (2, 2))
     """
     global _last
-    checked = map_options(fn, args, reduce=reduce, errors=errors, retries=retries, retry_on=retry_on,
-                          routing=routing, stragglers=stragglers, label=label, task_timeout=task_timeout)
-    run = _start(fn, checked["args"], broker, retries=retries, retry_on=checked["retry_on"],
-                 routing=routing, stragglers=stragglers, label=label, task_timeout=task_timeout)
+    opts = MapOptions.of(options, **map_options)
+    run = _start(fn, map_call(fn, args, reduce=reduce, errors=errors), broker, opts)
     try:
         handle = MapHandle(run, reduce=reduce, errors=errors).start_background()
     except BaseException:
@@ -200,13 +184,12 @@ def submit(fn: Callable, args: Iterable, *, broker=None, reduce: bool | Callable
     return handle
 
 
-def imap_unordered(fn: Callable, args: Iterable, *, broker=None, retries: int = 0,
-                   retry_on: tuple | None = None, routing: bool = True,
-                   stragglers: float | None = 3.0, label: str | None = None,
-                   task_timeout: float | None = None) -> Iterator[TaskResult]:
+def imap_unordered(fn: Callable, args: Iterable, *, broker=None, options: MapOptions | None = None,
+                   **map_options) -> Iterator[TaskResult]:
     """Yield a :class:`TaskResult` (index, value, meta, error) for each task as it finishes.
-    The options are :func:`remote_map`'s (``task_timeout=``: a task that runs longer is
-    backed up, then yielded with a ``TaskTimeout`` error).
+    The map options are :func:`remote_map`'s (:class:`~client.options.MapOptions`;
+    ``task_timeout=``: a task that runs longer is backed up, then yielded with a
+    ``TaskTimeout`` error).
 
     Errors are not raised: check ``result.error``. Leaving the loop early cancels the map
     (so does Ctrl-C); a map cancelled elsewhere (``rhtc cancel``) raises MapCancelled.
@@ -217,14 +200,12 @@ def imap_unordered(fn: Callable, args: Iterable, *, broker=None, retries: int = 
     0 1 None
     1 2 None
     """
-    checked = map_options(fn, args, retries=retries, retry_on=retry_on, routing=routing,
-                          stragglers=stragglers, label=label, task_timeout=task_timeout)
-    return _unordered(fn, checked["args"], broker, retries=retries, retry_on=checked["retry_on"],
-                      routing=routing, stragglers=stragglers, label=label, task_timeout=task_timeout)
+    opts = MapOptions.of(options, **map_options)
+    return _unordered(fn, map_call(fn, args), broker, opts)
 
 
-def _unordered(fn, args: list, broker, **options) -> Iterator[TaskResult]:
-    run = _start(fn, args, broker, **options)
+def _unordered(fn, args: list, broker, options: MapOptions) -> Iterator[TaskResult]:
+    run = _start(fn, args, broker, options)
     try:
         while not run.done:
             yield from run.poll(1.0)

@@ -5,9 +5,9 @@ costs an error at once, not a map that ran for nothing (``reduce='sum'``), a map
 task per character (a string as the arguments) or an error in the middle of the map
 (``retry_on=ValueError``).
 
-    >>> map_options(abs, [1], retry_on=ValueError)["retry_on"]
-    (<class 'ValueError'>,)
-    >>> map_options(abs, "abc")
+    >>> map_call(abs, range(3))
+    [0, 1, 2]
+    >>> map_call(abs, "abc")
     Traceback (most recent call last):
     ...
     TypeError: args is the string 'abc': remote_map would run one task per character. Pass a list of arguments (['abc']), or list('abc') if you do want one task per character
@@ -19,7 +19,6 @@ import os
 from typing import Any, Callable, Iterable
 
 from .errors import describe
-from .timeouts import check_task_timeout
 
 
 def _whole(value: Any) -> bool:
@@ -53,8 +52,12 @@ def map_arguments(args: Any) -> list:
                         f"[{_short(args)}] for one task") from err
 
 
-def _short(value: Any) -> str:
+def describe_short(value: Any) -> str:
+    """A value as a short text for a message (at most 60 characters)."""
     return describe(value, 60)
+
+
+_short = describe_short
 
 
 def retry_types(retry_on: Any) -> tuple | None:
@@ -77,13 +80,11 @@ def retry_types(retry_on: Any) -> tuple | None:
     return items
 
 
-def map_options(fn: Callable, args: Iterable, *, reduce: Any = None, errors: str = "raise",
-                retries: int = 0, retry_on: Any = None, routing: bool = True,
-                stragglers: float | None = 3.0, timeout: float | None = None,
-                label: str | None = None, task_timeout: float | None = None) -> dict:
-    """Check every argument of a map call; return ``args`` as a list and ``retry_on`` as a
-    tuple (the forms the map uses). Raises TypeError / ValueError naming the argument."""
-    check_task_timeout(task_timeout)
+def map_call(fn: Callable, args: Iterable, *, reduce: Any = None, errors: str = "raise",
+             timeout: float | None = None) -> list:
+    """Check the arguments of a map call that are not its :class:`~client.options.MapOptions`
+    (which check themselves); return ``args`` as a list. Raises TypeError / ValueError
+    naming the argument."""
     if not callable(fn):
         raise TypeError(f"fn must be a callable (a function, a lambda, a class with __call__), not "
                         f"{type(fn).__name__} {_short(fn)}: remote_map(fn, args) takes the function first")
@@ -93,20 +94,10 @@ def map_options(fn: Callable, args: Iterable, *, reduce: Any = None, errors: str
     if errors not in ("raise", "return"):
         raise ValueError(f"errors must be 'raise' (raise RemoteError after collecting the rest) "
                          f"or 'return' (RemoteError objects in place of failed results), not {_short(errors)}")
-    if not _whole(retries) or retries < 0:
-        raise ValueError(f"retries must be a whole number >= 0 (reruns after the function raised), "
-                         f"not {_short(retries)}")
-    if not isinstance(routing, bool):
-        raise TypeError(f"routing must be True or False, not {_short(routing)}")
-    if stragglers is not None and (not _number(stragglers) or not stragglers > 1):
-        raise ValueError(f"stragglers must be a factor > 1 (back up a task that ran this many times "
-                         f"longer than the median) or None to turn it off, not {_short(stragglers)}")
     if timeout is not None and (not _number(timeout) or not timeout > 0):
         raise ValueError(f"timeout must be a number of seconds > 0, or None to wait as long as it "
                          f"takes, not {_short(timeout)}")
-    if label is not None and not isinstance(label, str):
-        raise TypeError(f"label must be a string (the map's name in the timeline), not {_short(label)}")
-    return {"args": map_arguments(args), "retry_on": retry_types(retry_on)}
+    return map_arguments(args)
 
 
 def positive_count(name: str, value: Any, hint: str) -> int:

@@ -45,6 +45,7 @@ from rhtc import context
 from .freshness import PreadSource
 from .openfiles import _forget, version_of
 from .api import submit
+from .options import MapOptions
 from . import xrootd
 from .chunks import Chunk
 from .errors import RemoteError, WorkItemFailed
@@ -339,7 +340,16 @@ class RedisExecutor(ExecutorBase):
     retries: int = 0
     task_timeout: float | None = None
 
+    def map_options(self) -> MapOptions:
+        """The map options of the runs (coffea's executors are configured by fields: ours
+        name the map options coffea-style, ``task_retries`` for MapOptions' ``retries``
+        since ``retries`` is coffea's in-task retries)."""
+        return MapOptions(retries=self.task_retries, retry_on=self.retry_on, routing=self.routing,
+                          stragglers=self.stragglers, label=self.function_name or self.desc,
+                          task_timeout=self.task_timeout)
+
     def __post_init__(self) -> None:
+        self.map_options()           # a wrong option raises here, naming it
         for name in ("retries", "task_retries"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
@@ -354,9 +364,7 @@ class RedisExecutor(ExecutorBase):
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         try:                      # Ctrl-C at any instant, from the submission on, cancels the map
             handle = submit(_RunItem(function, self.keep_files_open), tasks, broker=self.broker, reduce=_fold,
-                            errors="return", retries=self.task_retries, retry_on=self.retry_on,
-                            routing=self.routing, stragglers=self.stragglers,
-                            label=self.function_name or self.desc, task_timeout=self.task_timeout)
+                            errors="return", options=self.map_options())
             with rich_bar() as bar:
                 bar_id = bar.add_task(self.desc, total=len(tasks), unit=self.unit, disable=not self.status)
                 while not handle.done():

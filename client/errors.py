@@ -6,6 +6,8 @@ import re
 from typing import TYPE_CHECKING, Any
 from rhtc.errors import RhtcError
 
+from ..broker.messages import ErrorKind
+
 if TYPE_CHECKING:  # pragma: no cover
     from ..broker.messages import ResultMeta, WorkerStatus
 
@@ -63,7 +65,7 @@ class RemoteError(RhtcError):
                  worker: str | None = None, host: str | None = None, argument: str | None = None,
                  history: str = "", exception: BaseException | None = None):
         self.index = index
-        self.remote_type = remote_type
+        self.remote_type = str(remote_type)          # an ErrorKind, or the exception's type name
         self.message = message
         self.remote_traceback = traceback
         self.worker = worker
@@ -193,5 +195,5 @@ def undecodable_error(index: int, meta: "ResultMeta", err: BaseException,
                  f"{theirs or 'version unknown'} on worker {meta.worker}")
     text += ". Install the same versions of the analysis stack on the client and the workers " \
             "(`rhtc status` shows the workers' versions), or return plain Python types."
-    return RemoteError(index, "UndecodableResult", text, worker=meta.worker, host=meta.host,
+    return RemoteError(index, ErrorKind.UNDECODABLE_RESULT, text, worker=meta.worker, host=meta.host,
                        argument=argument)

@@ -24,7 +24,7 @@ import numpy as np
 import time
 
 from ..broker.errors import ConnectionProblem
-from ..broker.messages import ResultMeta, parse_lost_run
+from ..broker.messages import BYTES_SOURCES, RUN_COUNTERS, ResultMeta, parse_lost_run
 
 _NONE = -1
 _NAN = float("nan")
@@ -45,9 +45,7 @@ class Ledger:
         self._start = array("d")
         self._stop = array("d")
         self._received = array("d")
-        self._cache = array("q")
-        self._file = array("q")
-        self._opened = array("q")
+        self._counts = {name: array("q") for name in RUN_COUNTERS}    # bytes_cache, bytes_file...
         self._events = array("q")
         self._retries = array("h")
         self._backup = bytearray()
@@ -77,15 +75,15 @@ class Ledger:
             self._pid.append(meta.pid or 0)
             self._start.append(meta.start)
             self._stop.append(meta.stop)
-            self._cache.append(meta.bytes_cache or 0)
-            self._file.append(meta.bytes_file or 0)
-            self._opened.append(meta.files_opened or 0)
+            for name, col in self._counts.items():
+                col.append(getattr(meta, name) or 0)
             self._events.append(_NONE if meta.events is None else meta.events)
         else:
             for col, v in ((self._worker, _NONE), (self._host, _NONE), (self._pid, 0), (self._start, _NAN),
-                           (self._stop, _NAN), (self._cache, 0), (self._file, 0), (self._opened, 0),
-                           (self._events, _NONE)):
+                           (self._stop, _NAN), (self._events, _NONE)):
                 col.append(v)
+            for col in self._counts.values():
+                col.append(0)
         self._received.append(_NAN if received is None else received)
         self._retries.append(retries)
         self._backup.append(backup)
@@ -160,10 +158,9 @@ class Ledger:
                 d["worker"] = names[w]
             if start == start and stop == stop:
                 h = self._host[k]
-                d.update(start=start, stop=stop, host=names[h] if h != _NONE else "", pid=self._pid[k],
-                         bytes_cache=self._cache[k], bytes_file=self._file[k],
-                         files_opened=self._opened[k])
-                d["bytes_read"] = d["bytes_cache"] + d["bytes_file"]
+                d.update(start=start, stop=stop, host=names[h] if h != _NONE else "", pid=self._pid[k])
+                d.update((name, col[k]) for name, col in self._counts.items())
+                d["bytes_read"] = sum(d[name] for name in BYTES_SOURCES)
                 if self._events[k] != _NONE:
                     d["events"] = self._events[k]
             yield d

@@ -16,23 +16,23 @@ import socket
 import time
 from typing import Iterable, Sequence
 
-from ..broker import protocol
-
-from ..broker import messages
+from ..broker import messages, protocol
 from ..broker.errors import BrokerOutOfMemory, BrokerTrouble, ConnectionProblem
-from ..broker.messages import Fault, FaultKind, ResultMeta, WorkerStatus
+from ..broker.messages import ErrorKind, Fault, FaultKind, ResultMeta, TaskError, WorkerStatus
 from ..broker.registry import renew_map_entry
 from ..broker.storage import Storage
 from . import beacon
 from .errors import BrokerFull, BrokerLost, RemoteError, describe, undecodable_error
-from .interrupts import held_interrupt
-from .ledger import Ledger
+from .decisions import apply
 from .feed import MapFeed
+from .interrupts import held_interrupt
+from .invariants import Checked
+from .ledger import Ledger
+from .options import MapOptions
 from .packing import Frames, pack_function
 from .retry import RetryPolicy, RetryQueue
 from .routing import owners
 from .tasks import TaskResult, TaskState, TaskTable
-from .timeouts import check_task_timeout
 from .upkeep import Upkeep
 
 log = logging.getLogger("rhtc.client")
@@ -41,30 +41,30 @@ _DONE = int(TaskState.DONE)           # the per-result path compares plain ints
 SUBMIT_BATCH = 65536     # tasks packed and queued per round trip (bounds the client's memory)
 
 
-class MapRun:
+class MapRun(Checked):
     """Submit ``fn`` over ``args`` and collect the results, exactly once each."""
 
-    def __init__(self, storage: Storage, fn, args: Sequence, *, retries: int = 0,
-                 retry_on: tuple | None = None, routing: bool = True,
-                 max_task_bytes: int = protocol.MAX_TASK_BYTES, label: str | None = None,
-                 stragglers: float | None = 3.0, metrics: bool = True, task_timeout: float | None = None):
+    def __init__(self, storage: Storage, fn, args: Sequence, options: MapOptions = MapOptions(), *,
+                 max_task_bytes: int = protocol.MAX_TASK_BYTES, metrics: bool = True):
         self.storage = storage
         self.settings = storage.settings
         self.key = storage.config.key
         self.fingerprint = protocol.key_fingerprint(self.key)
         self.map_id = secrets.token_hex(8)
         self.nonce = protocol.new_nonce()
-        self.label = label or getattr(fn, "__name__", type(fn).__name__)
+        self.options = options
+        self.label = options.label or getattr(fn, "__name__", type(fn).__name__)
         self.n = len(args)
         self.args = args
-        self.policy = RetryPolicy(retries, retry_on, self.settings.max_attempts, self.settings.retry_delay)
-        self.straggler_factor = stragglers
-        self.task_timeout = check_task_timeout(task_timeout)
+        self.policy = RetryPolicy(options.retries, options.retry_on, self.settings.max_attempts,
+                                  self.settings.retry_delay)
+        self.straggler_factor = options.stragglers
+        self.task_timeout = options.task_timeout
         self.sample_metrics = metrics
         self.metric_samples: list[dict] = []
         self.packed_fn = pack_function(self.key, fn, self.label)
         self.fn_hash = protocol.function_hash(self.packed_fn)
-        self.routing = routing and any(getattr(a, "routing_key", None) for a in args)
+        self.routing = options.routing and any(getattr(a, "routing_key", None) for a in args)
         self.tasks = TaskTable(self.n)
         self.ledger = Ledger(self.n)
         self.feed = MapFeed(self)                       # the dashboard's view of the map
@@ -76,6 +76,7 @@ class MapRun:
         self.routed_to_workers = 0
         self.resubmissions = 0
         self.retry_queue = RetryQueue()
+        self.delivered = 0                              # results handed to the caller
         self.cancelled = self.closed = False
         self._sent = False                              # something may be queued in Redis
         self.cancelled_by: str | None = None            # who asked, when not this client
@@ -148,10 +149,7 @@ class MapRun:
 
     def memory(self) -> tuple[int, int]:
         """(used, maxmemory) bytes of the broker; (0, 0) when it cannot say."""
-        try:
-            return self.storage.memory()
-        except Exception:
-            return 0, 0
+        return self.storage.memory_or_none()
 
     # -- upkeep verbs: how client.upkeep (and only it) changes the map ---------------------
     def waiting(self) -> list[int]:
@@ -178,7 +176,7 @@ class MapRun:
         if not self.tasks.move(index, TaskState.FAILED):
             return False
         note = self.tasks.notes.get(index)
-        if meta is None and error.remote_type == "WorkerLost":      # its last run is its row
+        if meta is None and error.remote_type == ErrorKind.WORKER_LOST:      # its last run is its row
             meta = self.ledger.lost_runs(index, error.history, final=True)
         self.ledger.add(index, meta, error=f"{error.remote_type}: {error.message}",
                         retries=note.user_attempts if note else 0, received=time.time())
@@ -235,7 +233,7 @@ class MapRun:
         while not self.tasks.finished:
             try:
                 if self.upkeep.due():
-                    self.upkeep.tick()
+                    apply(self, self.upkeep.tick())
                     out += self._take()
                 next_retry = self._send_due_retries()
                 now = time.monotonic()
@@ -260,6 +258,8 @@ class MapRun:
             out += self._take()
             if self.end is None:
                 self.end = time.time()
+                if self.settings.check_invariants:
+                    self.validate()
                 if self.end - self.start > 0.5:     # a task process restart takes longer
                     self.ledger.read_lost_runs(self.storage, self.map_id)
                 self.feed.flush(later=True)    # off the map's path: no round trip
@@ -267,6 +267,7 @@ class MapRun:
 
     def _take(self) -> list[TaskResult]:
         out, self._outbox = self._outbox, []
+        self.delivered += len(out)
         return out
 
     def _settle_refusals(self) -> None:
@@ -305,10 +306,11 @@ class MapRun:
         if status == protocol.USER_ERROR:
             if self.tasks.state(index) is TaskState.BACKOFF:
                 return                    # a second copy's error: the retry is already planned
-            if self.policy.retry_user_error(self.tasks.note(index), value):
-                self._retry_later(index, value, meta)
+            info = TaskError.from_wire(value)
+            if self.policy.retry_user_error(self.tasks.note(index), info):
+                self._retry_later(index, info, meta)
                 return
-            self.fail(index, self._remote_error(index, value, meta), meta)
+            self.fail(index, self._remote_error(index, info, meta), meta)
             return
         self.tasks.move(index, _DONE)
         self.ledger.add(index, meta, retries=note.user_attempts if note else 0, received=time.time(),
@@ -316,14 +318,13 @@ class MapRun:
         self.last_progress = time.monotonic()
         self._outbox.append(TaskResult(index, value, meta))
 
-    def _retry_later(self, index: int, info: dict, meta: ResultMeta) -> None:
+    def _retry_later(self, index: int, info: TaskError, meta: ResultMeta) -> None:
         """Send a task whose function raised again, after the policy's pause."""
         note = self.tasks.note(index)
         pause = self.policy.delay(note)
-        self.ledger.attempt(index, meta, f"{info.get('type', 'Error')}: {info.get('message', '')}", "retried",
-                            backoff=pause)
+        self.ledger.attempt(index, meta, info.summary(), "retried", backoff=pause)
         log.info("map %s: task %d raised %s; retry %d of %d in %.1f s", self.map_id, index,
-                 info.get("type", "an error"), note.user_attempts, self.policy.retries, pause)
+                 info.type, note.user_attempts, self.policy.retries, pause)
         if pause > 0 and self.tasks.move(index, TaskState.BACKOFF):
             self.retry_queue.add(index, pause)
         else:
@@ -336,10 +337,9 @@ class MapRun:
             self.requeue(due)
         return self.retry_queue.next_due
 
-    def _remote_error(self, index: int, info: dict, meta: ResultMeta) -> RemoteError:
-        return RemoteError(index, info.get("type", "Error"), info.get("message", ""),
-                           info.get("traceback", ""), worker=meta.worker, host=meta.host,
-                           argument=info.get("argument"), exception=self.policy.exception_of(info))
+    def _remote_error(self, index: int, info: TaskError, meta: ResultMeta) -> RemoteError:
+        return RemoteError(index, info.type, info.message, info.traceback, worker=meta.worker, host=meta.host,
+                           argument=info.argument or None, exception=self.policy.exception_of(info))
 
     def _fault(self, index: int, fault: Fault) -> None:
         """A worker could not run the task (see :class:`~broker.messages.FaultKind`)."""
@@ -348,7 +348,8 @@ class MapRun:
             self._fn_uploaded = False
             self.requeue([index])
             return
-        name = "WorkerRefused" if fault.kind in (FaultKind.BAD_FRAME, FaultKind.REPLAYED) else "WorkerError"
+        name = ErrorKind.WORKER_REFUSED if fault.kind in (FaultKind.BAD_FRAME, FaultKind.REPLAYED) \
+            else ErrorKind.WORKER_ERROR
         err = RemoteError(index, name, fault.message, worker=fault.worker or None,
                           argument=self.describe_argument(index))
         if fault.kind is FaultKind.BAD_FRAME:
@@ -380,7 +381,6 @@ class MapRun:
             log.warning("map %s: task %d (and maybe more) was answered by a worker holding another "
                         "key (%s); the audit will send them again", self.map_id, ref.index, err)
 
-    # -- ending -------------------------------------------------------------------------
     def cancel(self) -> int:
         """Remove the map's queued tasks and keys; returns how many queued tasks were dropped.
         A map already ended (cancelled, or closed) stays as it is (returns 0)."""

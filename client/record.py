@@ -10,13 +10,14 @@ metadata every worker attaches to its result, and can save it as JSON::
      "n_tasks": 800,                   # chunks in the map (finished or not)
      "tasks": [{"index": 0, "worker": "node1-1234", "host": "node1", "pid": 1234,
                 "start": 1700000001.2, "stop": 1700000003.9,
-                "bytes_cache": 0, "bytes_file": 123456, "files_opened": 1,
+                "bytes_cache": 0, "bytes_disk": 0, "bytes_file": 123456, "files_opened": 1,
                 "error": null, "retries": 0, "events": 500000}, ...],
      "attempts": [{"index": 7, "worker": "node2-99", "start": 1700000002.0, "stop": 1700000002.4,
                    "error": "OSError: flaky", "outcome": "retried", "backoff": 1.1}, ...],
      "metrics": [{"t": 1700000002.0, "worker": "node1-1234", "cpu": 97.0,
                   "rss": 123456789, "cache_bytes": 0, "cache_entries": 0,
-                  "bytes_read": 0, "net_recv": 0, "net_sent": 0, "disk_read": 0}, ...]}
+                  "bytes_read": 0, "net_recv": 0, "net_sent": 0, "disk_read": 0,
+                  "node_cpu": 35.0, ...}, ...]}
 
 ``error`` is ``null`` or a one-line summary such as ``"ValueError: bad branch"``;
 ``events`` is ``null`` when the function does not report how many events it saw;
@@ -49,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..broker.messages import RUN_COUNTERS, WORKER_METRICS
 from .attempts import AttemptRecord
 from .efficiency import efficiency
 
@@ -97,33 +99,9 @@ def _entry(build, item: Any, where: str, i: int):
         raise ValueError(f"{where}[{i}]: {exc}") from None
 
 
-@dataclass
-class TaskRecord:
-    """One chunk as run by one worker: when, where, and what it read.
-
-    ``start``/``stop`` are unix times on the worker's clock; ``bytes_cache`` and
-    ``bytes_file`` split what the task read between the worker's branch cache and
-    the ROOT file.
-
-    Example::
-
-        >>> t = TaskRecord(index=3, worker="n1-7", start=10.0, stop=12.5, bytes_cache=40)
-        >>> t.duration, t.source
-        (2.5, 'hit')
-    """
-
-    index: int
-    worker: str
-    start: float
-    stop: float
-    host: str = ""
-    pid: int = 0
-    bytes_cache: int = 0
-    bytes_file: int = 0
-    files_opened: int = 0
-    error: str | None = None
-    retries: int = 0
-    events: int | None = None
+class _TaskRecordMethods:
+    """What :class:`TaskRecord` does; its fields are made below from the worker's
+    result metadata (one int per :data:`~broker.messages.RUN_COUNTERS`)."""
 
     @property
     def duration(self) -> float:
@@ -132,18 +110,20 @@ class TaskRecord:
 
     @property
     def source(self) -> str:
-        """Where the task read from: ``"error"``, ``"hit"`` (all bytes from the cache),
-        ``"partial"`` (some from each), ``"miss"`` (from the file) or ``"compute"`` (read
-        nothing through a chunk)."""
+        """Where the task read from: ``"error"``, ``"hit"`` (all bytes from the worker's
+        memory), ``"disk"`` (from the node's disk tier, none from the file), ``"partial"``
+        (some from a cache, some from the file), ``"miss"`` (from the file) or
+        ``"compute"`` (read nothing through a chunk)."""
         if self.error:
             return "error"
-        if self.bytes_cache > 0 and self.bytes_file == 0:
-            return "hit"
-        if self.bytes_cache > 0 and self.bytes_file > 0:
+        cached = self.bytes_cache + self.bytes_disk
+        if cached and self.bytes_file:
             return "partial"
-        if self.bytes_file > 0:
-            return "miss"
-        return "compute"
+        if self.bytes_disk:
+            return "disk"
+        if self.bytes_cache:
+            return "hit"
+        return "miss" if self.bytes_file else "compute"
 
     @classmethod
     def from_meta(cls, meta: Mapping[str, Any]) -> "TaskRecord":
@@ -166,7 +146,6 @@ class TaskRecord:
         host = str(meta.get("host") or "")
         pid = _number(meta.get("pid"), 0, int, "pid")
         worker = meta.get("worker") or (f"{host}-{pid}" if host else f"pid-{pid}")
-        events = meta.get("events")
         return cls(
             index=_number(meta["index"], 0, int, "index"),
             worker=str(worker),
@@ -174,12 +153,10 @@ class TaskRecord:
             stop=_number(meta["stop"], 0.0, float, "stop"),
             host=host,
             pid=pid,
-            bytes_cache=_number(meta.get("bytes_cache"), 0, int, "bytes_cache"),
-            bytes_file=_number(meta.get("bytes_file"), 0, int, "bytes_file"),
-            files_opened=_number(meta.get("files_opened"), 0, int, "files_opened"),
             error=short_error(meta.get("error")),
             retries=_number(meta.get("retries"), 0, int, "retries"),
-            events=_number(events, None, int, "events"),
+            events=_number(meta.get("events"), None, int, "events"),
+            **{name: _number(meta.get(name), 0, int, name) for name in RUN_COUNTERS},
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -187,43 +164,56 @@ class TaskRecord:
         return dataclasses.asdict(self)
 
 
-@dataclass
-class MetricSample:
-    """One periodic sample of a worker's node metrics (CPU %, memory, I/O counters).
+TaskRecord = dataclasses.make_dataclass(
+    "TaskRecord",
+    [("index", int), ("worker", str), ("start", float), ("stop", float),
+     ("host", str, field(default="")), ("pid", int, field(default=0)),
+     *[(name, int, field(default=0)) for name in RUN_COUNTERS],
+     ("error", "str | None", field(default=None)), ("retries", int, field(default=0)),
+     ("events", "int | None", field(default=None))],
+    bases=(_TaskRecordMethods,),
+    namespace={"__doc__": """One chunk as run by one worker: when, where, and what it read.
+
+    ``start``/``stop`` are unix times on the worker's clock; ``bytes_cache``,
+    ``bytes_disk`` and ``bytes_file`` split what the task read between the worker's
+    memory, the node's disk tier and the ROOT file (the counts are those of
+    :data:`broker.messages.RUN_COUNTERS`).
 
     Example::
 
-        >>> MetricSample.from_dict({"t": 5.0, "worker": "n1-7", "cpu": 97}).cpu
-        97.0
-    """
+        >>> t = TaskRecord(index=3, worker="n1-7", start=10.0, stop=12.5, bytes_cache=40)
+        >>> t.duration, t.source
+        (2.5, 'hit')
+    """})
+TaskRecord.__module__ = __name__
 
-    t: float
-    worker: str
-    cpu: float = 0.0
-    rss: int = 0
-    cache_bytes: int = 0
-    cache_entries: int = 0
-    bytes_read: int = 0
-    net_recv: int = 0
-    net_sent: int = 0
-    disk_read: int = 0
 
+class _MetricSampleMethods:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "MetricSample":
         """Build from a dict; unknown keys are ignored, missing counters are 0."""
         if data.get("t") is None or not data.get("worker"):
             raise ValueError(f"a metric sample needs 't' and 'worker' (got keys {sorted(data)})")
-        kwargs: dict[str, Any] = {"t": _number(data["t"], 0.0, float, "t"), "worker": str(data["worker"])}
-        for f in dataclasses.fields(cls):
-            if f.name in kwargs:
-                continue
-            kind = float if f.name == "cpu" else int
-            kwargs[f.name] = _number(data.get(f.name), f.default, kind, f.name)
-        return cls(**kwargs)
+        return cls(t=_number(data["t"], 0.0, float, "t"), worker=str(data["worker"]),
+                   **{name: _number(data.get(name), kind(0), kind, name) for name, kind in WORKER_METRICS.items()})
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready dict of this sample."""
         return dataclasses.asdict(self)
+
+
+MetricSample = dataclasses.make_dataclass(
+    "MetricSample",
+    [("t", float), ("worker", str), *[(name, kind, field(default=kind(0))) for name, kind in WORKER_METRICS.items()]],
+    bases=(_MetricSampleMethods,),
+    namespace={"__doc__": """One periodic sample of a worker's figures (:data:`broker.messages.WORKER_METRICS`).
+
+    Example::
+
+        >>> MetricSample.from_dict({"t": 5.0, "worker": "n1-7", "cpu": 97, "node_cpu": 50}).node_cpu
+        50.0
+    """})
+MetricSample.__module__ = __name__
 
 
 @dataclass

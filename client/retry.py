@@ -13,9 +13,10 @@ Example::
     >>> from rhtc.client.tasks import TaskNote
     >>> p = RetryPolicy(retries=1, retry_on=("OSError",))
     >>> note = TaskNote()
-    >>> p.retry_user_error(note, {"type": "OSError"}), p.retry_user_error(note, {"type": "OSError"})
+    >>> from rhtc.broker.messages import TaskError
+    >>> p.retry_user_error(note, TaskError("OSError")), p.retry_user_error(note, TaskError("OSError"))
     (True, False)
-    >>> p.retry_user_error(TaskNote(), {"type": "ValueError"})
+    >>> p.retry_user_error(TaskNote(), TaskError("ValueError"))
     False
 """
 from __future__ import annotations
@@ -26,6 +27,7 @@ import random
 import time
 
 from ..broker import protocol
+from ..broker.messages import TaskError
 from .tasks import TaskNote
 
 
@@ -55,7 +57,7 @@ class RetryPolicy:
         base = min(self.max_delay, self.retry_delay * 2 ** max(0, note.user_attempts - 1))
         return base * random.uniform(0.8, 1.2)
 
-    def retry_user_error(self, note: TaskNote, info: dict) -> bool:
+    def retry_user_error(self, note: TaskNote, info: TaskError) -> bool:
         """Whether to rerun a task whose function raised (counts the attempt if so)."""
         if note.user_attempts >= self.retries or not self._matches(info):
             return False
@@ -69,21 +71,21 @@ class RetryPolicy:
         note.system_attempts += 1
         return True
 
-    def _matches(self, info: dict) -> bool:
+    def _matches(self, info: TaskError) -> bool:
         if not self.retry_on:
             return True
         names = {t if isinstance(t, str) else t.__name__ for t in self.retry_on}
-        if info.get("type") in names:
+        if info.type in names:
             return True
         exc = self.exception_of(info)
         types = tuple(t for t in self.retry_on if isinstance(t, type))
         return bool(exc is not None and types and isinstance(exc, types))
 
     @staticmethod
-    def exception_of(info: dict) -> BaseException | None:
+    def exception_of(info: TaskError) -> BaseException | None:
         """The remote exception object, if it unpickles here."""
         try:
-            return protocol.loads_plain(info["exception"]) if info.get("exception") else None
+            return protocol.loads_plain(info.exception) if info.exception else None
         except Exception:
             return None
 

@@ -35,10 +35,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["efficiency", "plot_timeline", "timeline_command"]
 
-COLOURS = {"hit": "#2ca02c", "partial": "#98df8a", "miss": "#1f77b4", "compute": "#8c8c8c",
+COLOURS = {"hit": "#2ca02c", "disk": "#9467bd", "partial": "#98df8a", "miss": "#1f77b4", "compute": "#8c8c8c",
            "error": "#d62728"}
 LABELS = {
-    "hit": "cache hit (all bytes from cache)",
+    "hit": "cache hit (all bytes from memory)",
+    "disk": "node disk hit (no file read)",
     "partial": "partial hit",
     "miss": "read from file",
     "compute": "no chunk data read",

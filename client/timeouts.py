@@ -18,6 +18,7 @@ import math
 import time
 from typing import TYPE_CHECKING
 
+from ..broker.messages import ErrorKind
 from .errors import RemoteError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -80,6 +81,6 @@ class TaskTimeouts:
                f"{worker.name} ({worker.host}){also}. Does it hang (a stalled FUSE mount or XRootD "
                f"read of its file)? The worker stays busy with it until it returns; pass a larger "
                f"task_timeout= if the task is only slow")
-        if run.fail(index, RemoteError(index, "TaskTimeout", msg, worker=worker.name, host=worker.host,
+        if run.fail(index, RemoteError(index, ErrorKind.TASK_TIMEOUT, msg, worker=worker.name, host=worker.host,
                                        argument=run.describe_argument(index))):
             log.warning("map %s: task %d failed: %s", run.map_id, index, msg)

@@ -4,10 +4,11 @@ broker, take back tasks stranded in the queue of a worker that takes none, back 
 stragglers, sample the workers' metrics, name workers that hold another key or whose
 heartbeat is forged, and notice a full broker.
 
-Upkeep only looks after a map: it reads what the map shows and asks it to act through
-the verbs of :class:`MapVerbs` (requeue these, fail this, the function was lost, this
-is what the workers say); it never edits the map's state itself, and it does not import
-:mod:`client.maprun` (which imports this module).
+Upkeep only looks after a map: it reads the broker and what the map shows, and returns
+its decisions (:mod:`client.decisions`: requeue these, fail this, the function was lost,
+shun that worker) for the map to apply; it never edits the map's state itself, and it
+does not import :mod:`client.maprun` (which imports this module). The task timeouts
+(:mod:`client.timeouts`) still act through the map's verbs.
 """
 from __future__ import annotations
 
@@ -19,9 +20,10 @@ from typing import Iterable, Protocol
 
 from ..broker import protocol
 from ..broker.errors import BrokerOutOfMemory
-from ..broker.messages import ResultMeta, WorkerStatus
+from ..broker.messages import WORKER_METRICS, ErrorKind, ResultMeta, WorkerStatus
 from ..broker.registry import renew_map_entry
 from ..broker.storage import Storage
+from .decisions import Decision, Fail, FunctionLost, Requeue, Shun, lost_tasks, straggler_backups
 from .errors import BrokerFull, KeyMismatch, RemoteError
 from .feed import MapFeed
 from .unclaimed import UnclaimedWatch
@@ -32,13 +34,11 @@ log = logging.getLogger("rhtc.client")
 TICK_SECONDS = 1.0            # how often the map renews itself and looks for lost tasks
 AUDIT_SECONDS = 5.0           # how often it checks that every waiting task is somewhere
 AUDIT_MAX_QUEUE = 1000        # ... unless the shared queue and the map's backlog are longer and results flow
-STRAGGLER_MIN_SECONDS = 1.0   # never back up a task that has run less than this
 MAX_METRIC_SAMPLES = 200_000
 KEY_MISMATCH_SECONDS = 3.0    # every live worker holds another key this long: give up
 LOOK_SECONDS = 1.0            # maps submitted within this long share one look at the workers
 _looks: "weakref.WeakKeyDictionary[Storage, tuple[float, list[WorkerStatus]]]" = weakref.WeakKeyDictionary()
-METRIC_KEYS = ("t", "name", "cpu", "rss", "cache_bytes", "cache_entries", "bytes_read", "net_recv",
-               "net_sent", "disk_read", "node_cpu")
+METRIC_KEYS = ("t", *WORKER_METRICS)          # what a map samples of each live worker
 
 
 class MapVerbs(Protocol):
@@ -67,7 +67,6 @@ class MapVerbs(Protocol):
     def waiting(self) -> list[int]: ...
     def requeue(self, indices: Iterable[int], *, route: bool = True, backup: bool = False) -> list[int]: ...
     def fail(self, index: int, error: RemoteError, meta: ResultMeta | None = None) -> bool: ...
-    def function_lost(self) -> None: ...
     def observe(self, statuses: list[WorkerStatus]) -> None: ...
     def durations(self): ...
     def backed_up(self, index: int) -> bool: ...
@@ -111,17 +110,20 @@ class Upkeep:
     def due(self) -> bool:
         return time.monotonic() >= self.next_tick
 
-    def tick(self) -> None:
+    def tick(self) -> list[Decision]:
         """Once a second: keep the map alive, recover from dead workers and restarts,
-        check the workers' keys, back up stragglers, sample the workers' metrics."""
+        check the workers' keys, back up stragglers, sample the workers' metrics. Returns
+        what the map must do (:mod:`client.decisions`)."""
         self.next_tick = time.monotonic() + TICK_SECONDS
+        decisions: list[Decision] = []
         try:
-            self._tick()
+            self._tick(decisions)
         except BrokerOutOfMemory:
             self._full_since = self._full_since or time.monotonic()
         self._check_full()
+        return decisions
 
-    def _tick(self) -> None:
+    def _tick(self, decisions: list[Decision]) -> None:
         run = self.run
         storage = run.storage
         if not storage.keep_map_alive(run.map_id, run.fn_hash, run.nonce):
@@ -129,19 +131,19 @@ class Upkeep:
                 return
             log.warning("map %s vanished from the broker (did it restart?); resubmitting %d tasks",
                         run.map_id, run.unfinished)
-            run.function_lost()
+            decisions.append(FunctionLost("the map vanished from the broker"))
             return
         renew_map_entry(storage, run.map_id)
         run.feed.flush()
         storage.reap()
         if time.monotonic() >= self._next_audit:
-            self._audit()
+            decisions += self._audit()
         live = storage.worker_statuses()
         _looks[storage] = (time.monotonic(), live)      # fresh for the next map's look
         run.observe(live)
         self._check_keys(live)
         self._check_forged(live)
-        self._take_back_unclaimed(live)
+        decisions += self._unclaimed_workers(live)
         if not live and not self._warned_no_workers:
             self._warned_no_workers = True
             log.warning("map %s waits for workers: none is connected to %r (`rhtc workers -n 4`, "
@@ -151,7 +153,7 @@ class Upkeep:
                 d = w.to_dict()
                 run.metric_samples.append({k: d.get(k) for k in METRIC_KEYS} | {"worker": w.name})
         if run.straggler_factor:
-            self._back_up_stragglers(live)
+            decisions += self._stragglers(live)
         if self.timeouts is not None:
             self.timeouts.check(live)
         for frame in storage.fetch_dead_tasks(run.map_id):
@@ -159,11 +161,11 @@ class Upkeep:
             if index is None or not 0 <= index < run.n:
                 continue
             history = storage.attempt_history(run.map_id, protocol.task_id(frame))
-            run.fail(index, RemoteError(
-                index, "WorkerLost", "the process running the task died every time it was tried "
+            decisions.append(Fail(index, RemoteError(
+                index, ErrorKind.WORKER_LOST, "the process running the task died every time it was tried "
                 "(see the attempts); the task may be what kills it (memory? a crash in compiled code?)",
                 worker=None,
-                argument=run.describe_argument(index), history=history))
+                argument=run.describe_argument(index), history=history)))
 
     def _check_keys(self, live: list[WorkerStatus]) -> None:
         """Workers holding another key cannot run this map: fail fast when all of them do,
@@ -206,18 +208,14 @@ class Upkeep:
                 log.warning(msg)
                 run.storage.report(msg)
 
-    def _take_back_unclaimed(self, live: list[WorkerStatus]) -> None:
-        """Move the queue of a worker that looks live but takes nothing to the shared queue,
-        and route no more tasks to it (:mod:`client.unclaimed`)."""
-        run = self.run
-        for name in self._unclaimed.stranded(live):
-            run.shunned.add(name)
-            run.storage.take_back_queue(name)
-            msg = (f"map {run.map_id}: worker {name} looks live but took none of the tasks in its queue "
-                   f"for {self._unclaimed.seconds:.0f} s (a forged or replayed heartbeat, or a wedged "
-                   "worker); they were moved to the shared queue and the map routes no more tasks to it")
-            log.warning(msg)
-            run.storage.report(msg)
+    def _unclaimed_workers(self, live: list[WorkerStatus]) -> list[Decision]:
+        """Shun a worker that looks live but takes nothing: its queue goes to the shared
+        queue, and no more tasks to it (:mod:`client.unclaimed`)."""
+        return [Shun(name, f"map {self.run.map_id}: worker {name} looks live but took none of the tasks in "
+                           f"its queue for {self._unclaimed.seconds:.0f} s (a forged or replayed heartbeat, "
+                           "or a wedged worker); they were moved to the shared queue and the map routes "
+                           "no more tasks to it")
+                for name in self._unclaimed.stranded(live)]
 
     def _check_full(self) -> None:
         """Warn when no result came for a while because Redis is full; give up after the
@@ -241,29 +239,24 @@ class Upkeep:
                              f"with {run.unfinished} tasks unfinished: free memory in Redis or raise its "
                              "maxmemory, then run the map again")
 
-    def _back_up_stragglers(self, live: list[WorkerStatus]) -> None:
-        """In the tail of the map, when a worker is idle, run a backup copy of a task that
-        has run much longer than the median; the first result wins. With fewer than three
-        finished tasks (a small map), the longest of them stands in for the median."""
+    def _stragglers(self, live: list[WorkerStatus]) -> list[Decision]:
+        """In the tail of the map, when a worker is idle, a backup copy of a task that has
+        run much longer than the median (:func:`client.decisions.straggler_backups`)."""
         run = self.run
-        waiting = run.unfinished
-        if not waiting or waiting > max(2, 0.05 * run.n):
-            return
+        running = [(w.task.index, w.task_seconds or 0.0) for w in live
+                   if w.task is not None and w.task.map_id == run.map_id]
+        backed_up = {i for i, _ in running if run.backed_up(i)}
         idle = sum(w.task is None and not w.forged and w.name not in run.misfits for w in live)
-        durations = run.durations()
-        if not idle or not len(durations):
-            return
-        typical = float(sorted(durations)[len(durations) // 2] if len(durations) >= 3 else max(durations))
-        limit = max(STRAGGLER_MIN_SECONDS, run.straggler_factor * typical)
-        slow = [w.task.index for w in live if w.task is not None and w.task.map_id == run.map_id
-                and (w.task_seconds or 0) > limit and not run.backed_up(w.task.index)]
-        slow = slow[:idle]
-        if slow:
-            sent = run.requeue(slow, route=False, backup=True)
-            log.info("map %s: backing up %d straggler(s) running over %.1f s: %s", run.map_id,
-                     len(sent), limit, sent)
+        backup = straggler_backups(unfinished=run.unfinished, n=run.n, idle=idle, durations=run.durations(),
+                                   factor=run.straggler_factor, running=running, backed_up=backed_up)
+        return [backup] if backup else []
 
-    def _audit(self) -> None:
+    @property
+    def missing(self) -> set[int]:
+        """Tasks seen missing from the broker once (requeued if missing again)."""
+        return self._missing_before
+
+    def _audit(self) -> list[Decision]:
         """Requeue waiting tasks that are nowhere in the broker, twice in a row (a worker
         killed between taking a task and its lease reaching Redis; a lost connection).
 
@@ -273,13 +266,12 @@ class Upkeep:
         self._next_audit = time.monotonic() + AUDIT_SECONDS
         stalled = time.monotonic() - run.last_progress > AUDIT_SECONDS
         if not stalled and run.storage.unrouted_depth(run.map_id) > AUDIT_MAX_QUEUE:
-            return
+            return []
         waiting = set(run.waiting())
         if not waiting:
-            return
-        missing = waiting - run.storage.audit_map(run.map_id)
-        lost = sorted(missing & self._missing_before)
-        self._missing_before = missing - set(lost)
+            return []
+        lost, self._missing_before = lost_tasks(waiting=waiting, in_broker=run.storage.audit_map(run.map_id),
+                                                missing_before=self._missing_before)
         if lost:
             log.warning("map %s: %d task(s) vanished from the broker; resubmitting them", run.map_id, len(lost))
-            run.requeue(lost)
+        return [Requeue(tuple(lost), why="vanished from the broker")] if lost else []

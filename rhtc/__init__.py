@@ -31,7 +31,7 @@ _API = {
     "remote_map": "rhtc.client.api", "submit": "rhtc.client.api",
     "imap_unordered": "rhtc.client.api", "live_workers": "rhtc.client.api",
     "last_map": "rhtc.client.api", "resolve_config": "rhtc.client.api",
-    "MapHandle": "rhtc.client.handle",
+    "MapHandle": "rhtc.client.handle", "MapOptions": "rhtc.client.options",
     "LocalCluster": "rhtc.client.local",
     "TaskResult": "rhtc.client.tasks",
     "RemoteError": "rhtc.client.errors", "MapCancelled": "rhtc.client.errors",

@@ -19,6 +19,9 @@ from rhtc.processes import stop_processes
 
 from tests.samples import NANOAOD, ROOT, needs_nanoaod  # noqa: F401  (re-exported to the tests)
 
+# every map the tests run checks, when it ends, that its task containers agree (client/invariants.py)
+os.environ.setdefault("RHTC_CHECK_INVARIANTS", "1")
+
 
 @pytest.fixture(autouse=True)
 def _no_user_config(monkeypatch, tmp_path_factory):

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from rhtc.client.options import MapOptions
 from rhtc.broker.config import settings
 from rhtc.broker.embedded import EmbeddedBroker
 from rhtc.broker.storage import Storage
@@ -123,7 +124,7 @@ def test_an_enqueue_whose_replies_were_lost_is_not_queued_twice(broker, storage,
     ran.touch()
     n = 6
     client = storage_for(broker)
-    run = MapRun(client, nap_counted, [(0.0, str(ran), i) for i in range(n)], stragglers=None)
+    run = MapRun(client, nap_counted, [(0.0, str(ran), i) for i in range(n)], MapOptions(stragglers=None))
     killed = []
 
     def kill_the_waiting_submission():

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from rhtc.client.options import MapOptions
 from rhtc.broker.config import settings
 from rhtc.broker.storage import Storage
 from rhtc.client import maprun
@@ -132,7 +133,7 @@ def test_frames_replayed_after_the_map_ended_run_nothing_and_are_reported(broker
     s = client(broker, token_ttl=TOKEN_TTL)
     (tmp_path / "runs").mkdir()
     try:
-        run = MapRun(s, touch, [(str(tmp_path), "a", i) for i in range(6)], stragglers=None)
+        run = MapRun(s, touch, [(str(tmp_path), "a", i) for i in range(6)], MapOptions(stragglers=None))
         run.submit()                                  # no worker yet: everything is in Redis
         dumps, frames = record(s, run)
         assert len(frames) == 6
@@ -159,7 +160,7 @@ def test_frames_replayed_into_a_map_recreated_under_the_same_id_run_nothing(brok
     s = client(broker, token_ttl=TOKEN_TTL)
     (tmp_path / "runs").mkdir()
     try:
-        first = MapRun(s, touch, [(str(tmp_path), "a", i) for i in range(4)], stragglers=None)
+        first = MapRun(s, touch, [(str(tmp_path), "a", i) for i in range(4)], MapOptions(stragglers=None))
         first.submit()
         dumps, frames = record(s, first)
         workers.start(1)
@@ -178,7 +179,7 @@ def test_frames_replayed_into_a_map_recreated_under_the_same_id_run_nothing(brok
                 return getattr(real, attr)
 
         monkeypatch.setattr(maprun, "secrets", SameMapId())
-        again = MapRun(s, touch, [(str(tmp_path), "b", i) for i in range(4)], stragglers=None)
+        again = MapRun(s, touch, [(str(tmp_path), "b", i) for i in range(4)], MapOptions(stragglers=None))
         monkeypatch.undo()
         assert again.map_id == first.map_id
         again.submit()
@@ -213,7 +214,7 @@ def test_a_forged_heartbeat_with_a_copied_fingerprint_strands_nothing_and_is_nam
         storage.r.sadd(k.workers, name)
     s = client(broker)
     try:
-        run = MapRun(s, keyed, [Keyed(str(tmp_path), i) for i in range(12)], stragglers=None)
+        run = MapRun(s, keyed, [Keyed(str(tmp_path), i) for i in range(12)], MapOptions(stragglers=None))
         run.submit()
         assert finish(run, timeout=90) == {i: i + 100 for i in range(12)}
     finally:
@@ -241,7 +242,7 @@ def test_tasks_in_the_queue_of_a_replayed_heartbeat_are_taken_back(broker, worke
     storage.r.set(k.heartbeat(dead), beat, px=120_000)
     s = client(broker, unclaimed_seconds=2.0)
     try:
-        run = MapRun(s, keyed, [Keyed("-", i) for i in range(6)], stragglers=None)
+        run = MapRun(s, keyed, [Keyed("-", i) for i in range(6)], MapOptions(stragglers=None))
         run.submit()
         assert storage.r.llen(k.queue(dead)) > 0              # the client routed tasks there
         assert finish(run, timeout=90) == {i: i + 100 for i in range(6)}
@@ -259,7 +260,7 @@ def test_a_client_that_stopped_renewing_its_map_gets_every_result_once_it_polls(
     s = client(broker, token_ttl=TOKEN_TTL)
     (tmp_path / "runs").mkdir()
     try:
-        run = MapRun(s, touch, [(str(tmp_path), "c", i) for i in range(5)], stragglers=None)
+        run = MapRun(s, touch, [(str(tmp_path), "c", i) for i in range(5)], MapOptions(stragglers=None))
         run.submit()
         wait_after(s, TOKEN_TTL + 0.5)               # no tick: the token expired in Redis
         workers.start(1)

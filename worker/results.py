@@ -62,7 +62,7 @@ def pack_result(status: int, value, meta: messages.ResultMeta, arg, max_result_b
         msg = (f"the function returned a {type(value).__name__} that cannot be pickled "
                f"({why}); return plain numbers, numpy arrays, hist objects or dicts of them")
         return protocol.USER_ERROR, messages.encode_result(
-            protocol.dumps(error_dict("UnpicklableResult", msg, "", arg)), meta)
+            protocol.dumps(task_error(messages.ErrorKind.UNPICKLABLE_RESULT, msg, "", arg)), meta)
     limit = None
     if len(packed) > min(max_result_bytes, ALWAYS_FITS):
         limit = result_limit(max_result_bytes, broker_limits())
@@ -71,7 +71,7 @@ def pack_result(status: int, value, meta: messages.ResultMeta, arg, max_result_b
                f"({limit.setting}): reduce on the worker (histograms, sums) instead of returning "
                f"per-event data, {limit.advice}")
         return protocol.USER_ERROR, messages.encode_result(
-            protocol.dumps(error_dict("ResultTooLarge", msg, "", arg)), meta)
+            protocol.dumps(task_error(messages.ErrorKind.RESULT_TOO_LARGE, msg, "", arg)), meta)
     return status, messages.encode_result(packed, meta)
 
 
@@ -86,8 +86,7 @@ def refused_by_broker(key: bytes, frame: bytes, err: BaseException) -> bytes:
            "answers: it is over what one command may carry (the broker's proto-max-bulk-len or "
            "client-query-buffer-limit, which this worker could not read). Reduce on the worker "
            "(histograms, sums) instead of returning per-event data, or raise those limits on the broker")
-    info = error_dict("ResultTooLarge", msg, "", None)
-    info["argument"] = ""
+    info = task_error(messages.ErrorKind.RESULT_TOO_LARGE, msg, "", NO_ARGUMENT)
     return protocol.pack_result(key, map_id, index, protocol.USER_ERROR,
                                 messages.encode_result(protocol.dumps(info), meta))
 
@@ -107,10 +106,13 @@ def batches_within(results: Sequence[tuple[str, bytes, bytes]], budget: int) -> 
     return groups
 
 
-def error_dict(type_name: str, message: str, tb: str, arg, exc: bytes | None = None) -> dict:
-    arg_text = safe_text(repr, arg, f"<{type(arg).__name__} (its repr() raised)>")
-    return {"type": type_name, "message": message, "traceback": tb,
-            "argument": arg_text[:500], "exception": exc}
+NO_ARGUMENT = object()       # an error about no particular argument (a result the broker refused)
+
+
+def task_error(kind: str, message: str, tb: str, arg, exc: bytes | None = None) -> dict:
+    """The wire form of a :class:`~broker.messages.TaskError` about ``arg``'s task."""
+    arg_text = "" if arg is NO_ARGUMENT else safe_text(repr, arg, f"<{type(arg).__name__} (its repr() raised)>")
+    return messages.TaskError(str(kind), message, tb, arg_text[:500], exc).to_wire()
 
 
 def safe_text(show, obj, fallback: str) -> str:
@@ -123,7 +125,7 @@ def safe_text(show, obj, fallback: str) -> str:
         return fallback
 
 
-def describe_error(err: BaseException, arg) -> dict:
+def describe_error(err: BaseException, arg) -> dict:  # a TaskError's wire form
     """What travels back about the user's exception: its type name, message, traceback
     text and (if it pickles and loads back) the exception itself. Whatever of it the
     exception refuses (a raising ``__str__``, ``__reduce__`` or args that do not pickle)
@@ -141,4 +143,4 @@ def describe_error(err: BaseException, arg) -> dict:
     except BaseException:   # noqa: B036 - __reduce__ may raise anything
         exc = None
         tb += f"(the {kind} itself could not be pickled: its type name, message and this traceback came back)\n"
-    return error_dict(kind, message, tb, arg, exc)
+    return task_error(kind, message, tb, arg, exc)

@@ -277,7 +277,8 @@ class Supervisor:
                 break
             except BrokerTrouble as err:
                 self.backoff.wait(err, redact(self.config.url))
-        then = {"queued": "requeued", "dead": "failed: it used up its attempts", "gone": "dropped (map ended)"}
+        then = {messages.Requeued.QUEUED: "requeued", messages.Requeued.DEAD: "failed: it used up its attempts",
+                messages.Requeued.GONE: "dropped (map ended)"}
         log.warning("%s; the task was %s; starting a fresh task process", why, then.get(fate, "not leased"))
         try:
             self.storage.report(why)

@@ -86,10 +86,11 @@ end
 -- Put a leased task back in the shared queue. With a reason (`why` ~= '') the run counts
 -- as an attempt: it is noted in the map's history and, once the task has used up
 -- `maxtries` attempts, the task goes to the map's dead list instead (the retry policy,
--- in one place). Tasks of maps that are gone are dropped. Returns 'queued', 'dead' or 'gone'.
+-- in one place). Tasks of maps that are gone are dropped. Returns REQUEUED_QUEUED, _DEAD or _GONE
+-- (messages.Requeued).
 local function requeue(tid, frame, why, maxtries, ttl)
   local mid = tid_map(tid)
-  if redis.call('EXISTS', K.map(mid)) == 0 then return 'gone' end
+  if redis.call('EXISTS', K.map(mid)) == 0 then return REQUEUED_GONE end
   if why ~= '' then
     local idx = tid_index(tid)
     local n = redis.call('HINCRBY', K.attempts(mid), idx, 1)
@@ -99,11 +100,11 @@ local function requeue(tid, frame, why, maxtries, ttl)
     if n >= maxtries then
       redis.call('RPUSH', K.dead(mid), frame)
       redis.call('EXPIRE', K.dead(mid), ttl)
-      return 'dead'
+      return REQUEUED_DEAD
     end
   end
   redis.call('RPUSH', K.shared_queue(), frame)
-  return 'queued'
+  return REQUEUED_QUEUED
 end
 
 -- Requeue every lease entry of worker `w` (why: '' = never run, not an attempt).

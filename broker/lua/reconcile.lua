@@ -7,7 +7,7 @@
 -- With `all` = 1 (the task process is gone) every entry not held goes back.
 -- ARGV: ns, worker, incarnation, grace ms, all (1/0), crashed task id or '', why,
 --       max attempts, ttl (s), then held task ids.
--- Returns {requeued, outcome of the crashed task ('queued', 'dead', 'gone' or '')}.
+-- Returns {requeued, outcome of the crashed task (a messages.Requeued value, or '')}.
 local w, inc, grace, all = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5] == '1'
 local crashed, why, maxtries, ttl = ARGV[6], ARGV[7], tonumber(ARGV[8]), tonumber(ARGV[9])
 local held = {}
