@@ -205,11 +205,11 @@ def test_save_load_round_trip(tmp_path: Path):
     path = rec.save(tmp_path / "sub" / "run.json")
     data = json.loads(path.read_text())
     assert data["version"] == 1 and data["n_tasks"] == 40 and len(data["tasks"]) == 40
-    assert set(data["tasks"][0]) == {"index", "worker", "host", "pid", "start", "stop",
-                                     "bytes_cache", "bytes_file", "files_opened", "error", "retries", "events"}
+    assert set(data["tasks"][0]) == {"index", "worker", "host", "pid", "start", "stop", "bytes_cache",
+                                     "bytes_disk", "bytes_file", "files_opened", "error", "retries", "events"}
     assert set(data["metrics"][0]) == {"t", "worker", "cpu", "rss", "cache_bytes",
-                                       "cache_entries", "bytes_read", "net_recv", "net_sent",
-                                       "disk_read"}
+                                       "cache_entries", "bytes_read", "disk_bytes", "net_recv", "net_sent",
+                                       "disk_read", "disk_write", "node_cpu", "node_mem"}
     loaded = RunRecord.load(path)
     assert loaded == rec
     assert efficiency(loaded) == efficiency(rec)
