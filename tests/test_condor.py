@@ -390,3 +390,49 @@ def test_submit_workers_python_api(condor_pool, pool_broker, condor_env_pack, mo
         removed = jobs.remove()
     assert removed == 1
     _wait_gone(condor_pool, pool_broker.config, int(jobs.job_id), names)
+
+
+# --- issue 19: the node's disk tier on the pool -------------------------------------------
+# (here, not in a module of its own: the pool fixtures are session-scoped per module, and a
+# second module would start a second pool beside this one)
+
+
+def _submit_with_disk(pool, work, env_pack, disk, n: int) -> int:
+    return pool.condor_submit(WORKERS_SUB, "broker_config=broker.json", f"env_pack={env_pack}",
+                              f"workers={n}", f"disk_cache={disk}", "disk_cache_size=2GB",
+                              "log_dir=rhtc-logs", cwd=work)
+
+
+def _serve_one_map(pool, broker, env_pack, analyst, work, cfg, disk, files) -> tuple[int, list[dict]]:
+    """Two worker jobs with the node's disk tier; one map; then every job removed. Every worker
+    job removed, new ones submitted on the same execute node: the rerun reads nothing from
+    the files."""
+    cluster = _submit_with_disk(pool, work, env_pack, disk, 2)
+    names = []
+    try:
+        names = _wait_registered(pool, broker.config, cluster, 2, work / "rhtc-logs")
+        tasks = analyst(cfg, "reads", "2000", *files)["tasks"]
+    finally:
+        pool.run(["condor_rm", str(cluster)], check=False)
+    _wait_gone(pool, broker.config, cluster, names)
+    return cluster, tasks
+
+
+@pool_tests
+def test_a_replaced_condor_worker_is_warm_from_its_nodes_disk(condor_pool, pool_broker, condor_env_pack,
+                                                              pool_analyst):
+    if not _real_nanoaod():
+        pytest.skip("needs the real NanoAOD samples (../shared/data/nanoaod)")
+    work = condor_pool.workdir("disk_tier")
+    cfg = write_pool_config(pool_broker, work)
+    make_owned_dir(work / "rhtc-logs")
+    disk = make_owned_dir(work / "node-disk")          # outside every job's scratch: outlives the jobs
+    files = [str(f) for f in DIMUON_FILES]
+    cold_cluster, cold = _serve_one_map(condor_pool, pool_broker, condor_env_pack, pool_analyst, work, cfg, disk, files)
+    assert cold and all(t["bytes_file"] > 0 for t in cold)
+    second, warm = _serve_one_map(condor_pool, pool_broker, condor_env_pack, pool_analyst, work, cfg, disk, files)
+    assert second != cold_cluster                          # new jobs, new names: condor-<second>.N
+    assert [t["value"] for t in warm] == [t["value"] for t in cold]
+    assert all(t["worker"].startswith(f"condor-{second}.") for t in warm)
+    assert sum(t["bytes_file"] for t in warm) == 0, warm
+    assert all(t["bytes_disk"] > 0 for t in warm)
