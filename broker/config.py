@@ -100,6 +100,23 @@ def parse_size(text: str | int | float) -> int:
     return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
 
 
+_SECONDS = {"": 1, "s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str | int | float) -> float:
+    """``"8h"`` -> 28800.0; ``"20m"``, ``"90s"``, ``"1.5h"``, ``"2d"`` and plain seconds work too.
+
+    >>> parse_duration("8h"), parse_duration("20m"), parse_duration("90"), parse_duration(60)
+    (28800.0, 1200.0, 90.0, 60.0)
+    """
+    if isinstance(text, (int, float)):
+        return float(text)
+    m = re.fullmatch(r"\s*([0-9.]+(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
+    if not m or m.group(2).lower() not in _SECONDS:
+        raise ValueError(f"cannot read {text!r} as a duration: use e.g. 8h, 20m, 90s, 2d or a number of seconds")
+    return float(m.group(1)) * _SECONDS[m.group(2).lower()]
+
+
 def _parse_bool(text: str) -> bool:
     low = text.strip().lower()
     if low in ("1", "true", "yes", "on"):
@@ -110,15 +127,17 @@ def _parse_bool(text: str) -> bool:
 
 
 #: how a setting's text in the environment becomes its value, by the field's kind
-_PARSERS = {"float": float, "int": lambda t: int(float(t)), "bool": _parse_bool, "str": str, "size": parse_size}
+_PARSERS = {"float": float, "int": lambda t: int(float(t)), "bool": _parse_bool, "str": str, "size": parse_size,
+            "duration": parse_duration}
 _ACCEPTS = {"float": "a number", "int": "a whole number", "bool": "1 or 0", "str": "text",
-            "size": "a size such as 64MiB, 20GB or a number of bytes"}
+            "size": "a size such as 64MiB, 20GB or a number of bytes",
+            "duration": "a duration such as 8h, 20m, 90s or a number of seconds"}
 
 
 def setting(default, *, kind: str | None = None, minimum: float | None = None, env: str | None = None,
             doc: str = ""):
     """One setting of :class:`Settings`: its default, how its ``RHTC_<NAME>`` variable is
-    read (``kind``: float, int, bool, str or size; by default the default's type), the
+    read (``kind``: float, int, bool, str, size or duration; by default the default's type), the
     least value it takes (smaller ones are raised to it), and what it does. Everything
     :meth:`Settings.from_env` and the docs need comes from here."""
     kind = kind or type(default).__name__
@@ -169,6 +188,16 @@ class Settings:
     disk_cache_size: int = setting(20 * 10 ** 9, kind="size", doc="the disk tier's cap for the whole node")
     disk_holds_ttl: int = setting(7 * 86400, doc="the broker forgets what a node's disk holds this long "
                                                  "after its last addition (s)")
+    lifetime: float = setting(0.0, kind="duration", doc="a worker leaves on its own terms this long after "
+                              "it starts: it drains (takes no new task, finishes what it runs) and exits 0 "
+                              "(0 = the job's walltime where the batch system says it, else never)")
+    lifetime_margin: float = setting(300.0, kind="duration", doc="the drain starts this long before the "
+                                     "lifetime ends, at most a tenth of the lifetime (s)")
+    lifetime_stagger: float = setting(0.1, minimum=0.0, doc="each worker's lifetime is cut by a random "
+                                      "part of this fraction of it, so a pool does not leave at once")
+    idle_timeout: float = setting(0.0, kind="duration", doc="a worker with no task this long leaves and "
+                                  "releases its slot, unless the pool would fall under its keeper's "
+                                  "minimum (0 = never)")
     check_invariants: bool = setting(False, doc="1: every map checks that its task containers agree "
                                                 "when it ends (the tests set it; client/invariants.py)")
 

@@ -66,6 +66,19 @@ key                             type    what / who deletes it
                                         ``feed_ttl`` after the last one
 ``{ns}:dashboard``              string  the address of a dashboard serving this namespace; its
                                         server renews it and deletes it when it stops; expires
+``{ns}:leaving``                zset    workers that said they leave on their own terms (lifetime,
+                                        idle), by when (ms); entries older than a lease after their
+                                        worker's last heartbeat are dropped by the next leaver
+``{ns}:pool-floor``             string  the least number of workers the pool keeps (its keeper's
+                                        minimum): an idle worker leaves only above it; expires
+                                        unless the keeper renews it
+``{ns}:keepers``                zset    pool keepers by start time (entries whose ``keeper`` hash is
+                                        gone are removed by whoever lists them)
+``{ns}:keeper:{pool}``          hash    a pool keeper's state (wanted, min, max, jobs by state, host,
+                                        pid, last tick); expires unless the keeper renews it
+``{ns}:keeper-log:{pool}``      list    what the keeper did and why (JSON), newest first, capped at
+                                        200; expires a day after the last entry
+``{ns}:keeper-stop:{pool}``     string  ``rhtc pool stop`` asks the keeper to stop; expires
 ``{ns}:floor:q`` / ``:res``     list    ``bench overhead``'s bare-queue floor; deleted after it
 ==============================  ======  ===============================================
 
@@ -131,6 +144,12 @@ TEMPLATES: dict[str, str] = {
     "log": "{ns}:log",
     "feed": "{ns}:feed",
     "dashboard": "{ns}:dashboard",
+    "leaving": "{ns}:leaving",
+    "pool_floor": "{ns}:pool-floor",
+    "keepers": "{ns}:keepers",
+    "keeper": "{ns}:keeper:{pool}",
+    "keeper_log": "{ns}:keeper-log:{pool}",
+    "keeper_stop": "{ns}:keeper-stop:{pool}",
     "floor_queue": "{ns}:floor:q",
     "floor_results": "{ns}:floor:res",
 }
@@ -159,7 +178,7 @@ def _key(name: str):
     template = TEMPLATES[name]
 
     def build(self, arg: str | None = None) -> str:
-        return template.format(ns=self.ns, worker=arg, map_id=arg, fn_hash=arg, client_id=arg, tier=arg)
+        return template.format(ns=self.ns, worker=arg, map_id=arg, fn_hash=arg, client_id=arg, tier=arg, pool=arg)
     build.__name__ = name
     build.__doc__ = f"``{template}``"
     return build

@@ -272,6 +272,9 @@ class WorkerStatus:
     bytes_from_cache: int = 0
     versions: dict = dataclasses.field(default_factory=dict)
     metrics: dict = dataclasses.field(default_factory=dict)
+    leaving: str = ""                         # why it is leaving on its own terms ("lifetime", "idle"), or ""
+    leaves_at: float = 0.0                    # when it starts to drain at the end of its lifetime, 0: never
+    credential: dict = dataclasses.field(default_factory=dict)   # its data credential (rhtc.credentials)
     queued: int | None = None                 # length of its own queue, filled in by the reader
     forged: str = ""                          # why its heartbeat is not genuine (the reader's verdict)
 

@@ -64,8 +64,9 @@ class Pool:
     def locate(self, routing_keys: Sequence[str]) -> tuple[dict[str, str], list[str]]:
         """For each routing key cached on a live worker, that worker's name, else a live
         worker of a node whose disk tier holds it (spread over that node's workers); and
-        the names of the live workers (never one whose heartbeat is forged)."""
-        statuses = [w for w in self.worker_statuses(queue_depths=False) if not w.forged]
+        the names of the live workers (never one whose heartbeat is forged, nor one that is
+        leaving: it takes no new task)."""
+        statuses = [w for w in self.worker_statuses(queue_depths=False) if not w.forged and not w.leaving]
         live = [w.name for w in statuses]
         if not routing_keys or not live:
             return {}, live

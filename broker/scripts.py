@@ -23,7 +23,7 @@ from . import errors, keys, protocol
 from . import messages
 
 _LUA = Path(__file__).with_name("lua")
-NAMES = ("take", "lease_one", "claim", "reap", "reconcile", "drain", "enqueue", "audit", "purge", "sweep")
+NAMES = ("take", "lease_one", "claim", "reap", "reconcile", "drain", "enqueue", "audit", "purge", "sweep", "leave")
 
 
 def _lua_key(template: str) -> str:

@@ -28,6 +28,7 @@ from .config import settings as default_settings
 from .errors import PARSER, ConnectionProblem
 from .fastlane import FastLane
 from .keys import MAP_CLIENT, MAP_DATA, MAP_NONCE, MAP_SENT, Keys
+from .keepers import Keepers
 from .leases import Leases
 from .pool import Pool
 
@@ -46,10 +47,11 @@ def connect(config: BrokerConfig, **kwargs) -> redis.Redis:
                          "redis://[:password@]host:port[/db], rediss://... or unix:///path.sock") from err
 
 
-class Storage(Leases, Pool):
+class Storage(Leases, Pool, Keepers):
     """The broker as the project sees it: queues, leases, maps, results, workers.
     The worker's side (claims, takes, leases) is in :class:`broker.leases.Leases`; who is
-    alive and which chunks they hold, in :class:`broker.pool.Pool`."""
+    alive and which chunks they hold, in :class:`broker.pool.Pool`; what a pool keeper
+    publishes, in :class:`broker.keepers.Keepers`."""
 
     def __init__(self, config: BrokerConfig, settings: Settings | None = None, **redis_kwargs):
         self.config = config

@@ -28,6 +28,8 @@ def _sample(field: dataclasses.Field) -> tuple[str, object]:
         return "/some/where", "/some/where"
     if kind == "size":
         return "3GiB", 3 * 1024 ** 3
+    if kind == "duration":
+        return "1.5h", 5400.0
     value = max(default * 3 + 7, field.metadata["minimum"] or 0)
     return str(value), type(default)(value)
 

@@ -108,6 +108,7 @@ class TaskProcess:
         """Serve tasks until SIGTERM/SIGINT; returns the exit code (0)."""
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGUSR1, self._on_drain)
         self._publish()
         backoff = Backoff(f"worker {self.name} (task process {self.pid})")
         while not self.stopping:
@@ -139,6 +140,11 @@ class TaskProcess:
         self.stopping = True
         if self._in_user_code:
             raise HandBack()
+
+    def _on_drain(self, signum, frame) -> None:
+        """SIGUSR1 from the supervisor (the worker leaves on its own terms): finish the task
+        in hand, take no more; what the batch still holds goes back when the worker retires."""
+        self.stopping = True
 
     def _shutdown(self) -> None:
         for _ in range(3):

@@ -44,6 +44,7 @@ from ..broker.storage import Storage
 from rhtc.versions import stack_versions
 from .children import become_subreaper, end_children
 from .disk import disk_tier_of
+from .lifetime import LeavePlan, job_walltime
 from .main import Backoff, TaskProcess, default_name
 from .metrics import NodeMetrics
 from .shared import SharedState
@@ -116,6 +117,11 @@ class Supervisor:
         self.crashes = 0
         self.disk_tier = disk_tier_of(self.settings)
         self.stopping = False
+        self.plan = LeavePlan.make(self.settings.lifetime or job_walltime() or 0, self.settings.lifetime_margin,
+                                   self.settings.lifetime_stagger, self.started)
+        self.leaving = ""                   # why it leaves on its own terms (lifetime, idle), once it does
+        self.drain_until = 0.0              # ... and until when the task in hand may run
+        self._idle_since, self._last_done = time.monotonic(), 0
         # retry at least once a heartbeat: a longer pause could let the claim expire
         self.backoff = Backoff(f"worker {self.name}", cap=self.settings.heartbeat)
 
@@ -128,6 +134,7 @@ class Supervisor:
             key_fingerprint=self.fingerprint, task_pid=self.proc.pid if self.proc else None, t=now,
             started=self.started, task=task, task_seconds=(now - since) if since else None,
             crashes=self.crashes, versions=self.versions, disk_tier=self.disk_tier,
+            leaving=self.leaving, leaves_at=self.plan.leaves_at,
             metrics=self.metrics.sample() if self.metrics else {}, **self.shared.counters())
 
     # -- claiming the name -----------------------------------------------------------------
@@ -202,7 +209,7 @@ class Supervisor:
         while not self.stopping:
             timeout = max(0.0, next_beat - time.monotonic())
             if multiprocessing.connection.wait([self.proc.sentinel], timeout):
-                if self.stopping:
+                if self.stopping or self.leaving:
                     break
                 fast_crashes = fast_crashes + 1 if time.time() - self._proc_started < 2 else 0
                 self._task_process_died()
@@ -222,12 +229,52 @@ class Supervisor:
                 if time.monotonic() >= next_reconcile:
                     next_reconcile = time.monotonic() + self.settings.reconcile
                     self._reconcile()
+                self._leave_when_due()
                 self.backoff.ok()
             except BrokerTrouble as err:
                 self.storage.reset_connection()
                 self.backoff.wait(err, redact(self.config.url))
         self._stop()
         return 0
+
+    # -- leaving on its own terms (worker/lifetime.py) ------------------------------------
+    def _leave_when_due(self) -> None:
+        """Start to drain when the lifetime is up or the worker idled past its timeout;
+        hand back the task in hand if the drain outlasts the lifetime."""
+        if self.leaving:
+            if time.time() >= self.drain_until and self.proc.exitcode is None:
+                log.warning("worker %s: its lifetime is up; handing back the task it still runs", self.name)
+                self.drain_until = float("inf")
+                os.kill(self.proc.pid, signal.SIGTERM)
+            return
+        why = self._why_leave()
+        if not why:
+            return
+        self.leaving = why
+        grace = self.plan.ends_at - time.time() - 1 if why == "lifetime" else STOP_GRACE
+        self.drain_until = time.time() + max(STOP_GRACE, grace)
+        log.warning("worker %s leaves (%s): it takes no new task, finishes the one it runs and exits",
+                    self.name, "its lifetime is up" if why == "lifetime"
+                    else f"no task for {self.settings.idle_timeout:.0f} s")
+        self.storage.heartbeat(self.name, self.incarnation, self.status())   # seen leaving at once
+        os.kill(self.proc.pid, signal.SIGUSR1)
+
+    def _why_leave(self) -> str:
+        if self.plan.due():
+            self.storage.may_leave(self.name, force=True)
+            return "lifetime"
+        timeout = self.settings.idle_timeout
+        if timeout <= 0:
+            return ""
+        task, _ = self.shared.current()
+        done, now = self.shared.counters()["tasks_done"], time.monotonic()
+        if task is not None or done != self._last_done or self.shared.held():
+            self._idle_since, self._last_done = now, done
+        elif now - self._idle_since >= timeout:
+            if self.storage.may_leave(self.name):
+                return "idle"
+            self._idle_since = now - 0.75 * timeout       # the pool is at its floor: ask again later
+        return ""
 
     def _on_signal(self, signum, frame) -> None:
         self.stopping = True
