@@ -8,6 +8,7 @@
     rhtc dashboard              a live page of the broker in the browser, and /metrics
     rhtc timeline run.json      draw a map's timeline from its saved record
     rhtc submit --workers 50    submit workers to HTCondor (or --scheduler slurm)
+    rhtc pool start -n 50       ... and keep them: replaced when held, evicted, at their walltime
     rhtc --version              the installed version
 """
 from __future__ import annotations
@@ -95,6 +96,13 @@ def worker(ctx):
 def submit(ctx):
     """Submit workers to HTCondor or Slurm: rhtc submit --workers N [--scheduler slurm]."""
     os.execv(sys.executable, [sys.executable, "-m", "rhtc.condor", "submit", *ctx.args])
+
+
+@main.command(context_settings=_PASSTHROUGH)
+@click.pass_context
+def pool(ctx):
+    """A pool that keeps itself: rhtc pool start --workers N | --adapt MIN:MAX; rhtc pool stop."""
+    os.execv(sys.executable, [sys.executable, "-m", "rhtc.condor", "pool", *ctx.args])
 
 
 @main.command(context_settings=_PASSTHROUGH)

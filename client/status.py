@@ -79,6 +79,42 @@ def disk_tiers(statuses) -> list[str]:
     return out
 
 
+def _state(w: dict) -> str:
+    """busy, idle, or leave (draining at the end of its lifetime or idle timeout)."""
+    return "leave" if w.get("leaving") else w.get("state", "?")
+
+
+def render_pools(storage: Storage, events: int = 5) -> str:
+    """The pools that keep themselves (``rhtc pool start``): wanted and actual size, jobs by
+    state, and the last things each keeper did, with their reasons.
+
+    >>> from rhtc.broker.embedded import EmbeddedBroker
+    >>> with EmbeddedBroker() as b:
+    ...     s = Storage(b.config)
+    ...     s.publish_keeper("a1b2c3", {"scheduler": "condor", "min": 3, "max": 3, "wanted": 3, "serving": 2,
+    ...                                 "jobs": {"running": 2, "held": 1}, "host": "login1", "pid": 7}, ttl=30)
+    ...     s.keeper_event("a1b2c3", {"what": "replaced", "job": "12.1", "why": "held: memory exceeded"})
+    ...     print(render_pools(s))       # doctest: +ELLIPSIS
+    pool a1b2c3 (condor, keeper pid 7 on login1): wants 3, 2 serving; jobs: 1 held, 2 running
+      ... replaced  12.1         held: memory exceeded
+    """
+    lines = []
+    for k in storage.keepers():
+        size = k.get("wanted")
+        span = "" if k.get("min") == k.get("max") else f" (adaptive {k.get('min')}:{k.get('max')})"
+        jobs = ", ".join(f"{n} {state}" for state, n in sorted((k.get("jobs") or {}).items())) or "no jobs"
+        lines.append(f"pool {k['pool']} ({k.get('scheduler')}, keeper pid {k.get('pid')} on {k.get('host')}): "
+                     f"wants {size}{span}, {k.get('serving', 0)} serving; jobs: {jobs}")
+        if k.get("leaving"):
+            lines.append(f"  {k['leaving']} worker(s) leaving at the end of their lifetime or idle")
+        if k.get("failures"):
+            lines.append(f"  {k['failures']} start-up failure(s) in a row; next try in {k.get('backoff', 0):.0f} s")
+        for e in storage.keeper_events(k["pool"], events):
+            lines.append(f"  {datetime.fromtimestamp(e['t']):%H:%M:%S} {e.get('what', ''):<9} {e.get('job', ''):<12} "
+                         f"{e.get('why', '')[:160]}")
+    return "\n".join(lines)
+
+
 def render_status(storage: Storage, max_workers: int = 60) -> str:
     """The whole ``rhtc status`` screen: workers, misfits, maps in flight, recent problems."""
     now = time.time()
@@ -93,7 +129,7 @@ def render_status(storage: Storage, max_workers: int = 60) -> str:
         for w in sorted(workers, key=lambda w: w["name"])[:max_workers]:
             run = f"{w['task_seconds']:.1f}" if w.get("task_seconds") is not None else ""
             lines.append(
-                f"{w['name'][:28]:<28} {str(w.get('host', ''))[:14]:<14} {w.get('state', '?'):<5} "
+                f"{w['name'][:28]:<28} {str(w.get('host', ''))[:14]:<14} {_state(w):<5} "
                 f"{(w.get('task') or '-')[:22]:<22} {run:>6} {now - w.get('t', now):>5.1f} "
                 f"{w.get('cpu', 0):>5.0f} {_mb(w.get('rss')):>7} {_mb(w.get('cache_bytes')):>9} "
                 f"{w.get('cache_entries', 0):>7} {_mb(w.get('bytes_read')):>8} {w.get('queued', 0):>6} {w.get('tasks_done', 0):>6} "
@@ -103,6 +139,9 @@ def render_status(storage: Storage, max_workers: int = 60) -> str:
     else:
         lines.append("no workers: start some with `rhtc workers -n 4` or `condor_submit condor/workers.sub`")
     lines += disk_tiers(statuses)
+    pools = render_pools(storage)
+    if pools:
+        lines += ["", pools]
     odd = misfits(statuses, storage.config.key)
     if odd:
         lines += ["", "misfits (restart them with this client's key and versions):"]

@@ -13,29 +13,13 @@ import time
 
 import click
 
-from .pack import DEFAULT_EXCLUDE, DEFAULT_GLIBC, PackError
+from .cli_options import POOL_OPTION, SCHEDD_OPTION, SCHEDULER_OPTION, cli_errors, fail, worker_options
+from .pack import DEFAULT_EXCLUDE, DEFAULT_GLIBC
 
 _ALIASES = {"ls": "list", "remove": "rm"}
-_SCHEDULER = click.option("--scheduler", type=click.Choice(["condor", "slurm"]), default="condor",
-                          show_default=True, help="Which batch system.")
-_SCHEDD = click.option("--schedd", default=None, help="Schedd name (default: the local one).")
-_POOL = click.option("--pool", default=None, help="Collector host[:port] of the pool (default: COLLECTOR_HOST).")
-
-
 class _Group(click.Group):
     def get_command(self, ctx, name):
         return super().get_command(ctx, _ALIASES.get(name, name))
-
-
-def _fail(err: BaseException):
-    raise click.ClickException(str(err))
-
-
-def _errors():
-    from .schedd import SchedulerUnavailable
-    from .validate import InvalidDescription
-    return (SchedulerUnavailable, InvalidDescription, PackError, FileNotFoundError,
-            PermissionError, ValueError)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -61,37 +45,14 @@ def _print_jobs(rows, scheduler):
 
 @main.command()
 @click.option("-n", "--workers", type=int, default=3, show_default=True, help="How many workers.")
-@_SCHEDULER
-@click.option("--config", "config_file", type=click.Path(dir_okay=False), default=None,
-              help="Broker config the workers read (default: $RHTC_CONFIG or ~/.config/rhtc/broker.json).")
-@click.option("--env", "env_pack", type=click.Path(dir_okay=False), default=None,
-              help="Worker environment from `rhtc pack` (HTCondor default: pack now).")
-@click.option("--python", default=None,
-              help="Instead of --env: a Python on the nodes with the project installed (Slurm default: this one).")
-@click.option("--python-version", default=None, help="The nodes' python3 (X.Y) when packing now.")
-@click.option("--log-dir", default="rhtc-logs", show_default=True, help="Per-job stdout/stderr and the event log.")
-@click.option("--memory", default="2GB", show_default=True, help="Memory per worker.")
-@click.option("--cpus", type=int, default=1, show_default=True, help="Cores per worker.")
-@click.option("--disk", default="1GB", show_default=True, help="Scratch disk per worker (HTCondor).")
-@click.option("--cache-size", default=None, help="Branch cache cap per worker (default: half the memory).")
-@click.option("--disk-cache", default=None, metavar="DIR",
-              help="The node's disk tier: a node-local directory that outlives the jobs, shared by the "
-                   "node's workers ($VARS expanded on the node), e.g. '/scratch/$USER/rhtc-cache'. Off by default.")
-@click.option("--disk-cache-size", default=None, help="Its cap per node (default 20GB).")
-@click.option("--submit-file", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Your own copy of condor/workers.sub.")
-@click.option("-a", "--append", multiple=True,
-              help="Extra submit line, e.g. -a '+JobFlavour = \"workday\"' (repeatable).")
-@click.option("--sbatch-arg", "sbatch_args", multiple=True, help="Extra sbatch option, e.g. --sbatch-arg=--partition=short.")
-@_SCHEDD
-@_POOL
+@worker_options
 @click.option("--dry-run", is_flag=True, help="Validate and print the expanded description; submit nothing.")
 @click.option("--terse", is_flag=True, help="Print only the cluster (array job) id.")
 @click.option("--list", "do_list", is_flag=True, help="List the worker jobs instead (same as `list`).")
 @click.option("--rm", "rm_id", default=None, metavar="ID", help="Remove workers instead (same as `rm ID`).")
 def submit(workers, scheduler, config_file, env_pack, python, python_version, log_dir, memory, cpus,
-           disk, cache_size, disk_cache, disk_cache_size, submit_file, append, sbatch_args, schedd, pool, dry_run, terse,
-           do_list, rm_id):
+           disk, cache_size, disk_cache, disk_cache_size, lifetime, idle_timeout, submit_file, append, sbatch_args,
+           schedd, pool, dry_run, terse, do_list, rm_id):
     """Submit N workers; print the cluster (or Slurm array) id."""
     from .submit import list_workers, remove_workers, submit_workers
     try:
@@ -103,11 +64,11 @@ def submit(workers, scheduler, config_file, env_pack, python, python_version, lo
         jobs = submit_workers(workers, scheduler=scheduler, config_file=config_file, env_pack=env_pack,
                               python=python, python_version=python_version, cache_size=cache_size,
                               disk_cache=disk_cache, disk_cache_size=disk_cache_size,
-                              log_dir=log_dir, memory=memory, cpus=cpus, disk=disk,
+                              lifetime=lifetime, idle_timeout=idle_timeout, log_dir=log_dir, memory=memory, cpus=cpus, disk=disk,
                               submit_file=submit_file, append=append, sbatch_args=sbatch_args,
                               schedd=schedd, pool=pool, dry_run=dry_run)
-    except _errors() as err:
-        _fail(err)
+    except cli_errors() as err:
+        fail(err)
     for w in jobs.warnings:
         click.echo(f"note: {w}", err=True)
     if dry_run:
@@ -129,31 +90,31 @@ def submit(workers, scheduler, config_file, env_pack, python, python_version, lo
 
 @main.command(name="list")
 @click.argument("job_id", required=False)
-@_SCHEDULER
-@_SCHEDD
-@_POOL
+@SCHEDULER_OPTION
+@SCHEDD_OPTION
+@POOL_OPTION
 def list_(job_id, scheduler, schedd, pool):
     """List worker jobs (all, or those of one cluster / array job)."""
     from .submit import list_workers
     try:
         rows = list_workers(scheduler, job_id, schedd=schedd, pool=pool)
-    except _errors() as err:
-        _fail(err)
+    except cli_errors() as err:
+        fail(err)
     _print_jobs(rows, scheduler)
 
 
 @main.command()
 @click.argument("job_id")
-@_SCHEDULER
-@_SCHEDD
-@_POOL
+@SCHEDULER_OPTION
+@SCHEDD_OPTION
+@POOL_OPTION
 def rm(job_id, scheduler, schedd, pool):
     """Remove workers: a cluster id, one job (12.3), an array job id, or `all` of yours."""
     from .submit import remove_workers
     try:
         n = remove_workers(job_id, scheduler, schedd=schedd, pool=pool)
-    except _errors() as err:
-        _fail(err)
+    except cli_errors() as err:
+        fail(err)
     click.echo(f"removed {n} worker job(s) of {job_id}")
 
 
@@ -175,8 +136,8 @@ def pack(output, python_version, glibc, extra, exclude, pip_args, rebuild):
         path = pack_environment(output, python_version=python_version, glibc=glibc, extra=extra,
                                 exclude=exclude or DEFAULT_EXCLUDE, pip_args=pip_args,
                                 rebuild=rebuild, quiet=False)
-    except _errors() as err:
-        _fail(err)
+    except cli_errors() as err:
+        fail(err)
     m = read_manifest(path)
     size = path.stat().st_size / 1e6
     click.echo(f"{path}: {size:.0f} MB for Python {m['python']} ({len(m['requirements'])} requirements, "
@@ -187,6 +148,13 @@ def pack(output, python_version, glibc, extra, exclude, pip_args, rebuild):
     click.echo("transfer it with the workers: condor_submit condor/workers.sub "
                f"env_pack={path}  (or rhtc submit --env {path})")
 
+
+def _register_pool() -> None:
+    from .pool_cli import pool
+    main.add_command(pool, "pool")
+
+
+_register_pool()
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -27,7 +27,7 @@ from typing import Sequence
 from urllib.parse import urlsplit
 
 from ..broker.config import ENV_KEY, ENV_KEY_FILE, ENV_NAMESPACE, ENV_URL, BrokerConfig, \
-    default_config_path
+    default_config_path, parse_duration
 from . import schedd as _schedd
 from . import slurm as _slurm
 from .pack import pack_environment, project_root
@@ -122,6 +122,7 @@ def submit_workers(workers: int = 3, *, scheduler: str = "condor",
                    env_pack: str | os.PathLike | None = None, python: str | None = None,
                    python_version: str | None = None, cache_size: str | None = None,
                    disk_cache: str | None = None, disk_cache_size: str | None = None,
+                   lifetime: str | None = None, idle_timeout: str | None = None,
                    log_dir: str | os.PathLike = "rhtc-logs", memory: str = "2GB", cpus: int = 1,
                    disk: str = "1GB", submit_file: str | os.PathLike | None = None,
                    append: Sequence[str] = (), sbatch_args: Sequence[str] = (),
@@ -141,6 +142,9 @@ def submit_workers(workers: int = 3, *, scheduler: str = "condor",
         disk_cache, disk_cache_size: the node's disk tier (a node-local directory that
             outlives the jobs, shared by the node's workers; ``$VARS`` are expanded on the
             node) and its cap; off by default.
+        lifetime, idle_timeout: each worker drains and leaves this long after it starts
+            (``"8h"``; default: the walltime in the job ad), or after this long without a
+            task (``"20m"``; never under a pool keeper's minimum).
         dry_run: validate and return the expanded description without submitting.
     """
     if scheduler not in SCHEDULERS:
@@ -182,6 +186,7 @@ def submit_workers(workers: int = 3, *, scheduler: str = "condor",
             worker_args += ["--cache-size", cache_size]
         if disk_cache:
             worker_args += ["--disk-cache", disk_cache, "--disk-cache-size", disk_cache_size or "20GB"]
+        worker_args += _leave_args(lifetime, idle_timeout)
         description = {"script": str(WORKERS_SBATCH), "args": worker_args, "array": f"0-{workers - 1}"}
         for secret in _secrets(cfg):
             if any(secret in a for a in worker_args + list(sbatch_args)):
@@ -196,7 +201,8 @@ def submit_workers(workers: int = 3, *, scheduler: str = "condor",
 
     macros = {"workers": workers, "worker_sh": EXECUTABLE, "broker_config": cfg_path,
               "log_dir": log_dir, "memory": memory, "cpus": cpus, "disk": disk, "cache_size": cache_size,
-              "disk_cache": disk_cache, "disk_cache_size": disk_cache_size}
+              "disk_cache": disk_cache, "disk_cache_size": disk_cache_size,
+              "lifetime": _duration(lifetime, "lifetime"), "idle_timeout": _duration(idle_timeout, "idle_timeout")}
     if python:
         macros["worker_python"] = python
     else:
@@ -212,6 +218,26 @@ def submit_workers(workers: int = 3, *, scheduler: str = "condor",
     sub = htcondor2.Submit(text)
     jobs.job_id = str(_schedd.submit(sub, checked.count, schedd=schedd, pool=pool))
     return jobs
+
+
+def _duration(value: str | None, name: str) -> str | None:
+    """A duration knob, checked here (a typo fails at submission, not on every node)."""
+    if value is None or value == "":
+        return None
+    try:
+        parse_duration(value)
+    except ValueError as err:
+        raise ValueError(f"{name}: {err}") from None
+    return str(value).strip()
+
+
+def _leave_args(lifetime: str | None, idle_timeout: str | None) -> list[str]:
+    out = []
+    if _duration(lifetime, "lifetime"):
+        out += ["--lifetime", str(lifetime)]
+    if _duration(idle_timeout, "idle_timeout"):
+        out += ["--idle-timeout", str(idle_timeout)]
+    return out
 
 
 def list_workers(scheduler: str = "condor", job_id: str | int | None = None, *,

@@ -38,13 +38,21 @@ def default_cache_size() -> int:
                    "the job, shared by the node's workers (default: $RHTC_DISK_CACHE; off when unset).")
 @click.option("--disk-cache-size", default=None,
               help="Cap of the node's disk tier, e.g. 20GB (default: $RHTC_DISK_CACHE_SIZE or 20GB).")
+@click.option("--lifetime", default=None, metavar="DURATION",
+              help="Leave on its own terms this long after starting, e.g. 8h: drain (no new task, finish the "
+                   "one in hand) a margin before the end and exit 0 (default: $RHTC_LIFETIME, else the job's "
+                   "walltime where HTCondor or Slurm says it, else never).")
+@click.option("--idle-timeout", default=None, metavar="DURATION",
+              help="Leave after this long without a task, e.g. 20m, unless the pool is at its keeper's "
+                   "minimum (default: $RHTC_IDLE_TIMEOUT; never).")
 @click.option("--namespace", default=None, help="Key namespace (must match the client's).")
 @click.option("-v", "--verbose", is_flag=True)
-def main(url, config_file, name, cache_size, disk_cache, disk_cache_size, namespace, verbose):
+def main(url, config_file, name, cache_size, disk_cache, disk_cache_size, lifetime, idle_timeout, namespace,
+         verbose):
     """Serve tasks from the broker until SIGTERM (then hand back the current task, exit 0)."""
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    from ..broker.config import parse_size
+    from ..broker.config import parse_duration, parse_size
     from .supervisor import Supervisor
     if name is not None:
         try:
@@ -59,6 +67,10 @@ def main(url, config_file, name, cache_size, disk_cache, disk_cache_size, namesp
             st = dataclasses.replace(st, disk_cache=disk_cache)
         if disk_cache_size is not None:
             st = dataclasses.replace(st, disk_cache_size=parse_size(disk_cache_size))
+        if lifetime is not None:
+            st = dataclasses.replace(st, lifetime=parse_duration(lifetime))
+        if idle_timeout is not None:
+            st = dataclasses.replace(st, idle_timeout=parse_duration(idle_timeout))
         w = Supervisor(config, name=name, cache_bytes=size, settings_=st)
     except (BrokerNotConfigured, KeyNotConfigured, ValueError, PermissionError) as err:
         raise click.ClickException(str(err))
