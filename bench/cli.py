@@ -13,6 +13,7 @@ _COMMANDS = {
     "recovery": ("rhtc.bench.recovery", "recovery_command"),
     "chaos": ("rhtc.bench.chaos", "chaos_command"),
     "agc": ("rhtc.bench.agc", "agc_command"),
+    "pool": ("rhtc.bench.pool", "pool_command"),
 }
 
 

@@ -98,7 +98,7 @@ class PoolKeeper:
                 t0 = time.monotonic()
                 try:
                     self.tick()
-                except (SchedulerUnavailable, BrokerTrouble, ConnectionError) as err:
+                except (SchedulerUnavailable, ConnectionError, *BrokerTrouble) as err:
                     log.warning("pool %s: %s; trying again in %.0f s", self.pool_id, err, self.plan.interval)
                 self._stop.wait(max(0.0, self.plan.interval - (time.monotonic() - t0)))
         except PoolFailing as err:

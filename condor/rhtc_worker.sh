@@ -84,6 +84,7 @@ if [ -n "$env_pack" ]; then
     fi
     mkdir -p "$envdir"
     tar -xzf "$env_pack" -C "$envdir" || die "cannot unpack $env_pack into $envdir"
+    [ -f "$envdir/manifest.json" ] || die "cannot unpack a worker environment from $env_pack: it holds no manifest.json (not made by \`rhtc pack\`, or damaged)"
     want=$(sed -n 's/.*"python": *"\([0-9.]*\)".*/\1/p' "$envdir/manifest.json" | head -n 1)
     if [ -z "$python" ]; then
         for candidate in "python$want" python3 python; do

@@ -18,6 +18,10 @@ from rhtc.broker.storage import Storage
 from rhtc.processes import stop_processes
 
 from tests.samples import NANOAOD, ROOT, needs_nanoaod  # noqa: F401  (re-exported to the tests)
+# The real pools, session-wide: defined here once, so every test module shares one HTCondor
+# pool and one Slurm cluster (a module importing them itself would start a second pool).
+from tests.pools.fixtures import (condor_env_pack, condor_pool, pool_analyst, pool_broker,  # noqa: F401
+                                  slurm_pool)
 
 # every map the tests run checks, when it ends, that its task containers agree (client/invariants.py)
 os.environ.setdefault("RHTC_CHECK_INVARIANTS", "1")

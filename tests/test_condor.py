@@ -20,8 +20,7 @@ import pytest
 
 from .pools.common import wait_for
 from .samples import DIMUON_FILES
-from .pools.fixtures import (REPO, assert_no_secrets_in_jobs, broker_secrets, condor_env_pack,  # noqa: F401
-                             condor_pool, job_logs, make_owned_dir, pool_analyst, pool_broker,
+from .pools.fixtures import (REPO, assert_no_secrets_in_jobs, broker_secrets, job_logs, make_owned_dir,  # noqa: F401
                              python_cmd, rhtc_env, wait_workers, write_pool_config)
 
 WORKERS_SUB = REPO / "condor" / "workers.sub"
@@ -393,8 +392,6 @@ def test_submit_workers_python_api(condor_pool, pool_broker, condor_env_pack, mo
 
 
 # --- issue 19: the node's disk tier on the pool -------------------------------------------
-# (here, not in a module of its own: the pool fixtures are session-scoped per module, and a
-# second module would start a second pool beside this one)
 
 
 def _submit_with_disk(pool, work, env_pack, disk, n: int) -> int:

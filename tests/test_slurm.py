@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from .samples import DIMUON_FILES
-from .pools.fixtures import (REPO, assert_no_secrets_in_jobs, job_logs, pool_broker,  # noqa: F401
-                             python_cmd, rhtc_env, slurm_pool, wait_workers)
+from .pools.fixtures import (REPO, assert_no_secrets_in_jobs, job_logs,  # noqa: F401
+                             python_cmd, rhtc_env, wait_workers)
 
 SBATCH = REPO / "condor" / "workers.sbatch"
 ANALYST = REPO / "tests" / "pools" / "analyst.py"

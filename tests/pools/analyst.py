@@ -9,6 +9,7 @@ test process may run another, so the tests run this script in the chroot, with t
     python3 analyst.py CONFIG where            # 24 chunks: square, in-a-job?, Python X.Y
     python3 analyst.py CONFIG dimuon REPO STEP FILE...   # examples/dimuon.py on these NanoAOD files
     python3 analyst.py CONFIG reads STEP FILE...         # per chunk: a sum, bytes from file/disk, worker
+    python3 analyst.py CONFIG sleeps LOG N SECONDS       # N tasks of SECONDS each; each run appends to LOG
 
 It prints one JSON line with the results.
 """
@@ -55,7 +56,15 @@ def main(argv: list[str]) -> dict:
         out = sorted(imap_unordered(muon_pt_sum, chunks, broker=cfg), key=lambda r: r.index)
         return {"tasks": [{"value": r.value, "worker": r.meta["worker"], "bytes_file": r.meta["bytes_file"],
                            "bytes_disk": r.meta.get("bytes_disk", 0)} for r in out]}
+    if mode == "sleeps":
+        log, n, seconds = argv[3], int(argv[4]), float(argv[5])
+        from rhtc.bench.pool import sleep_and_log        # on the workers too (the pack has the project)
+        from rhtc.client import imap_unordered
+        out = sorted(imap_unordered(sleep_and_log, [(log, i, seconds) for i in range(n)], broker=cfg),
+                     key=lambda r: r.index)
+        return {"values": [r.value for r in out], "workers": [r.meta["worker"] for r in out]}
     raise SystemExit(f"unknown mode {mode}")
+
 
 
 def muon_pt_sum(chunk):

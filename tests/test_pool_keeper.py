@@ -1,0 +1,181 @@
+"""A pool that keeps itself (``rhtc pool start``, condor/keeper.py) on the real pools: the
+tests' HTCondor pool (minicondor in a chroot) and Slurm cluster. The keeper runs as the
+analyst runs it, a process on the submit node that looks every second; the faults are the
+batch system's own commands (condor_hold, condor_rm, condor_vacate_job, scancel, scontrol).
+
+Bounds stated here: on these pools a held, removed or vacated worker job is replaced (the
+pool is back at N serving) within 120 s; a broken environment stops the keeper after
+``--max-failures`` start-up failures, within 180 s.
+"""
+from __future__ import annotations
+
+import gzip
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from rhtc.broker.storage import Storage
+
+from .pools.fixtures import make_owned_dir, python_cmd, rhtc_env, write_pool_config
+
+pytestmark = pytest.mark.pool
+REPLACED_WITHIN = 120.0
+
+
+def _keeper(args: list[str], env: dict, cwd: Path, out: Path) -> subprocess.Popen:
+    with open(out, "w") as fh:
+        return subprocess.Popen([*python_cmd(), "pool", "start", "--interval", "1s", *args], env=env, cwd=cwd,
+                                stdout=fh, stderr=subprocess.STDOUT)
+
+
+def _stop(proc: subprocess.Popen, storage: Storage, name: str) -> int:
+    storage.request_keeper_stop(name, "the test")
+    try:
+        return proc.wait(120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait(10)
+
+
+def _serving(storage: Storage, prefix: str) -> list[str]:
+    return sorted(s.name for s in storage.worker_statuses(queue_depths=False) if s.name.startswith(prefix))
+
+
+def _wait(predicate, timeout: float, what: str, proc=None, out: Path | None = None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the keeper exited ({proc.returncode}) while waiting for {what}:\n"
+                                 f"{out.read_text()[-3000:] if out else ''}")
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n"
+                         f"{out.read_text()[-3000:] if out else ''}")
+
+
+def test_bench_pool_heals_holds_removes_vacates_and_drains(condor_pool, pool_broker, condor_env_pack,
+                                                           pool_analyst, monkeypatch, capsys):
+    """``bench pool`` on the test pool at N=2: the figures it prints are the README's, and
+    the behaviour behind them is asserted here."""
+    from rhtc.bench.pool import measure, table
+    from rhtc.client.status import render_pools
+    work = condor_pool.workdir("keeper_bench")
+    cfg = write_pool_config(pool_broker, work)
+    monkeypatch.setenv("CONDOR_CONFIG", str(condor_pool.host_condor_config))
+    monkeypatch.setenv("PYTHONPATH", rhtc_env()["PYTHONPATH"])
+    storage = Storage(pool_broker.config)
+    seen: dict = {}
+
+    def probe(step: str) -> None:           # what `rhtc status` shows right after each fault is healed
+        seen[step] = render_pools(storage, events=20)
+
+    def run_map(n: int, seconds: float, log: str) -> list:
+        return pool_analyst(cfg, "sleeps", log, str(n), str(seconds), timeout=600)["values"]
+    try:
+        out = measure(cfg, condor_env_pack, work, workers=2, run_map=run_map, lifetime=40, probe=probe,
+                      timeout=REPLACED_WITHIN)
+    finally:
+        storage.close()
+    with capsys.disabled():
+        print("\n" + table(out))
+    assert "held: " in seen["hold"] and "replaced" in seen["hold"], seen["hold"]
+    assert "removed" in seen["remove"] and "replaced" in seen["remove"], seen["remove"]
+    assert "evicted" in seen["vacate"], seen["vacate"]
+    assert out["vacate_map_once"], "the map across condor_vacate_job returned every result once"
+    assert out["drain_once"] and out["drain_lost"] == 0 and out["drain_rerun"] == 0, out
+    assert out["drain_left"] >= 2, "the first workers drained and left at the end of their lifetime"
+    assert out["drain_jobs"] > 2, "replacement jobs ran tasks after the first ones left"
+    assert out["drain_fewest_serving"] >= 2, "the pool size held across the drain"
+    assert out["heal_keeper_exit"] == 0 and out["drain_keeper_exit"] == 0
+
+
+def test_adaptive_pool_grows_with_the_work_and_shrinks_to_its_minimum(condor_pool, pool_broker, condor_env_pack,
+                                                                      pool_analyst, monkeypatch):
+    from rhtc.condor.batch import CondorBatch
+    monkeypatch.setenv("CONDOR_CONFIG", str(condor_pool.host_condor_config))
+    work = condor_pool.workdir("keeper_adapt")
+    cfg = write_pool_config(pool_broker, work)
+    logs = make_owned_dir(work / "logs")
+    env = condor_pool.host_env(rhtc_env())
+    out = work / "keeper.out"
+    proc = _keeper(["--adapt", "1:3", "--name", "adapt", "--shrink-after", "4s", "--config", str(cfg),
+                    "--env", str(condor_env_pack), "--log-dir", str(logs)], env, work, out)
+    storage = Storage(pool_broker.config)
+    batch = CondorBatch("adapt", {})
+    try:
+        _wait(lambda: len(_serving(storage, "condor-")) >= 1, REPLACED_WITHIN, "the minimum of 1 worker", proc, out)
+        result: dict = {}
+        mapper = threading.Thread(target=lambda: result.update(
+            pool_analyst(cfg, "sleeps", str(work / "runs.jsonl"), "40", "1.5", timeout=600)))
+        mapper.start()
+        most = 0
+        while mapper.is_alive():
+            most = max(most, len(_serving(storage, "condor-")))
+            time.sleep(0.5)
+        assert result["values"] == list(range(40))
+        assert most == 3, f"the pool grew from 1 to its maximum of 3 while tasks waited (saw {most})"
+        _wait(lambda: len(_serving(storage, "condor-")) == 1 and len(batch.jobs()) == 1, REPLACED_WITHIN,
+              "idle workers to leave down to the minimum", proc, out)
+        events = storage.keeper_events("adapt", 50)
+        assert any(e["what"] == "removed" and "the pool shrinks" in e["why"] for e in events), events
+    finally:
+        code = _stop(proc, storage, "adapt")
+        storage.close()
+    assert code == 0, out.read_text()
+
+
+def test_a_broken_environment_stops_the_keeper_with_the_cause_and_the_fix(condor_pool, pool_broker):
+    work = condor_pool.workdir("keeper_broken")
+    cfg = write_pool_config(pool_broker, work)
+    logs = make_owned_dir(work / "logs")
+    bad = work / "rhtc-env.tar.gz"
+    bad.write_bytes(gzip.compress(b"not a tar archive"))
+    env = condor_pool.host_env(rhtc_env())
+    out = work / "keeper.out"
+    proc = _keeper(["--workers", "2", "--name", "broken", "--max-failures", "2", "--config", str(cfg),
+                    "--env", str(bad), "--log-dir", str(logs)], env, work, out)
+    try:
+        code = proc.wait(180)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError(f"the keeper resubmitted for 180 s instead of stopping:\n{out.read_text()[-3000:]}")
+    text = out.read_text()
+    assert code == 1, text
+    assert "failed at start-up" in text and "cannot unpack" in text and "rhtc pack --rebuild" in text, text
+    assert "Traceback" not in text, text
+    assert not condor_pool.jobs('RhtcPool == "broken"'), "the keeper removed its jobs when it stopped"
+
+
+def test_slurm_pool_replaces_cancelled_and_held_jobs(slurm_pool, pool_broker, tmp_path):
+    cfg = pool_broker.config.write(tmp_path / "broker.json")
+    logs = tmp_path / "logs"
+    env = slurm_pool.env(rhtc_env())
+    out = tmp_path / "keeper.out"
+    proc = _keeper(["--workers", "2", "--scheduler", "slurm", "--name", "slurmpool", "--config", str(cfg),
+                    "--python", sys.executable, "--log-dir", str(logs)], env, tmp_path, out)
+    storage = Storage(pool_broker.config)
+    try:
+        first = _wait(lambda: (lambda s: s if len(s) == 2 else None)(_serving(storage, "slurm-")), REPLACED_WITHIN,
+                      "2 slurm workers", proc, out)
+        jobs = [n.split("@")[0][len("slurm-"):] for n in first]
+        subprocess.run(["scancel", jobs[0]], env=env, check=True, timeout=60)
+        subprocess.run(["scontrol", "requeuehold", jobs[1]], env=env, check=True, timeout=60)
+        _wait(lambda: len(set(_serving(storage, "slurm-")) - set(first)) == 2, REPLACED_WITHIN,
+              "both jobs replaced", proc, out)
+        events = storage.keeper_events("slurmpool", 50)
+        whys = " | ".join(f"{e['what']} {e['job']} {e['why']}" for e in events)
+        assert f"replaced {jobs[0]} removed" in whys, whys
+        assert f"replaced {jobs[1]} held: JobHeld" in whys, whys
+    finally:
+        code = _stop(proc, storage, "slurmpool")
+        storage.close()
+    assert code == 0, out.read_text()
+    left = subprocess.run(["squeue", "--noheader", "--name=rhtc-worker"], capture_output=True, text=True,
+                          env=env, timeout=60).stdout
+    assert not left.strip(), left
