@@ -34,7 +34,8 @@ CONDOR_ATTRS = ["ClusterId", "ProcId", "JobStatus", "HoldReason", "HoldReasonCod
 #: Slurm's states, as the keeper names them
 SLURM_STATES = {"pending": "idle", "running": "running", "completing": "running", "configuring": "idle",
                 "suspended": "held", "requeued": "idle", "requeue_hold": "held", "requeue_fed": "idle"}
-SLURM_HELD = ("JobHeldUser", "JobHeldAdmin")
+#: Slurm's reasons of a held job (``scontrol hold``, ``scontrol requeuehold``, an admin's hold)
+SLURM_HELD = ("JobHeldUser", "JobHeldAdmin", "job requeued in held state")
 
 
 def job_of_worker(name: str) -> str | None:
@@ -159,7 +160,7 @@ class SlurmBatch:
                 continue
             jid, state, reason, queued, started, host, _ = parts
             state = state.lower()
-            named = "held" if reason in SLURM_HELD else SLURM_STATES.get(state, state)
+            named = "held" if reason in SLURM_HELD or "held" in reason.lower() else SLURM_STATES.get(state, state)
             out[jid] = Job(jid, named, reason if named == "held" else "", _epoch(started) or _epoch(queued),
                            _epoch(queued), 0, host)
         return out
