@@ -84,6 +84,36 @@ def _state(w: dict) -> str:
     return "leave" if w.get("leaving") else w.get("state", "?")
 
 
+def credential_lines(statuses, now: float | None = None) -> list[str]:
+    """The workers' data credentials: which kind, on how many workers, when they expire;
+    a warning an hour before (and after).
+
+    >>> from rhtc.broker.messages import WorkerStatus
+    >>> w = WorkerStatus(name="w1", host="h", pid=1, incarnation="a", key_fingerprint="f",
+    ...                  credential={"x509 proxy": {"kind": "x509 proxy", "file": "x509up_u1000", "mode": "0600",
+    ...                                             "expires": 1800.0}})
+    >>> print("\\n".join(credential_lines([w], now=0.0)))   # doctest: +ELLIPSIS
+    <BLANKLINE>
+    credentials: x509 proxy (x509up_u1000, mode 0600) on 1 worker(s): expires in 30 min (...)
+      WARNING: the x509 proxy expires in 30 min (...): renew it where you submit (voms-proxy-init, ...
+    """
+    from rhtc.credentials import WARN_BEFORE, until
+    now = time.time() if now is None else now
+    groups: dict[tuple, int] = {}
+    for st in statuses:
+        for c in (st.credential or {}).values():
+            key = (c.get("kind"), c.get("file"), c.get("mode"), float(c.get("expires") or 0))
+            groups[key] = groups.get(key, 0) + 1
+    lines = []
+    for (kind, name, mode, expires), n in sorted(groups.items(), key=lambda kv: kv[0][3]):
+        lines.append(f"credentials: {kind} ({name}, mode {mode}) on {n} worker(s): {until(expires, now)}")
+        if expires and expires - now < WARN_BEFORE:
+            lines.append(f"  WARNING: the {kind} {until(expires, now)}: renew it where you submit "
+                         "(voms-proxy-init, or your token tool); HTCondor forwards a renewed proxy to running "
+                         "jobs, other workers need restarting")
+    return ([""] + lines) if lines else []
+
+
 def render_pools(storage: Storage, events: int = 5) -> str:
     """The pools that keep themselves (``rhtc pool start``): wanted and actual size, jobs by
     state, and the last things each keeper did, with their reasons.
@@ -139,6 +169,7 @@ def render_status(storage: Storage, max_workers: int = 60) -> str:
     else:
         lines.append("no workers: start some with `rhtc workers -n 4` or `condor_submit condor/workers.sub`")
     lines += disk_tiers(statuses)
+    lines += credential_lines(statuses, now)
     pools = render_pools(storage)
     if pools:
         lines += ["", pools]

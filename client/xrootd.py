@@ -29,6 +29,7 @@ import os
 import re
 import threading
 from typing import Any
+from rhtc import credentials
 from rhtc.errors import RhtcError
 
 from ..broker.config import settings
@@ -288,6 +289,8 @@ def explain(url: str, error: BaseException | str) -> tuple[str, str]:
         if re.search(pattern, text, re.IGNORECASE):
             todo = todo.format(server=server, dir=os.path.dirname(path) or "/", relpath=path.lstrip("/"),
                                timeout=request_timeout())
+            if reason == "permission denied":
+                todo += f"; {credentials.permission_note()}"
             return reason, f"{url}: {reason} ({text}); {todo}"
     return "read failed", f"{url}: XRootD read failed ({text}); retry, or check the file with `xrdfs {server} stat {path}`"
 

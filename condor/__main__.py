@@ -51,7 +51,7 @@ def _print_jobs(rows, scheduler):
 @click.option("--list", "do_list", is_flag=True, help="List the worker jobs instead (same as `list`).")
 @click.option("--rm", "rm_id", default=None, metavar="ID", help="Remove workers instead (same as `rm ID`).")
 def submit(workers, scheduler, config_file, env_pack, python, python_version, log_dir, memory, cpus,
-           disk, cache_size, disk_cache, disk_cache_size, lifetime, idle_timeout, submit_file, append, sbatch_args,
+           disk, cache_size, disk_cache, disk_cache_size, lifetime, idle_timeout, credentials, submit_file, append, sbatch_args,
            schedd, pool, dry_run, terse, do_list, rm_id):
     """Submit N workers; print the cluster (or Slurm array) id."""
     from .submit import list_workers, remove_workers, submit_workers
@@ -64,7 +64,8 @@ def submit(workers, scheduler, config_file, env_pack, python, python_version, lo
         jobs = submit_workers(workers, scheduler=scheduler, config_file=config_file, env_pack=env_pack,
                               python=python, python_version=python_version, cache_size=cache_size,
                               disk_cache=disk_cache, disk_cache_size=disk_cache_size,
-                              lifetime=lifetime, idle_timeout=idle_timeout, log_dir=log_dir, memory=memory, cpus=cpus, disk=disk,
+                              lifetime=lifetime, idle_timeout=idle_timeout, credentials=credentials,
+                              log_dir=log_dir, memory=memory, cpus=cpus, disk=disk,
                               submit_file=submit_file, append=append, sbatch_args=sbatch_args,
                               schedd=schedd, pool=pool, dry_run=dry_run)
     except cli_errors() as err:

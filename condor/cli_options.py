@@ -47,6 +47,9 @@ _WORKER_OPTIONS = [
                       "in the job ad, where the site sets one)."),
     click.option("--idle-timeout", default=None, metavar="DURATION",
                  help="A worker with no task this long leaves, e.g. 20m (never under a pool keeper's minimum)."),
+    click.option("--credentials/--no-credentials", default=True, show_default=True,
+                 help="Give the jobs your grid proxy (X509_USER_PROXY) and bearer token (BEARER_TOKEN_FILE) "
+                      "where they exist, for root:// reads."),
     click.option("--submit-file", type=click.Path(exists=True, dir_okay=False), default=None,
                  help="Your own copy of condor/workers.sub."),
     click.option("-a", "--append", multiple=True,

@@ -19,6 +19,9 @@
 #                    CVMFS, container image).  Also $RHTC_PYTHON.
 #   --cache-size S   the worker's branch cache cap, e.g. 2GB (default: half the job's
 #                    RequestMemory under HTCondor).
+#   --token-file F   a bearer token transferred with the job: made 0600 and given to the
+#                    worker's root:// reads as BEARER_TOKEN_FILE.  A grid proxy needs
+#                    nothing here: HTCondor sets X509_USER_PROXY (use_x509userproxy).
 #
 # Nothing secret is passed on the command line or in the environment: the broker URL and
 # the signing key stay in the 0600 config file.
@@ -31,8 +34,10 @@ config=""
 env_pack=""
 python="${RHTC_PYTHON:-}"
 cache_size=""
+token_file=""
 while [ $# -gt 0 ]; do
     case "$1" in
+        --token-file) token_file=$2; shift 2 ;;
         --config) config=$2; shift 2 ;;
         --env) env_pack=$2; shift 2 ;;
         --python) python=$2; shift 2 ;;
@@ -52,6 +57,17 @@ fi
 [ -f "$config" ] || die "no broker config at '$config': transfer it with the job (transfer_input_files) or put it on a shared path and pass --config"
 # A transferred copy may have lost its mode; the worker refuses a config others can read.
 [ -O "$config" ] && chmod 600 "$config"
+
+# --- the data credentials: only the owner may read them ------------------------------
+if [ -n "$token_file" ]; then
+    [ -f "$token_file" ] || die "the bearer token '$token_file' did not reach the job: check bearer_token= in the submit file"
+    chmod 600 "$token_file"
+    BEARER_TOKEN_FILE="$(cd "$(dirname "$token_file")" && pwd)/$(basename "$token_file")"
+    export BEARER_TOKEN_FILE
+fi
+if [ -n "${X509_USER_PROXY:-}" ] && [ -f "$X509_USER_PROXY" ] && [ -O "$X509_USER_PROXY" ]; then
+    chmod 600 "$X509_USER_PROXY"
+fi
 
 # --- the worker's name: which job is which in `rhtc status` ------------------------
 host=$(hostname 2>/dev/null || uname -n)

@@ -22,6 +22,7 @@ import ipaddress
 import os
 import re
 import sys
+import time
 from pathlib import Path
 from typing import Sequence
 from urllib.parse import urlsplit
@@ -30,6 +31,7 @@ from ..broker.config import ENV_KEY, ENV_KEY_FILE, ENV_NAMESPACE, ENV_URL, Broke
     default_config_path, parse_duration
 from . import schedd as _schedd
 from . import slurm as _slurm
+from rhtc.credentials import PROXY, WARN_BEFORE, find_credentials, until
 from .pack import pack_environment, project_root
 from .schedd import SchedulerUnavailable
 from .validate import InvalidDescription, check_description
@@ -122,7 +124,7 @@ def submit_workers(workers: int = 3, *, scheduler: str = "condor",
                    env_pack: str | os.PathLike | None = None, python: str | None = None,
                    python_version: str | None = None, cache_size: str | None = None,
                    disk_cache: str | None = None, disk_cache_size: str | None = None,
-                   lifetime: str | None = None, idle_timeout: str | None = None,
+                   lifetime: str | None = None, idle_timeout: str | None = None, credentials: bool = True,
                    log_dir: str | os.PathLike = "rhtc-logs", memory: str = "2GB", cpus: int = 1,
                    disk: str = "1GB", submit_file: str | os.PathLike | None = None,
                    append: Sequence[str] = (), sbatch_args: Sequence[str] = (),
@@ -199,10 +201,14 @@ def submit_workers(workers: int = 3, *, scheduler: str = "condor",
                                         secrets=_secrets(cfg))
         return jobs
 
+    found = find_credentials() if credentials else []
+    warnings += credential_warnings(found, scheduler)
     macros = {"workers": workers, "worker_sh": EXECUTABLE, "broker_config": cfg_path,
               "log_dir": log_dir, "memory": memory, "cpus": cpus, "disk": disk, "cache_size": cache_size,
               "disk_cache": disk_cache, "disk_cache_size": disk_cache_size,
               "lifetime": _duration(lifetime, "lifetime"), "idle_timeout": _duration(idle_timeout, "idle_timeout")}
+    for c in found:
+        macros["x509_proxy" if c.kind == PROXY else "bearer_token"] = c.path
     if python:
         macros["worker_python"] = python
     else:
@@ -218,6 +224,19 @@ def submit_workers(workers: int = 3, *, scheduler: str = "condor",
     sub = htcondor2.Submit(text)
     jobs.job_id = str(_schedd.submit(sub, checked.count, schedd=schedd, pool=pool))
     return jobs
+
+
+def credential_warnings(found: list, scheduler: str) -> list[str]:
+    """What the analyst should know about the credentials the jobs get (expired, expiring,
+    on a path Slurm nodes may not see)."""
+    out = []
+    for c in found:
+        if c.expires and c.expires - time.time() < WARN_BEFORE:
+            out.append(f"your {c.kind} {c.path} {until(c.expires)}: renew it, or root:// reads will be refused")
+        if scheduler == "slurm" and c.path.startswith("/tmp/"):
+            out.append(f"your {c.kind} is in {c.path}, which Slurm nodes do not see: put it on a shared path "
+                       f"and point {'X509_USER_PROXY' if c.kind == PROXY else 'BEARER_TOKEN_FILE'} at it")
+    return out
 
 
 def _duration(value: str | None, name: str) -> str | None:

@@ -10,6 +10,7 @@ pool is back at N serving) within 120 s; a broken environment stops the keeper a
 from __future__ import annotations
 
 import gzip
+import os
 import subprocess
 import sys
 import threading
@@ -20,7 +21,7 @@ import pytest
 
 from rhtc.broker.storage import Storage
 
-from .pools.fixtures import make_owned_dir, python_cmd, rhtc_env, write_pool_config
+from .pools.fixtures import job_logs, make_owned_dir, python_cmd, rhtc_env, write_pool_config
 
 pytestmark = pytest.mark.pool
 REPLACED_WITHIN = 120.0
@@ -178,3 +179,55 @@ def test_slurm_pool_replaces_cancelled_and_held_jobs(slurm_pool, pool_broker, tm
     assert code == 0, out.read_text()
     _wait(lambda: not subprocess.run(["squeue", "--noheader", "--name=rhtc-worker"], capture_output=True, text=True,
                                      env=env, timeout=60).stdout.strip(), 60, "the keeper's jobs to leave the queue")
+
+
+def test_the_analysts_proxy_and_token_reach_the_job_with_mode_0600(condor_pool, pool_broker, condor_env_pack,
+                                                                   monkeypatch):
+    """``rhtc submit`` finds X509_USER_PROXY and BEARER_TOKEN_FILE: the proxy goes HTCondor's way
+    (use_x509userproxy), the token is transferred; the worker finds both, 0600, with their
+    expiry; the token's text is in no job ad, argv, environment or log."""
+    from rhtc.condor import submit_workers
+    from .pools.common import pids_with_env
+    from .test_credentials import make_proxy, make_token
+    work = condor_pool.workdir("credentials")
+    cfg = write_pool_config(pool_broker, work)
+    logs = make_owned_dir(work / "logs")
+    token, proxy = work / "bt_u2000", work / "x509up_u2000"
+    secret = make_token(token, expires := time.time() + 7200)
+    make_proxy(proxy)
+    for f in (token, proxy):
+        os.chown(f, 2000, 2000)              # the jobs' user: the shadow reads them as that user
+    monkeypatch.setenv("CONDOR_CONFIG", str(condor_pool.host_condor_config))
+    monkeypatch.setenv("BEARER_TOKEN_FILE", str(token))
+    monkeypatch.setenv("X509_USER_PROXY", str(proxy))
+    monkeypatch.chdir(work)
+    jobs = submit_workers(1, config_file=cfg, env_pack=condor_env_pack, log_dir=logs)
+    storage = Storage(pool_broker.config)
+    try:
+        try:
+            status = _wait(lambda: next((s for s in storage.worker_statuses()
+                                         if s.name.startswith(f"condor-{jobs.job_id}.0@")), None),
+                           REPLACED_WITHIN, "the worker")
+        except AssertionError as err:
+            raise AssertionError(f"{err}\n{condor_pool.jobs(f'ClusterId == {jobs.job_id}')}\n{job_logs(logs)}") from None
+        cred = status.credential
+        assert set(cred) == {"bearer token", "x509 proxy"}, cred
+        assert cred["bearer token"]["mode"] == "0600" and cred["x509 proxy"]["mode"] == "0600", cred
+        assert cred["bearer token"]["expires"] == int(expires)
+        assert abs(cred["x509 proxy"]["expires"] - (time.time() + 86400)) < 3600, cred
+        ads = condor_pool.run(["condor_q", "-allusers", "-l", jobs.job_id], user=None).stdout
+        assert "x509userproxy" in ads.lower() and secret not in ads
+        pids = pids_with_env("RHTC_CONDOR_JOB", f"{jobs.job_id}.0")
+        assert pids
+        for pid in pids:
+            for what in ("environ", "cmdline"):
+                try:
+                    assert secret not in Path(f"/proc/{pid}/{what}").read_bytes().decode(errors="replace")
+                except FileNotFoundError:
+                    pass
+    finally:
+        jobs.remove()
+        storage.close()
+    _wait(lambda: not condor_pool.jobs(f"ClusterId == {jobs.job_id}"), 90, "the job to leave")
+    for f in logs.rglob("*"):
+        assert secret not in f.read_text(errors="replace"), f

@@ -41,6 +41,7 @@ from ..broker import messages
 from ..broker.config import BrokerConfig, Settings, redact, settings, validate_worker_name
 from ..broker.errors import BrokerTrouble
 from ..broker.storage import Storage
+from rhtc.credentials import describe as describe_credentials, find_credentials
 from rhtc.versions import stack_versions
 from .children import become_subreaper, end_children
 from .disk import disk_tier_of
@@ -122,6 +123,7 @@ class Supervisor:
         self.leaving = ""                   # why it leaves on its own terms (lifetime, idle), once it does
         self.drain_until = 0.0              # ... and until when the task in hand may run
         self._idle_since, self._last_done = time.monotonic(), 0
+        self._credential, self._credential_at = {}, -1e9
         # retry at least once a heartbeat: a longer pause could let the claim expire
         self.backoff = Backoff(f"worker {self.name}", cap=self.settings.heartbeat)
 
@@ -134,8 +136,15 @@ class Supervisor:
             key_fingerprint=self.fingerprint, task_pid=self.proc.pid if self.proc else None, t=now,
             started=self.started, task=task, task_seconds=(now - since) if since else None,
             crashes=self.crashes, versions=self.versions, disk_tier=self.disk_tier,
-            leaving=self.leaving, leaves_at=self.plan.leaves_at,
+            leaving=self.leaving, leaves_at=self.plan.leaves_at, credential=self.credential(),
             metrics=self.metrics.sample() if self.metrics else {}, **self.shared.counters())
+
+    def credential(self) -> dict:
+        """The data credential this worker's reads use (kind, file, mode, expiry), looked at
+        once a minute: HTCondor replaces a renewed proxy in a running job."""
+        if time.monotonic() - self._credential_at > 60:
+            self._credential, self._credential_at = describe_credentials(find_credentials()), time.monotonic()
+        return self._credential
 
     # -- claiming the name -----------------------------------------------------------------
     def claim(self) -> None:

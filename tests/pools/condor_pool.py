@@ -68,6 +68,9 @@ MOUNT_UNDER_SCRATCH =
 USE_PID_NAMESPACES = False
 # Three workers and more on a 2-core machine: the workers mostly wait on the broker.
 NUM_CPUS = 8
+# Copy a job's x509 proxy instead of delegating it: delegation signs a new proxy with the
+# user's, which needs a real proxy chain; the tests' proxy is a self-signed certificate.
+DELEGATE_JOB_GSI_CREDENTIALS = False
 # Keep the pool quick to react.
 SCHEDD_INTERVAL = 2
 NEGOTIATOR_INTERVAL = 2

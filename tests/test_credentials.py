@@ -1,0 +1,75 @@
+"""The analyst's data credentials (rhtc/credentials.py): found where the field's tools look,
+their expiry read, shown by `rhtc status` with a warning an hour before, named in a
+'permission denied' read error; and their contents never shown. Real broker, real workers."""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from rhtc import remote_map
+from rhtc.broker.storage import Storage
+from rhtc.client.status import render_status
+
+
+def make_token(path: Path, expires: float) -> str:
+    """A JWT-shaped bearer token expiring at ``expires`` (0600); returns its text."""
+    def part(d):
+        return base64.urlsafe_b64encode(json.dumps(d).encode()).decode().rstrip("=")
+    text = f"{part({'alg': 'none'})}.{part({'exp': int(expires), 'sub': 'analyst'})}.c2VjcmV0LXNpZ25hdHVyZQ"
+    path.write_text(text)
+    path.chmod(0o600)
+    return text
+
+
+def make_proxy(path: Path, days: int = 1) -> None:
+    """A PEM certificate and key in one 0600 file, shaped like a grid proxy."""
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", str(days),
+                    "-subj", "/CN=rhtc-test-proxy", "-keyout", f"{path}.key", "-out", f"{path}.crt"],
+                   check=True, capture_output=True)
+    path.write_bytes(Path(f"{path}.crt").read_bytes() + Path(f"{path}.key").read_bytes())
+    path.chmod(0o600)
+    os.unlink(f"{path}.key")
+    os.unlink(f"{path}.crt")
+
+
+def explain_denied(_):
+    from rhtc.client.xrootd import explain
+    return explain("root://eos.example//store/a.root", "[ERROR] Server responded with an error: [3010] permission denied")[1]
+
+
+def test_workers_show_their_credentials_and_status_warns_before_expiry(broker, workers, tmp_path):
+    token = tmp_path / "bt_u1000"
+    secret = make_token(token, time.time() + 1800)                     # expires in 30 min: warn
+    proxy = tmp_path / "x509up_u1000"
+    make_proxy(proxy)
+    name, = workers.start(1, env={"BEARER_TOKEN_FILE": str(token), "X509_USER_PROXY": str(proxy)})
+    s = Storage(broker.config)
+    try:
+        status = next(w for w in s.worker_statuses() if w.name == name)
+        assert set(status.credential) == {"bearer token", "x509 proxy"}
+        assert status.credential["bearer token"]["mode"] == "0600"
+        assert abs(status.credential["x509 proxy"]["expires"] - (time.time() + 86400)) < 600
+        text = render_status(s)
+        assert "credentials: bearer token (bt_u1000, mode 0600) on 1 worker(s): expires in 29 min" in text \
+            or "credentials: bearer token (bt_u1000, mode 0600) on 1 worker(s): expires in 30 min" in text, text
+        assert "WARNING: the bearer token expires in" in text
+        assert "WARNING: the x509 proxy" not in text
+        assert secret not in text and secret not in json.dumps(status.credential)
+        # a read refused by the server says which credential the worker had, and when it expires
+        message, = remote_map(explain_denied, [0], broker=broker.config, progress=False)
+        assert "permission denied" in message and "the reader had a bearer token (bt_u1000, expires in" in message
+        assert secret not in message
+    finally:
+        s.close()
+    assert secret not in workers.log(name)
+
+
+def test_a_worker_without_credentials_says_so_when_a_read_is_refused(broker, workers, monkeypatch):
+    monkeypatch.setenv("XDG_RUNTIME_DIR", "/nonexistent")
+    workers.start(1, env={"X509_USER_PROXY": "/nonexistent/x509", "BEARER_TOKEN_FILE": "/nonexistent/bt"})
+    message, = remote_map(explain_denied, [0], broker=broker.config, progress=False)
+    assert "the reader (the worker, for a chunk read on a worker) had no grid proxy" in message
