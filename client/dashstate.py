@@ -91,9 +91,9 @@ class DashState:
         busy = sum(1 for w in workers if w["state"] == "busy")
         return {"t": now, "broker": repr(st.config), "workers": workers, "gone": sorted(self._gone.values(),
                 key=lambda w: w["name"]), "maps": maps, "shared_queue": st.shared_depth(),
-                "pool": {"workers": len(workers), "busy": busy, "keeper": None,
-                         "note": "no pool keeper runs for this broker: held or replaced jobs are not known "
-                                 "here (see condor_q)"},
+                "pool": {"workers": len(workers), "busy": busy, "keeper": _keepers(st),
+                         "note": "no pool keeper runs for this broker (rhtc pool start): held or replaced jobs "
+                                 "are not known here (see condor_q)"},
                 "throughput": list(self.samples), "problems": st.recent_problems(20),
                 "last_task": self._seq}
 
@@ -196,3 +196,14 @@ class DashState:
                                  "tasks_per_s": tasks / span})
         elif not self.samples:
             self.samples.append({"t": now, "cache_Bps": 0.0, "file_Bps": 0.0, "tasks_per_s": 0.0})
+
+
+def _keepers(st) -> str | None:
+    """One line per pool keeper: wanted and actual size, and its last replacement with why."""
+    lines = []
+    for k in st.keepers():
+        last = next((e for e in st.keeper_events(k["pool"], 20) if e.get("what") in ("replaced", "failed", "evicted")),
+                    None)
+        lines.append(f"{k['pool']} wants {k.get('wanted')}, {k.get('serving', 0)} serving"
+                     + (f"; last {last['what']} {last.get('job', '')}: {last.get('why', '')}" if last else ""))
+    return "; ".join(lines) or None
