@@ -34,7 +34,10 @@ def _keeper(args: list[str], env: dict, cwd: Path, out: Path) -> subprocess.Pope
 
 
 def _stop(proc: subprocess.Popen, storage: Storage, name: str) -> int:
-    storage.request_keeper_stop(name, "the test")
+    """``rhtc pool stop NAME``, as the analyst stops it; the keeper's exit code."""
+    stopped = subprocess.run([*python_cmd(), "pool", "stop", name, "--no-wait"], capture_output=True, text=True,
+                             env={**rhtc_env(), **storage.config.env()}, timeout=60)
+    assert stopped.returncode == 0 and f"asked pool {name}" in stopped.stdout, stopped.stderr
     try:
         return proc.wait(120)
     except subprocess.TimeoutExpired:
@@ -79,7 +82,7 @@ def test_bench_pool_heals_holds_removes_vacates_and_drains(condor_pool, pool_bro
     def run_map(n: int, seconds: float, log: str) -> list:
         return pool_analyst(cfg, "sleeps", log, str(n), str(seconds), timeout=600)["values"]
     try:
-        out = measure(cfg, condor_env_pack, work, workers=2, run_map=run_map, lifetime=40, probe=probe,
+        out = measure(cfg, condor_env_pack, work, workers=2, run_map=run_map, lifetime=60, probe=probe,
                       timeout=REPLACED_WITHIN)
     finally:
         storage.close()
