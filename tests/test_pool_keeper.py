@@ -101,7 +101,7 @@ def test_bench_pool_heals_holds_removes_vacates_and_drains(condor_pool, pool_bro
 
 def test_adaptive_pool_grows_with_the_work_and_shrinks_to_its_minimum(condor_pool, pool_broker, condor_env_pack,
                                                                       pool_analyst, monkeypatch):
-    from rhtc.condor.batch import CondorBatch
+    from rhtc.condor.batch import CondorBatch, job_of_worker
     monkeypatch.setenv("CONDOR_CONFIG", str(condor_pool.host_condor_config))
     work = condor_pool.workdir("keeper_adapt")
     cfg = write_pool_config(pool_broker, work)
@@ -112,19 +112,23 @@ def test_adaptive_pool_grows_with_the_work_and_shrinks_to_its_minimum(condor_poo
                     "--env", str(condor_env_pack), "--log-dir", str(logs)], env, work, out)
     storage = Storage(pool_broker.config)
     batch = CondorBatch("adapt", {})
+
+    def ours() -> list[str]:               # the pool's serving workers (not those of earlier tests)
+        jobs = set(batch.jobs())
+        return [n for n in _serving(storage, "condor-") if job_of_worker(n) in jobs]
     try:
-        _wait(lambda: len(_serving(storage, "condor-")) >= 1, REPLACED_WITHIN, "the minimum of 1 worker", proc, out)
+        _wait(lambda: len(ours()) >= 1, REPLACED_WITHIN, "the minimum of 1 worker", proc, out)
         result: dict = {}
         mapper = threading.Thread(target=lambda: result.update(
             pool_analyst(cfg, "sleeps", str(work / "runs.jsonl"), "40", "1.5", timeout=600)))
         mapper.start()
         most = 0
         while mapper.is_alive():
-            most = max(most, len(_serving(storage, "condor-")))
+            most = max(most, len(ours()))
             time.sleep(0.5)
         assert result["values"] == list(range(40))
         assert most == 3, f"the pool grew from 1 to its maximum of 3 while tasks waited (saw {most})"
-        _wait(lambda: len(_serving(storage, "condor-")) == 1 and len(batch.jobs()) == 1, REPLACED_WITHIN,
+        _wait(lambda: len(ours()) == 1 and len(batch.jobs()) == 1, REPLACED_WITHIN,
               "idle workers to leave down to the minimum", proc, out)
         events = storage.keeper_events("adapt", 50)
         assert any(e["what"] == "removed" and "the pool shrinks" in e["why"] for e in events), events
