@@ -160,6 +160,30 @@ def test_a_broken_environment_stops_the_keeper_with_the_cause_and_the_fix(condor
     assert not condor_pool.jobs('RhtcPool == "broken"'), "the keeper removed its jobs when it stopped"
 
 
+def test_a_job_idle_in_the_queue_past_the_limit_is_replaced(condor_pool, pool_broker, condor_env_pack):
+    work = condor_pool.workdir("keeper_idle")
+    cfg = write_pool_config(pool_broker, work)
+    logs = make_owned_dir(work / "logs")
+    env = condor_pool.host_env(rhtc_env())
+    out = work / "keeper.out"
+    proc = _keeper(["--workers", "1", "--name", "idlejobs", "--idle-limit", "4s", "-a", "requirements = false",
+                    "--config", str(cfg), "--env", str(condor_env_pack), "--log-dir", str(logs)], env, work, out)
+    storage = Storage(pool_broker.config)
+    try:
+        replaced = _wait(lambda: [e for e in storage.keeper_events("idlejobs", 50)
+                                  if e["what"] == "replaced" and "idle in the queue" in e["why"]],
+                         REPLACED_WITHIN, "a job idle past the limit to be replaced", proc, out)
+        first = replaced[-1]["job"]
+        cluster, proc_id = first.split(".")
+        _wait(lambda: not condor_pool.jobs(f"ClusterId == {cluster} && ProcId == {proc_id}"), 60,
+              "the idle job to be removed")
+    finally:
+        code = _stop(proc, storage, "idlejobs")
+        storage.close()
+    assert code == 0, out.read_text()
+    _wait(lambda: not condor_pool.jobs('RhtcPool == "idlejobs"'), 60, "the keeper's jobs to leave the queue")
+
+
 def test_slurm_pool_replaces_cancelled_and_held_jobs(slurm_pool, pool_broker, tmp_path):
     cfg = pool_broker.config.write(tmp_path / "broker.json")
     logs = tmp_path / "logs"
