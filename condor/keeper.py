@@ -92,6 +92,11 @@ class PoolKeeper:
     def run(self) -> str:
         """Hold the pool until stopped; returns why it stopped. Raises :class:`PoolFailing`
         (after removing its jobs) when new jobs keep failing at start-up."""
+        other = next((k for k in self.storage.keepers() if k.get("pool") == self.pool_id), None)
+        if other is not None:
+            self.storage.close()
+            raise PoolFailing(f"pool {self.pool_id} is already kept by pid {other.get('pid')} on {other.get('host')}: "
+                              f"stop it first (`rhtc pool stop {self.pool_id}`) or choose another --name")
         self._event("started", why=f"{self.plan.minimum}:{self.plan.maximum} workers on {self.batch.name}")
         try:
             while not self._stop.is_set():

@@ -1,0 +1,57 @@
+"""The pool keeper's decisions (condor/keeper_rules.py) and its guard against a second keeper
+of the same pool; the keeper on the real pools is in tests/test_pool_keeper.py."""
+from __future__ import annotations
+
+import pytest
+
+from rhtc.condor.keeper import PoolFailing, PoolKeeper
+from rhtc.condor.keeper_rules import (KeeperPlan, Tracked, active, fix_for, replace_ahead, shrink_victims,
+                                      systematic, wanted_size)
+
+
+def test_a_fixed_pool_wants_its_size_and_an_adaptive_one_follows_the_work():
+    assert wanted_size(KeeperPlan(5, 5), busy=0, pending=100) == 5
+    plan = KeeperPlan(2, 8)
+    assert [wanted_size(plan, b, p) for b, p in [(0, 0), (1, 3), (8, 50)]] == [2, 4, 8]
+    with pytest.raises(ValueError, match="MIN <= MAX"):
+        KeeperPlan(5, 3)
+
+
+def test_a_worker_due_to_drain_soon_no_longer_counts_so_its_replacement_starts_ahead():
+    now = 1000.0
+    ahead = replace_ahead(KeeperPlan(2, 2, interval=1), [10.0, 12.0, 14.0])       # 1.5 x median start
+    jobs = {"1.0": Tracked("1.0", 0, served=1, leaves_at=now + ahead - 1),
+            "1.1": Tracked("1.1", 0, served=1, leaves_at=now + 3600),
+            "1.2": Tracked("1.2", 0, served=1, leaving="lifetime"),
+            "1.3": Tracked("1.3", 0, ending="held: memory")}
+    assert [t.id for t in active(jobs, now, ahead)] == ["1.1"]
+
+
+def test_shrinking_never_removes_a_busy_worker_and_takes_the_smallest_caches_first():
+    busy = Tracked("1.0", 0, served=1, idle_since=0.0, cache_bytes=0)
+    big = Tracked("1.1", 0, served=1, idle_since=100.0, cache_bytes=10 ** 9)
+    small = Tracked("1.2", 0, served=1, idle_since=100.0, cache_bytes=10)
+    recent = Tracked("1.3", 0, served=1, idle_since=990.0, cache_bytes=0)
+    assert [t.id for t in shrink_victims([busy, big, small, recent], 3, now=1000.0, shrink_after=300)] == ["1.2", "1.1"]
+
+
+def test_failures_in_a_row_make_one_message_with_the_cause_and_the_fix():
+    assert systematic(["held: memory exceeded"] * 2, 3) is None
+    message = systematic(["cannot unpack x.tar.gz into /s"] * 3, 3)
+    assert "3 in a row" in message and "cannot unpack" in message and "rhtc pack --rebuild" in message
+    assert "rhtc broker --host 0.0.0.0" in fix_for("worker w: waiting for the broker at redis://h:6379 (...)")
+
+
+def test_a_second_keeper_of_the_same_pool_is_refused(broker, tmp_path):
+    from rhtc.broker.storage import Storage
+    s = Storage(broker.config)
+    try:
+        s.publish_keeper("dup", {"pid": 4242, "host": "login1"}, ttl=30)
+        cfg = broker.config.write(tmp_path / "broker.json")
+        keeper = PoolKeeper(KeeperPlan(1, 1), pool_id="dup", config_file=cfg, python="/usr/bin/python3",
+                            log_dir=tmp_path)
+        with pytest.raises(PoolFailing, match="already kept by pid 4242 on login1"):
+            keeper.run()
+        assert [k["pool"] for k in s.keepers()] == ["dup"], "the running keeper's state is left alone"
+    finally:
+        s.close()
