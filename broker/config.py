@@ -169,6 +169,10 @@ class Settings:
     disk_cache_size: int = setting(20 * 10 ** 9, kind="size", doc="the disk tier's cap for the whole node")
     disk_holds_ttl: int = setting(7 * 86400, doc="the broker forgets what a node's disk holds this long "
                                                  "after its last addition (s)")
+    merge_tasks: int = setting(64, minimum=1, doc="a worker merging a map's results (reduce=) hands its "
+                               "partial in after this many tasks ...")
+    merge_seconds: float = setting(10.0, minimum=0.0, doc="... or once it is this old, or when its queue "
+                                   "runs dry (s)")
     check_invariants: bool = setting(False, doc="1: every map checks that its task containers agree "
                                                 "when it ends (the tests set it; client/invariants.py)")
 

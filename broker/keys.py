@@ -146,6 +146,9 @@ MAP_CLIENT_TTL = "client_ttl"
 #: the map's field holding the sequence number of the last enqueue call it ran (a call
 #: sent again after a broken connection is then not queued twice)
 MAP_SENT = "sent"
+#: the map's field counting the partials the broker refused (a task they cover was no longer
+#: leased to their worker: see lua/take.lua); read by the tests and the run's invariants
+MAP_REFUSED = "partials_refused"
 #: lease values: incarnation (this many chars) | taken-at ms (this many digits) | task frame
 INCARNATION_LEN = 16
 LEASE_TIME_LEN = 13

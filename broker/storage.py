@@ -27,7 +27,7 @@ from .config import BrokerConfig, Settings, redact
 from .config import settings as default_settings
 from .errors import PARSER, ConnectionProblem
 from .fastlane import FastLane
-from .keys import MAP_CLIENT, MAP_DATA, MAP_NONCE, MAP_SENT, Keys
+from .keys import MAP_CLIENT, MAP_DATA, MAP_NONCE, MAP_REFUSED, MAP_SENT, Keys
 from .leases import Leases
 from .pool import Pool
 
@@ -240,6 +240,11 @@ class Storage(Leases, Pool):
         return {protocol.TaskRef.from_task_id(map_id.encode("ascii") + k).index: v.decode()
                 for k, v in raw.items()}
 
+    def partials_refused(self, map_id: str) -> int:
+        """How many partials of the map the broker refused (a task they cover had been
+        requeued away from their worker: ``lua/take.lua``)."""
+        return int(self.r.hget(self.keys.map(map_id), MAP_REFUSED) or 0)
+
     def end_map(self, map_id: str, lazy: bool = False) -> None:
         """Delete every key a map owns. ``lazy``: with this client's next command instead
         (the keys expire anyway); its queued tasks are dropped by whoever takes them."""
@@ -343,6 +348,7 @@ class Storage(Leases, Pool):
             d = {a.decode(): b.decode() for a, b in info.items()}
             d.pop(MAP_NONCE, None)
             d.pop(MAP_SENT, None)
+            d.pop(MAP_REFUSED, None)
             d.update(map_id=m, unread_results=nres, queued=nback + in_shared.get(m, 0), client_alive=None)
             out.append(d)
         beacons = [d[MAP_CLIENT] for d in out if d.get(MAP_CLIENT)]

@@ -28,6 +28,7 @@ from .feed import MapFeed
 from .interrupts import held_interrupt
 from .invariants import Checked
 from .ledger import Ledger
+from .merged import accept_partial, function_to_send
 from .options import MapOptions
 from .packing import Frames, pack_function
 from .retry import RetryPolicy, RetryQueue
@@ -45,7 +46,7 @@ class MapRun(Checked):
     """Submit ``fn`` over ``args`` and collect the results, exactly once each."""
 
     def __init__(self, storage: Storage, fn, args: Sequence, options: MapOptions = MapOptions(), *,
-                 max_task_bytes: int = protocol.MAX_TASK_BYTES, metrics: bool = True):
+                 max_task_bytes: int = protocol.MAX_TASK_BYTES, metrics: bool = True, reduce=None):
         self.storage = storage
         self.settings = storage.settings
         self.key = storage.config.key
@@ -62,7 +63,11 @@ class MapRun(Checked):
         self.task_timeout = options.task_timeout
         self.sample_metrics = metrics
         self.metric_samples: list[dict] = []
-        self.packed_fn = pack_function(self.key, fn, self.label)
+        sent = function_to_send(fn, reduce, options, self.settings.merge_tasks, self.settings.merge_seconds)
+        self.packed_fn = pack_function(self.key, sent, self.label)
+        self.merging = sent is not fn                   # workers fold results into partials
+        self.in_partial = bytearray(self.n if self.merging else 0)   # per task: accepted partials covering it
+        self.partials_accepted = self.partials_refused = 0
         self.fn_hash = protocol.function_hash(self.packed_fn)
         self.routing = options.routing and any(getattr(a, "routing_key", None) for a in args)
         self.tasks = TaskTable(self.n)
@@ -289,6 +294,9 @@ class MapRun(Checked):
             map_id, index, status, payload = protocol.unpack_result(self.key, frame)
         except protocol.BadFrame as err:
             self._answered_by_misfit(frame, err)
+            return
+        if status == protocol.MERGED and map_id == self.map_id:
+            accept_partial(self, payload)     # several tasks: all counted once, or none
             return
         if map_id != self.map_id or not 0 <= index < self.n or self.tasks.is_final(index):
             return                        # a duplicate (a slow worker's or a backup's second copy)

@@ -44,7 +44,8 @@ from ..broker.storage import Storage
 from rhtc.versions import stack_versions
 from .children import become_subreaper, end_children
 from .disk import disk_tier_of
-from .main import Backoff, TaskProcess, default_name
+from .backoff import Backoff
+from .main import TaskProcess, default_name
 from .metrics import NodeMetrics
 from .shared import SharedState
 from rhtc.errors import RhtcError
