@@ -281,9 +281,14 @@ class Storage(Leases, Pool):
                 start = int(got[0])
                 seen.update(int.from_bytes(x, "big") for x in got[1:])
         for w in self.r.smembers(self.keys.workers):
-            got = script(args=[ns, map_id, "lease", w, 0, step])
-            seen.update(int.from_bytes(x, "big") for x in got[1:])
+            seen |= self.leased_to(w.decode(), map_id)
         return seen
+
+    def leased_to(self, worker: str, map_id: str) -> set[int]:
+        """Indices of a map's tasks leased to ``worker``'s live incarnation (running, waiting
+        in its batch, or finished in a partial it has not handed in)."""
+        got = self._scripts["audit"](args=[self.keys.ns, map_id, "lease", worker, 0, self.settings.scan_step])
+        return {int.from_bytes(x, "big") for x in got[1:]}
 
     def cancel_map(self, map_id: str) -> int:
         """End a map and remove its queued tasks from every queue (in bounded steps);

@@ -98,6 +98,7 @@ class TaskProcess:
                     if self.partials:           # the queue ran dry: hand the partials in first
                         self._unflushed += self.partials.flush()
                         self._flush()
+                        self._hold([])
                     frame = self.storage.wait_for_task(self.name, self.incarnation, timeout=1.0)
                     batch = [(frame, None)] if frame else []
                 if batch:
@@ -109,7 +110,7 @@ class TaskProcess:
                 # never exit on a broker error: what was leased but not run is reconciled
                 # by the supervisor; results not handed in are kept and sent again
                 self.storage.reset_connection()
-                self.shared.set_held(self.partials.held())   # what was leased but not handed in is reconciled
+                self._hold([])                  # what was leased but not handed in is reconciled
                 self.shared.set_task(None)      # (a lost lease reply after the task ran, too)
                 self._refused_results(err)
                 backoff.wait(err, redact(self.config.url))
@@ -143,21 +144,27 @@ class TaskProcess:
         self._unflushed = []
         if holding:
             self.tokens.saw_clock(self._broker_ms)
-        self.shared.set_held(self.partials.held())   # the results are in: the last batch is no longer held
+        self._hold([])                  # the results are in: the last batch is no longer held
         evicted = self.cache.drain_evicted()
         if evicted:
             self.storage.advertise(self.name, removed=evicted)
         return holding, batch
 
     def _run_batch(self, batch: list[tuple[bytes, bytes | None]]) -> None:
-        ids = [protocol.task_id(f) for f, _ in batch]
-        self.shared.set_held(ids + self.partials.held())
+        self._hold([protocol.task_id(f) for f, _ in batch])
         for frame, token in batch:
             if self.stopping:
                 break                      # the rest is still leased: the supervisor hands it back
             self._run_frame(frame, token)
         # the batch stays held until the next take hands its results in: a finished task
         # whose result waits here must not look like a lease that nobody runs
+
+    def _hold(self, batch: list[bytes]) -> None:
+        """Tell the supervisor what this process holds: ``batch`` and the tasks of its open
+        partials (their leases must outlive the reconcile), and how many those are."""
+        merged = self.partials.held()
+        self.shared.set_held(batch + merged)
+        self.shared.set_counters(merged=len(merged))
 
     def _hand_in_large(self) -> None:
         """Results that together exceed what one command to the broker may carry
@@ -317,7 +324,8 @@ class TaskProcess:
                                  disk_limit=disk.size_limit if disk is not None else 0,
                                  tasks_done=self.tasks_done, errors=self.errors, cache_bytes=self.cache.nbytes,
                                  cache_entries=len(self.cache), cache_limit=self.cache.limit_bytes,
-                                 bytes_read=self.bytes_from_file, bytes_from_cache=self.bytes_from_cache)
+                                 bytes_read=self.bytes_from_file, bytes_from_cache=self.bytes_from_cache,
+                                 merged=self.partials.count)
 
     def _function(self, fn_hash: str, map_id: str):
         fn = self.functions.get(fn_hash)

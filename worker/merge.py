@@ -88,6 +88,11 @@ class Partials:
         part.metas.append(meta)
         return True
 
+    @property
+    def count(self) -> int:
+        """How many tasks the open partials cover."""
+        return sum(len(part.indices) for part in self.open.values())
+
     def held(self) -> list[bytes]:
         """The task ids the open partials cover (still leased here)."""
         return [tid for part in self.open.values() for tid in part.tids]
@@ -95,7 +100,7 @@ class Partials:
     def due(self) -> list[Outgoing]:
         """The frames to hand in now: partials full or old, all of them when together they
         cover ``room`` tasks (what the worker may hold), and what is ready."""
-        now, total = time.monotonic(), sum(len(p.indices) for p in self.open.values())
+        now, total = time.monotonic(), self.count
         for map_id, part in list(self.open.items()):
             if total >= self.room or len(part.indices) >= part.plan.tasks or now - part.since >= part.plan.seconds:
                 self._ready += self._pack(self.open.pop(map_id))
