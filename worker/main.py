@@ -23,8 +23,8 @@ from ..broker import messages
 from ..broker.merge import MergePlan
 from ..broker.config import BrokerConfig, Settings, redact, settings
 from ..broker.errors import BrokerOutOfMemory, BrokerTrouble, BrokerUnavailable
-from .backoff import Backoff
 from ..broker.storage import Storage
+from .backoff import Backoff
 from .cache import BranchCache
 from .children import end_children
 from .disk import open_disk_tier
