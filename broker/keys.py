@@ -30,7 +30,9 @@ key                             type    what / who deletes it
                                         steal in the few routed queues, not in every worker's:
                                         bounded by the registered workers, gone when all are empty
 ``{ns}:lease:{worker}``         hash    task id -> incarnation | taken-at ms | task frame: in
-                                        flight on that worker; reconciled by the worker, requeued
+                                        flight on that worker (or finished and folded into a
+                                        partial it has not handed in, broker/merge.py);
+                                        reconciled by the worker, requeued
                                         by the reaper, by a new incarnation, or on a task-process crash
 ``{ns}:inc:{worker}``           string  the incarnation that holds the name; expires after the lease
                                         time unless the worker's supervisor renews it
@@ -79,7 +81,8 @@ queued     ``q:shared``, ``q:m:{map}``           -> leased: take (which also ste
            or ``q:w:{worker}``
                                                  -> cancelled: purge (client cancels), or its
                                                  client's beacon expired (take, sweep)
-leased     ``lease:{worker}``                    -> done/failed: take hands in its result (worker)
+leased     ``lease:{worker}``                    -> done/failed: take hands in its result (worker;
+                                                 a partial only while all its tasks are leased there)
                                                  -> queued: reconcile (entry older than a lease
                                                  that the worker does not run), reap (worker
                                                  dead), claim (new incarnation), task-process

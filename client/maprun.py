@@ -64,7 +64,8 @@ class MapRun(Checked):
         self.task_timeout = options.task_timeout
         self.sample_metrics = metrics
         self.metric_samples: list[dict] = []
-        sent = function_to_send(fn, reduce, options, self.settings.merge_tasks, self.settings.merge_seconds)
+        sent = function_to_send(fn, reduce, options, self.settings.merge_tasks,
+                                lambda: max(self.settings.merge_seconds, storage.worker_count() / self.settings.merge_rate))
         self.packed_fn = pack_function(self.key, sent, self.label)
         self.merging = sent is not fn                   # workers fold results into partials
         self.in_partial = bytearray(self.n if self.merging else 0)   # per task: accepted partials covering it

@@ -11,9 +11,9 @@ ledger and the timeline): the first carries the merged value, the others are mar
 ``merged`` (their value is in it).
 
     >>> from rhtc.client.options import MapOptions
-    >>> plan = function_to_send(abs, True, MapOptions(), tasks=8, seconds=5.0)
-    >>> type(plan).__name__, plan(-2), function_to_send(abs, None, MapOptions(), 8, 5.0) is abs
-    ('MergePlan', 2, True)
+    >>> plan = function_to_send(abs, True, MapOptions(), tasks=8, seconds=lambda: 5.0)
+    >>> type(plan).__name__, plan(-2), plan.seconds, function_to_send(abs, None, MapOptions(), 8, float) is abs
+    ('MergePlan', 2, 5.0, True)
 """
 from __future__ import annotations
 
@@ -32,12 +32,13 @@ log = logging.getLogger("rhtc.client")
 _DONE = TaskState.DONE
 
 
-def function_to_send(fn: Callable, reduce, options: MapOptions, tasks: int, seconds: float):
+def function_to_send(fn: Callable, reduce, options: MapOptions, tasks: int, seconds: Callable[[], float]):
     """The map's function as its workers get it: a :class:`MergePlan` when a reduction was
-    asked for and ``options.merge`` is on (``reduce`` True: folded with ``+``), else ``fn``."""
+    asked for and ``options.merge`` is on (``reduce`` True: folded with ``+``; partials
+    handed in after ``tasks`` tasks or ``seconds()`` s), else ``fn``."""
     if not reduce or not options.merge:
         return fn
-    return MergePlan(fn, None if reduce is True else reduce, tasks, seconds)
+    return MergePlan(fn, None if reduce is True else reduce, tasks, seconds())
 
 
 def accept_partial(run, payload: bytes) -> None:
