@@ -127,9 +127,9 @@ def test_a_frozen_workers_partial_is_refused_after_its_tasks_ran_elsewhere(broke
     n = 80
     args = [(str(tmp_path), 0, "wait")] + [(str(tmp_path), i, 0.05) for i in range(1, n)]
     h = start_map(broker, counted, args, **HOLD)
-    wait_until(lambda: len(runs(tmp_path)) >= 10, 30, "tasks ran")
-    busy = {w["name"]: w["task"] for w in storage.live_workers()}
-    a = next(name for name in names if busy.get(name) != f"{h.map_id}:0")     # not the one waiting
+    wait_until(lambda: 0 in runs(tmp_path), 30, "the waiting task started")
+    waiting = runs(tmp_path)[0][0]
+    a = next(name for name in names if task_pid(storage, name) != waiting)     # not the one waiting
     pids = [workers.procs[a].pid, task_pid(storage, a)]
     wait_until(lambda: sum(pids[1] in p for p in runs(tmp_path).values()) >= 3, 30, f"{a} ran 3 tasks")
     for p in pids:
