@@ -55,6 +55,14 @@ def chaos_task(arg: tuple[int, int, str]) -> tuple[int, int]:
     return i, i * i
 
 
+def chaos_counted(arg: tuple[int, int, str]) -> collections.Counter:
+    """:func:`chaos_task`'s result as ``Counter({i: 1})`` when it is right (``{-1 - i: 1}``
+    when wrong): summed by a map that reduces (merged on the workers), each index must
+    read 1, so a task counted twice or lost shows."""
+    i = arg[0]
+    return collections.Counter({i if chaos_task(arg) == (i, i * i) else -1 - i: 1})
+
+
 @dataclasses.dataclass
 class ChaosResult:
     """What one map under (or without) faults did, and what was checked."""
@@ -76,6 +84,18 @@ class ChaosResult:
     def ok(self) -> bool:
         """Every result correct and in order, each delivered exactly once."""
         return not self.problems and self.correct == self.tasks == self.delivered
+
+
+def _as_list(counts: collections.Counter, failures: list, tasks: int, problems: list[str]) -> list:
+    """A merged map's counts as the list of results a plain map returns: ``(i, i * i)`` for
+    a task counted exactly once, else what was seen (errors in their places)."""
+    out: list = [(i, i * i) if counts.get(i) == 1 else f"counted {counts.get(i, 0)} times" for i in range(tasks)]
+    for err in failures:
+        out[err.index] = err
+    extra = sorted(k for k in counts if not 0 <= k < tasks)
+    if extra:
+        problems.append(f"wrong results (or indices outside the map) were counted: {extra[:20]}")
+    return out
 
 
 class Injector(threading.Thread):
@@ -145,9 +165,11 @@ class Injector(threading.Thread):
 
 
 def run_chaos(tasks: int = 5000, workers: int = 4, lease: float = 2.0, seed: int | None = None,
-              faults: bool = True, timeout: float = 300.0, log_dir: str | None = None) -> ChaosResult:
+              faults: bool = True, timeout: float = 300.0, log_dir: str | None = None,
+              merge: bool = False) -> ChaosResult:
     """Run one map of ``tasks`` tasks on ``workers`` workers behind toxiproxy, with faults
-    injected at random (``seed``) or none, and check every result.
+    injected at random (``seed``) or none, and check every result. ``merge``: the map
+    reduces (:func:`chaos_counted`, merged on the workers) and every task must count once.
 
     One task (chosen by the seed) holds the GIL for three leases plus a second."""
     from ..client import RemoteError, submit
@@ -161,12 +183,15 @@ def run_chaos(tasks: int = 5000, workers: int = 4, lease: float = 2.0, seed: int
         args = [(i, hold, marker) if i == gil_task else (i, 0, "") for i in range(tasks)]
         t0 = time.monotonic()
         # no backup copies of stragglers: the GIL task must run once, unless taken for dead
-        h = submit(chaos_task, args, broker=pool.config, errors="return", label="chaos", stragglers=None)
+        h = submit(chaos_counted if merge else chaos_task, args, broker=pool.config, errors="return",
+                   label="chaos", stragglers=None, reduce=True if merge else None)
         injector = Injector(pool, rng, task_name(h.map_id, gil_task), marker) if faults else None
         if injector is not None:
             injector.start()
         try:
             values = h.wait(timeout=timeout)
+            if merge:
+                values = _as_list(values or collections.Counter(), h.failures, tasks, result.problems)
         except TimeoutError as err:
             values = None
             result.problems.append(f"{err} (seed {seed}, worker logs in {pool.log_dir})")

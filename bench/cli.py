@@ -1,4 +1,4 @@
-"""``bench overhead | dimuon | compression | make-data | recovery | chaos``"""
+"""``bench overhead | dimuon | compression | make-data | recovery | chaos | agc | merge``"""
 from __future__ import annotations
 
 import importlib
@@ -14,6 +14,7 @@ _COMMANDS = {
     "chaos": ("rhtc.bench.chaos", "chaos_command"),
     "agc": ("rhtc.bench.agc", "agc_command"),
     "pool": ("rhtc.bench.pool", "pool_command"),
+    "merge": ("rhtc.bench.merge", "merge_command"),
 }
 
 

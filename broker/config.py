@@ -198,6 +198,12 @@ class Settings:
     idle_timeout: float = setting(0.0, kind="duration", doc="a worker with no task this long leaves and "
                                   "releases its slot, unless the pool would fall under its keeper's "
                                   "minimum (0 = never)")
+    merge_tasks: int = setting(64, minimum=1, doc="a worker merging a map's results (reduce=) hands its "
+                               "partial in after this many tasks ...")
+    merge_seconds: float = setting(10.0, minimum=0.0, doc="... or once it is this old, or when its queue "
+                                   "runs dry (s) ...")
+    merge_rate: float = setting(10.0, minimum=0.1, doc="... but no sooner than (workers / this) s: a pool's "
+                                "partials reach the client at most this many a second")
     check_invariants: bool = setting(False, doc="1: every map checks that its task containers agree "
                                                 "when it ends (the tests set it; client/invariants.py)")
 

@@ -30,7 +30,9 @@ key                             type    what / who deletes it
                                         steal in the few routed queues, not in every worker's:
                                         bounded by the registered workers, gone when all are empty
 ``{ns}:lease:{worker}``         hash    task id -> incarnation | taken-at ms | task frame: in
-                                        flight on that worker; reconciled by the worker, requeued
+                                        flight on that worker (or finished and folded into a
+                                        partial it has not handed in, broker/merge.py);
+                                        reconciled by the worker, requeued
                                         by the reaper, by a new incarnation, or on a task-process crash
 ``{ns}:inc:{worker}``           string  the incarnation that holds the name; expires after the lease
                                         time unless the worker's supervisor renews it
@@ -92,7 +94,8 @@ queued     ``q:shared``, ``q:m:{map}``           -> leased: take (which also ste
            or ``q:w:{worker}``
                                                  -> cancelled: purge (client cancels), or its
                                                  client's beacon expired (take, sweep)
-leased     ``lease:{worker}``                    -> done/failed: take hands in its result (worker)
+leased     ``lease:{worker}``                    -> done/failed: take hands in its result (worker;
+                                                 a partial only while all its tasks are leased there)
                                                  -> queued: reconcile (entry older than a lease
                                                  that the worker does not run), reap (worker
                                                  dead), claim (new incarnation), task-process
@@ -165,6 +168,9 @@ MAP_CLIENT_TTL = "client_ttl"
 #: the map's field holding the sequence number of the last enqueue call it ran (a call
 #: sent again after a broken connection is then not queued twice)
 MAP_SENT = "sent"
+#: the map's field counting the partials the broker refused (a task they cover was no longer
+#: leased to their worker: see lua/take.lua); read by the tests and the run's invariants
+MAP_REFUSED = "partials_refused"
 #: lease values: incarnation (this many chars) | taken-at ms (this many digits) | task frame
 INCARNATION_LEN = 16
 LEASE_TIME_LEN = 13

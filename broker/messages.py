@@ -270,6 +270,7 @@ class WorkerStatus:
     disk_limit: int = 0                       # its cap
     bytes_read: int = 0
     bytes_from_cache: int = 0
+    merged: int = 0                           # finished tasks its open partials hold (broker/merge.py)
     versions: dict = dataclasses.field(default_factory=dict)
     metrics: dict = dataclasses.field(default_factory=dict)
     leaving: str = ""                         # why it is leaving on its own terms ("lifetime", "idle"), or ""

@@ -51,6 +51,10 @@ class Pool:
         while int(self._scripts["drain"](args=[self.keys.ns, worker, self.settings.scan_step])):
             pass
 
+    def worker_count(self) -> int:
+        """How many workers are registered (live, or dead and not reaped yet)."""
+        return int(self.r.scard(self.keys.workers))
+
     def shared_depth(self) -> int:
         return int(self.r.llen(self.keys.shared_queue))
 

@@ -14,7 +14,9 @@ Bodies:
   when the map is created, so a frame replayed into a map created again is refused)
 * result: map id (16 ascii) | index (uint32 BE) | status (1 byte) | payload
   payload of OK / USER_ERROR: meta length (uint32 BE) | meta JSON (:class:`ResultMeta`)
-          | lz4(cloudpickle(value or error dict)); of SYSTEM_ERROR: :class:`Fault` JSON
+          | lz4(cloudpickle(value or error dict)); of SYSTEM_ERROR: :class:`Fault` JSON;
+          of MERGED (a partial: the index is its first task's): the tasks it covers, their
+          metas and the merged value (:mod:`broker.merge`)
 * function: lz4(cloudpickle(function)); its name is the hash of the whole signed frame
 * map token: ``rhtc-map-live:`` | map id (16 ascii) | map nonce (16 ascii) | valid-until
   (13 ascii digits: ms of the broker's clock). The client signs a fresh one every upkeep
@@ -64,8 +66,8 @@ FN_HASH_AT = NONCE_AT + NONCE_LEN
 TASK_HEADER_LEN = FN_HASH_AT + FN_HASH_LEN     # a task frame is at least this long
 MAX_TASK_BYTES = 2 * 1024 * 1024                # compressed argument limit
 
-# result status byte
-OK, USER_ERROR, SYSTEM_ERROR = 0, 1, 2
+# result status byte; MERGED: a partial standing for several tasks (broker/merge.py)
+OK, USER_ERROR, SYSTEM_ERROR, MERGED = 0, 1, 2, 3
 
 _INDEX = struct.Struct(">I")
 _HEADER = MAGIC + bytes([VERSION])
@@ -77,7 +79,8 @@ def lua_layout() -> dict[str, int | str]:
     return {"MAGIC": MAGIC.decode(), "TASK_MIN_LEN": TASK_HEADER_LEN,
             "MAP_FROM": FRAME_PREFIX + 1, "MAP_TO": FRAME_PREFIX + MAP_ID_LEN,
             "IDX_FROM": FRAME_PREFIX + MAP_ID_LEN + 1, "IDX_TO": FRAME_PREFIX + TASK_ID_LEN,
-            "TID_LEN": TASK_ID_LEN, "MAP_ID_LEN": MAP_ID_LEN}
+            "TID_LEN": TASK_ID_LEN, "MAP_ID_LEN": MAP_ID_LEN,
+            "STATUS_AT": FRAME_PREFIX + TASK_ID_LEN + 1, "STATUS_MERGED": MERGED}
 
 
 class BadFrame(ValueError, RhtcError):

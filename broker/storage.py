@@ -27,8 +27,8 @@ from .config import BrokerConfig, Settings, redact
 from .config import settings as default_settings
 from .errors import PARSER, ConnectionProblem
 from .fastlane import FastLane
-from .keys import MAP_CLIENT, MAP_DATA, MAP_NONCE, MAP_SENT, Keys
 from .keepers import Keepers
+from .keys import MAP_CLIENT, MAP_DATA, MAP_NONCE, MAP_REFUSED, MAP_SENT, Keys
 from .leases import Leases
 from .pool import Pool
 
@@ -242,6 +242,11 @@ class Storage(Leases, Pool, Keepers):
         return {protocol.TaskRef.from_task_id(map_id.encode("ascii") + k).index: v.decode()
                 for k, v in raw.items()}
 
+    def partials_refused(self, map_id: str) -> int:
+        """How many partials of the map the broker refused (a task they cover had been
+        requeued away from their worker: ``lua/take.lua``)."""
+        return int(self.r.hget(self.keys.map(map_id), MAP_REFUSED) or 0)
+
     def end_map(self, map_id: str, lazy: bool = False) -> None:
         """Delete every key a map owns. ``lazy``: with this client's next command instead
         (the keys expire anyway); its queued tasks are dropped by whoever takes them."""
@@ -278,9 +283,14 @@ class Storage(Leases, Pool, Keepers):
                 start = int(got[0])
                 seen.update(int.from_bytes(x, "big") for x in got[1:])
         for w in self.r.smembers(self.keys.workers):
-            got = script(args=[ns, map_id, "lease", w, 0, step])
-            seen.update(int.from_bytes(x, "big") for x in got[1:])
+            seen |= self.leased_to(w.decode(), map_id)
         return seen
+
+    def leased_to(self, worker: str, map_id: str) -> set[int]:
+        """Indices of a map's tasks leased to ``worker``'s live incarnation (running, waiting
+        in its batch, or finished in a partial it has not handed in)."""
+        got = self._scripts["audit"](args=[self.keys.ns, map_id, "lease", worker, 0, self.settings.scan_step])
+        return {int.from_bytes(x, "big") for x in got[1:]}
 
     def cancel_map(self, map_id: str) -> int:
         """End a map and remove its queued tasks from every queue (in bounded steps);
@@ -345,6 +355,7 @@ class Storage(Leases, Pool, Keepers):
             d = {a.decode(): b.decode() for a, b in info.items()}
             d.pop(MAP_NONCE, None)
             d.pop(MAP_SENT, None)
+            d.pop(MAP_REFUSED, None)
             d.update(map_id=m, unread_results=nres, queued=nback + in_shared.get(m, 0), client_alive=None)
             out.append(d)
         beacons = [d[MAP_CLIENT] for d in out if d.get(MAP_CLIENT)]

@@ -99,9 +99,10 @@ def live_workers(broker=None) -> list[dict]:
     return storage_for(broker).live_workers()
 
 
-def _start(fn, args: list, broker, options: MapOptions, wait_first: float = 0.0) -> MapRun:
-    """A map, submitted; whatever stops the submission (Ctrl-C too) cancels it."""
-    run = MapRun(storage_for(broker), fn, args, options)
+def _start(fn, args: list, broker, options: MapOptions, wait_first: float = 0.0, reduce=None) -> MapRun:
+    """A map, submitted; whatever stops the submission (Ctrl-C too) cancels it. With
+    ``reduce``, its workers merge results (``options.merge``)."""
+    run = MapRun(storage_for(broker), fn, args, options, reduce=reduce)
     try:
         run.submit(wait_first=wait_first)
     except BaseException:
@@ -150,7 +151,7 @@ def remote_map(fn: Callable, args: Iterable, *, broker=None, reduce: bool | Call
     if not args:
         return None if reduce else []
     # a small map waits for its first result in the same round trip as its submission
-    run = _start(fn, args, broker, opts, wait_first=0.05 if len(args) <= 4 else 0.0)
+    run = _start(fn, args, broker, opts, wait_first=0.05 if len(args) <= 4 else 0.0, reduce=reduce)
     handle = None
     try:
         handle = MapHandle(run, reduce=reduce, errors=errors, progress=progress)
@@ -173,7 +174,7 @@ def submit(fn: Callable, args: Iterable, *, broker=None, reduce: bool | Callable
     """
     global _last
     opts = MapOptions.of(options, **map_options)
-    run = _start(fn, map_call(fn, args, reduce=reduce, errors=errors), broker, opts)
+    run = _start(fn, map_call(fn, args, reduce=reduce, errors=errors), broker, opts, reduce=reduce)
     try:
         handle = MapHandle(run, reduce=reduce, errors=errors).start_background()
     except BaseException:

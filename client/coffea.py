@@ -309,6 +309,9 @@ class RedisExecutor(ExecutorBase):
         task_timeout: seconds one item may run without a result before it is backed up
             on an idle worker and then fails as ``TaskTimeout`` (see remote_map); None:
             no bound.
+        merge: each worker accumulates its items' outputs (coffea's ``accumulate``) and
+            hands in one partial every few items, so the notebook adds far fewer outputs
+            (see remote_map's ``merge``); False: every item's output comes alone.
         keep_files_open: a worker keeps each file it opened (and its tree's metadata) open
             for the next item of that file and for reruns, instead of coffea's open and
             parse per item; checked against the item's file UUID. Items run with extra
@@ -339,6 +342,7 @@ class RedisExecutor(ExecutorBase):
     timeout: float | None = None
     retries: int = 0
     task_timeout: float | None = None
+    merge: bool = True
 
     def map_options(self) -> MapOptions:
         """The map options of the runs (coffea's executors are configured by fields: ours
@@ -346,7 +350,7 @@ class RedisExecutor(ExecutorBase):
         since ``retries`` is coffea's in-task retries)."""
         return MapOptions(retries=self.task_retries, retry_on=self.retry_on, routing=self.routing,
                           stragglers=self.stragglers, label=self.function_name or self.desc,
-                          task_timeout=self.task_timeout)
+                          task_timeout=self.task_timeout, merge=self.merge)
 
     def __post_init__(self) -> None:
         self.map_options()           # a wrong option raises here, naming it

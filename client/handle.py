@@ -50,6 +50,8 @@ class MapHandle:
                     if self.values is not None:
                         self.values[r.index] = r.error
                 elif self.reducer is not None:
+                    if r.merged:
+                        continue        # folded on the worker into another result of this batch
                     try:
                         self.reducer.add(r.value)
                     except Exception as err:

@@ -5,7 +5,8 @@ tests/conftest.py): a disagreement is a bug, named by task index.
 A map's state per task lives in several places: the task table (state and counts), the
 retry queue (tasks in back-off), the ledger (one row per finished task), the outbox and
 what was handed to the caller (one result per finished task), the frame cache, and
-upkeep's set of tasks missing from the broker. Nothing else ties them together.
+upkeep's set of tasks missing from the broker, and, when the workers merge, how many
+accepted partials covered each task. Nothing else ties them together.
 
     >>> from rhtc.client.tasks import TaskState
     >>> class Run: pass
@@ -60,6 +61,12 @@ def check(run) -> list[str]:
     if run.delivered + run.pending_results != finished:
         problems.append(f"{finished} task(s) finished but {run.delivered + run.pending_results} result(s) "
                         "were delivered or wait in the outbox")
+    covered = getattr(run, "in_partial", b"")      # a map whose workers merge (client/merged.py)
+    for i in (k for k, c in enumerate(covered) if c):
+        if covered[i] > 1:
+            problems.append(f"task {i} was counted in {covered[i]} partials (one at most)")
+        elif table.state(i) is not TaskState.DONE:
+            problems.append(f"task {i} was counted in a partial but is {table.state(i).name.lower()}")
     for i in sorted(run.missing):      # seen missing once; it may have finished since (the next
         if not 0 <= i < run.n:         # audit only requeues what is still waiting and missing)
             problems.append(f"upkeep counts task {i} as missing, but the map has no such task")

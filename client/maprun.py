@@ -18,7 +18,7 @@ from typing import Iterable, Sequence
 
 from ..broker import messages, protocol
 from ..broker.errors import BrokerOutOfMemory, BrokerTrouble, ConnectionProblem
-from ..broker.messages import ErrorKind, Fault, FaultKind, ResultMeta, TaskError, WorkerStatus
+from ..broker.messages import ErrorKind, Fault, ResultMeta, TaskError, WorkerStatus
 from ..broker.registry import renew_map_entry
 from ..broker.storage import Storage
 from . import beacon
@@ -28,6 +28,8 @@ from .feed import MapFeed
 from .interrupts import held_interrupt
 from .invariants import Checked
 from .ledger import Ledger
+from .merged import accept_partial, function_to_send
+from .faults import answered_by_misfit, fault
 from .options import MapOptions
 from .packing import Frames, pack_function
 from .retry import RetryPolicy, RetryQueue
@@ -45,7 +47,7 @@ class MapRun(Checked):
     """Submit ``fn`` over ``args`` and collect the results, exactly once each."""
 
     def __init__(self, storage: Storage, fn, args: Sequence, options: MapOptions = MapOptions(), *,
-                 max_task_bytes: int = protocol.MAX_TASK_BYTES, metrics: bool = True):
+                 max_task_bytes: int = protocol.MAX_TASK_BYTES, metrics: bool = True, reduce=None):
         self.storage = storage
         self.settings = storage.settings
         self.key = storage.config.key
@@ -62,7 +64,12 @@ class MapRun(Checked):
         self.task_timeout = options.task_timeout
         self.sample_metrics = metrics
         self.metric_samples: list[dict] = []
-        self.packed_fn = pack_function(self.key, fn, self.label)
+        sent = function_to_send(fn, reduce, options, self.settings.merge_tasks,
+                                lambda: max(self.settings.merge_seconds, storage.worker_count() / self.settings.merge_rate))
+        self.packed_fn = pack_function(self.key, sent, self.label)
+        self.merging = sent is not fn                   # workers fold results into partials
+        self.in_partial = bytearray(self.n if self.merging else 0)   # per task: accepted partials covering it
+        self.partials_accepted = self.partials_refused = 0
         self.fn_hash = protocol.function_hash(self.packed_fn)
         self.routing = options.routing and any(getattr(a, "routing_key", None) for a in args)
         self.tasks = TaskTable(self.n)
@@ -288,12 +295,15 @@ class MapRun(Checked):
         try:
             map_id, index, status, payload = protocol.unpack_result(self.key, frame)
         except protocol.BadFrame as err:
-            self._answered_by_misfit(frame, err)
+            answered_by_misfit(self, frame, err)
+            return
+        if status == protocol.MERGED and map_id == self.map_id:
+            accept_partial(self, payload)     # several tasks: all counted once, or none
             return
         if map_id != self.map_id or not 0 <= index < self.n or self.tasks.is_final(index):
             return                        # a duplicate (a slow worker's or a backup's second copy)
         if status == protocol.SYSTEM_ERROR:
-            self._fault(index, Fault.decode(payload))
+            fault(self, index, Fault.decode(payload))
             return
         meta, packed = messages.decode_result(payload)
         try:
@@ -340,46 +350,6 @@ class MapRun(Checked):
     def _remote_error(self, index: int, info: TaskError, meta: ResultMeta) -> RemoteError:
         return RemoteError(index, info.type, info.message, info.traceback, worker=meta.worker, host=meta.host,
                            argument=info.argument or None, exception=self.policy.exception_of(info))
-
-    def _fault(self, index: int, fault: Fault) -> None:
-        """A worker could not run the task (see :class:`~broker.messages.FaultKind`)."""
-        note = self.tasks.note(index)
-        if fault.kind is FaultKind.MISSING_FUNCTION and self.policy.retry_fault(note):
-            self._fn_uploaded = False
-            self.requeue([index])
-            return
-        name = ErrorKind.WORKER_REFUSED if fault.kind in (FaultKind.BAD_FRAME, FaultKind.REPLAYED) \
-            else ErrorKind.WORKER_ERROR
-        err = RemoteError(index, name, fault.message, worker=fault.worker or None,
-                          argument=self.describe_argument(index))
-        if fault.kind is FaultKind.BAD_FRAME:
-            note.refusal = err             # signed with our key, the frame forged: a genuine
-            self.tasks.move(index, TaskState.REFUSED)    # result may still come; wait for it
-        elif fault.kind is FaultKind.REPLAYED:
-            return                         # a replayed copy: the genuine task is still on its way
-        elif fault.kind is FaultKind.EXPIRED:
-            self.requeue([index])          # we are alive: sent again under a fresh token
-        else:
-            self.fail(index, err)
-
-    def _answered_by_misfit(self, frame: bytes, err: Exception) -> None:
-        """A frame for our map that we cannot verify: a worker holding another key took the
-        task and sent back its refusal. The task is gone from the queues: send it again,
-        into the queue of a worker that holds our key (if one is live)."""
-        ref = protocol.frame_ref(frame)
-        if ref is None or ref.map_id != self.map_id or not self.tasks.is_waiting(ref.index):
-            log.warning("map %s: dropped a result that failed verification: %s", self.map_id, err)
-            return
-        if not self.workers:               # before the first tick: learn who holds which key
-            self.observe(self.storage.worker_statuses(queue_depths=False))
-        if self.misfits and self.good_workers():      # not the task's fault: no attempt counted
-            log.info("map %s: task %d came back from a worker holding another key; sending it to a "
-                     "worker that holds ours", self.map_id, ref.index)
-            self.requeue([ref.index])
-        elif not self._warned_unverified:
-            self._warned_unverified = True
-            log.warning("map %s: task %d (and maybe more) was answered by a worker holding another "
-                        "key (%s); the audit will send them again", self.map_id, ref.index, err)
 
     def cancel(self) -> int:
         """Remove the map's queued tasks and keys; returns how many queued tasks were dropped.

@@ -10,11 +10,11 @@ the docstrings of the public calls include (:func:`documented`). Pass them as ke
     >>> MapOptions(retries=2, retry_on=OSError).retry_on
     (<class 'OSError'>,)
     >>> MapOptions.of(MapOptions(retries=2), label="dimuon")
-    MapOptions(retries=2, retry_on=None, routing=True, stragglers=3.0, label='dimuon', task_timeout=None)
+    MapOptions(retries=2, retry_on=None, routing=True, stragglers=3.0, label='dimuon', task_timeout=None, merge=True)
     >>> MapOptions.of(retires=2)
     Traceback (most recent call last):
     ...
-    TypeError: unknown map option 'retires': the options are retries, retry_on, routing, stragglers, label, task_timeout
+    TypeError: unknown map option 'retires': the options are retries, retry_on, routing, stragglers, label, task_timeout, merge
 """
 from __future__ import annotations
 
@@ -53,6 +53,11 @@ class MapOptions:
             twice the bound), it fails with a :class:`RemoteError` ``TaskTimeout`` naming the
             worker, the chunk and the time. For reads that may hang for good (a stalled FUSE
             mount, an XRootD server), e.g. ``task_timeout=600``.""")
+    merge: bool = _option(True, """with ``reduce=`` (and the coffea executor): each worker folds its
+            results into a running partial with the reduce function and hands it in after
+            ``$RHTC_MERGE_TASKS`` tasks (64), ``$RHTC_MERGE_SECONDS`` (10 s) or when its queue runs
+            dry, so the client receives and adds far fewer, not bigger, objects; each task still
+            counts exactly once and errors come back per task. ``False``: every result comes alone.""")
 
     def __post_init__(self) -> None:
         r = self.retries
@@ -61,6 +66,9 @@ class MapOptions:
                              f"not {describe_short(r)}")
         if not isinstance(self.routing, bool):
             raise TypeError(f"routing must be True or False, not {describe_short(self.routing)}")
+        if not isinstance(self.merge, bool):
+            raise TypeError(f"merge must be True or False (whether workers merge results before sending "
+                            f"them), not {describe_short(self.merge)}")
         s = self.stragglers
         if s is not None and (not isinstance(s, numbers.Real) or isinstance(s, bool) or not s > 1):
             raise ValueError(f"stragglers must be a factor > 1 (back up a task that ran this many times "

@@ -8,26 +8,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from ..broker.merge import combine
 
-def combine(a: Any, b: Any) -> Any:
-    """``a + b``, recursing into dicts (keys of either side kept) and tuples."""
-    if a is None:
-        return b
-    if b is None:
-        return a
-    if isinstance(a, dict) and isinstance(b, dict):
-        out = dict(a)
-        for k, v in b.items():
-            out[k] = combine(out[k], v) if k in out else v
-        return out
-    if isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b):
-        return tuple(combine(x, y) for x, y in zip(a, b))
-    try:
-        return a + b
-    except TypeError as err:
-        raise TypeError(f"cannot combine a {type(a).__name__} with a {type(b).__name__} using +: "
-                        f"{err}. Return numbers, numpy arrays, hist objects or dicts of them, or "
-                        "pass reduce=<your function of two results>") from err
+__all__ = ["combine", "Reducer"]
 
 
 class Reducer:

@@ -169,16 +169,19 @@ class TaskTable:
 
 class TaskResult:
     """One task's outcome: its index in the map, value or error, and the worker's metadata
-    (``meta``: a dict with ``worker``, ``host``, ``pid``, ``start``, ``stop``, bytes read...)."""
+    (``meta``: a dict with ``worker``, ``host``, ``pid``, ``start``, ``stop``, bytes read...).
+    ``merged``: its value was folded on the worker into the value of another task's result
+    (the first of the same partial, see :mod:`client.merged`); ``value`` is None."""
 
-    __slots__ = ("index", "value", "error", "_meta")
+    __slots__ = ("index", "value", "error", "_meta", "merged")
 
     def __init__(self, index: int, value: Any, meta: ResultMeta | dict | None = None,
-                 error: RemoteError | None = None):
+                 error: RemoteError | None = None, merged: bool = False):
         self.index = index
         self.value = value
         self.error = error
         self._meta = meta
+        self.merged = merged
 
     @property
     def meta(self) -> dict:

@@ -43,8 +43,9 @@ def check_task_timeout(task_timeout) -> float | None:
 class TaskTimeouts:
     """Backs up, then fails, the tasks of one map that run over its ``task_timeout``."""
 
-    def __init__(self, run: "MapVerbs", seconds: float):
+    def __init__(self, run: "MapVerbs", seconds: float, parked_behind=lambda slow, live: ()):
         self.run, self.seconds = run, seconds
+        self.parked_behind = parked_behind     # finished tasks held in the partial of a slow one's worker
         self._since: dict[int, float] = {}        # index -> when its backup was sent (monotonic)
 
     def check(self, live: list["WorkerStatus"]) -> None:
@@ -66,6 +67,7 @@ class TaskTimeouts:
                 if not run.backed_up(index):
                     if not run.requeue([index], route=False, backup=True):
                         continue                # it has its result: a late copy still runs
+                    run.requeue(self.parked_behind((index,), live), route=False, backup=True)
                     idle.pop()
                     log.warning("map %s: task %d has run %.0f s on worker %s, over task_timeout=%g s; "
                                 "backing it up on another worker", run.map_id, index, ran, first.name, limit)

@@ -12,6 +12,7 @@ does not import :mod:`client.maprun` (which imports this module). The task timeo
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import warnings
@@ -54,6 +55,7 @@ class MapVerbs(Protocol):
     last_progress: float
     straggler_factor: float | None
     task_timeout: float | None
+    merging: bool
     sample_metrics: bool
     metric_samples: list
     misfits: set
@@ -88,7 +90,7 @@ class Upkeep:
         self._full_since: float | None = None
         self._warned_forged: set[str] = set()
         self._unclaimed = UnclaimedWatch(run.storage.settings.unclaimed_seconds)
-        self.timeouts = TaskTimeouts(run, run.task_timeout) if run.task_timeout else None
+        self.timeouts = TaskTimeouts(run, run.task_timeout, self.parked_behind) if run.task_timeout else None
 
     def look(self) -> None:
         """Before a map is queued: which workers are live and which key they hold (so it
@@ -247,9 +249,28 @@ class Upkeep:
                    if w.task is not None and w.task.map_id == run.map_id]
         backed_up = {i for i, _ in running if run.backed_up(i)}
         idle = sum(w.task is None and not w.forged and w.name not in run.misfits for w in live)
-        backup = straggler_backups(unfinished=run.unfinished, n=run.n, idle=idle, durations=run.durations(),
-                                   factor=run.straggler_factor, running=running, backed_up=backed_up)
+        parked = sum(w.merged for w in live) if run.merging else 0     # finished, in partials
+        backup = straggler_backups(unfinished=max(0, run.unfinished - parked), n=run.n, idle=idle,
+                                   durations=run.durations(), factor=run.straggler_factor, running=running,
+                                   backed_up=backed_up)
+        if backup and parked:
+            backup = dataclasses.replace(backup, indices=backup.indices + self.parked_behind(backup.indices, live))
         return [backup] if backup else []
+
+    def parked_behind(self, slow: tuple[int, ...], live: list[WorkerStatus]) -> tuple[int, ...]:
+        """The tasks of the map that finished on the workers running ``slow`` but wait in
+        their partials (merge on the workers): backed up with the slow ones, else they would
+        wait for them to end (a task that hangs would hold them for good)."""
+        run = self.run
+        here = [w for w in live if w.task is not None and w.task.map_id == run.map_id]
+        leased: set[int] = set()
+        for w in here:
+            if w.task.index in slow and w.merged:
+                leased |= run.storage.leased_to(w.name, run.map_id)
+        if not leased:
+            return ()
+        leased -= {w.task.index for w in here} | set(slow)
+        return tuple(sorted(leased & set(run.waiting())))
 
     @property
     def missing(self) -> set[int]:

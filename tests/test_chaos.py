@@ -47,6 +47,23 @@ def test_5000_task_map_through_a_chaotic_network(tmp_path):
     assert all(r.faults[k] >= 1 for k in FAULT_KINDS), f"not every kind of fault was injected: {r.faults}"
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(360)
+def test_5000_task_map_merged_on_the_workers_through_a_chaotic_network(tmp_path):
+    """The same, for a map that reduces (issue 20): the workers merge their results into
+    partials, and every task must still count exactly once whatever is killed or cut."""
+    seed = int(os.environ.get("RHTC_CHAOS_SEED") or random.randrange(1 << 30))
+    print(f"chaos seed {seed} (rerun with RHTC_CHAOS_SEED={seed})")
+    r = run_chaos(tasks=TASKS, workers=WORKERS, lease=LEASE, seed=seed, faults=True,
+                  timeout=MAP_BOUND, log_dir=str(tmp_path), merge=True)
+    print(f"chaos seed {seed}, merged: {r.seconds:.1f} s, faults {dict(r.faults)}, "
+          f"{r.correct}/{r.tasks} counted once, {r.delivered} delivered")
+    where = f"(seed {seed}; worker logs in {tmp_path})"
+    assert not r.problems, f"{where}\n" + "\n".join(r.problems)
+    assert r.correct == r.delivered == TASKS, f"{r.correct}/{TASKS} counted once, {r.delivered} delivered {where}"
+    assert all(r.faults[k] >= 1 for k in FAULT_KINDS), f"not every kind of fault was injected: {r.faults}"
+
+
 def _day(tmp_path, faults, maps):
     seed = int(os.environ.get("RHTC_CHAOS_SEED") or random.randrange(1 << 30))
     with ChaosPool(WORKERS, LEASE, log_dir=str(tmp_path)) as pool:

@@ -70,6 +70,10 @@ def _all_executors(fileset, broker, chunksize: int) -> dict[str, dict]:
     out["cold record"] = rhtc.last_map().record()
     out["ours warm"] = _run(ours, fileset, chunksize, cachestrategy=worker_cache)
     out["warm record"] = rhtc.last_map().record()
+    out["warm partials"] = rhtc.last_map().run.partials_accepted     # outputs accumulated on the workers
+    alone = RedisExecutor(broker=broker.config, status=False, merge=False)
+    out["ours unmerged"] = _run(alone, fileset, chunksize, cachestrategy=worker_cache)
+    out["unmerged partials"] = rhtc.last_map().run.partials_accepted
     return out
 
 
@@ -86,8 +90,9 @@ def test_generated_agc_same_histograms_on_every_executor(agc_small, broker, work
     # pt_res_up is random, seeded from the chunk: it must differ from nominal, yet agree everywhere
     assert ref["entries"]["4j2b/ttbar/pt_res_up"] != ref["entries"]["4j2b/ttbar/nominal"] or \
         not np.allclose(h[:, "ttbar", "pt_res_up"].values(), h[:, "ttbar", "nominal"].values())
-    for name in ("futures", "dask", "ours cold", "ours warm"):
+    for name in ("futures", "dask", "ours cold", "ours warm", "ours unmerged"):
         _assert_same(ref, out[name], name)
+    assert out["warm partials"] >= 1 and out["unmerged partials"] == 0
     cold, warm = out["cold record"], out["warm record"]
     assert len(cold.tasks) == len(warm.tasks) > 4
     assert sum(t.bytes_file for t in cold.tasks) > 0

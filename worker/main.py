@@ -20,16 +20,19 @@ from rhtc import context
 from ..broker import protocol
 
 from ..broker import messages
+from ..broker.merge import MergePlan
 from ..broker.config import BrokerConfig, Settings, redact, settings
-from ..broker.errors import BrokerOutOfMemory, BrokerRefused, BrokerTrouble, BrokerUnavailable, ConnectionProblem
+from ..broker.errors import BrokerOutOfMemory, BrokerTrouble, BrokerUnavailable
 from ..broker.storage import Storage
+from .backoff import Backoff
 from .cache import BranchCache
 from .children import end_children
 from .disk import open_disk_tier
 from .memory import tune_malloc
 from .results import (ALWAYS_FITS, REFUSALS, batches_within, describe_error, pack_result,
                                  refused_by_broker)
-from .shared import SharedState
+from .merge import Partials
+from .shared import MAX_HELD, SharedState
 from .tokens import MapTokens
 
 log = logging.getLogger("rhtc.worker")
@@ -43,33 +46,6 @@ class HandBack(BaseException):
 
 def default_name() -> str:
     return f"{socket.gethostname().split('.')[0]}-{os.getpid()}"
-
-
-class Backoff:
-    """Waits after a broker error, doubling up to a cap, and says what it waits for
-    (once per distinct reason and then every ~30 s)."""
-
-    def __init__(self, who: str, cap: float = 5.0):
-        self.who, self.cap, self.delay = who, cap, 0.1
-        self._said, self._said_at = "", 0.0
-
-    def wait(self, err: BaseException, url: str) -> None:
-        if isinstance(err, BrokerOutOfMemory):
-            what = "memory in the broker (it is at maxmemory; results are kept until it has room)"
-        elif isinstance(err, BrokerRefused) and not isinstance(err, ConnectionProblem):
-            what = f"the broker to accept our commands ({type(err).__name__}: {err})"
-        else:
-            what = f"the broker at {url} ({type(err).__name__}: {err})"
-        if what != self._said or time.monotonic() - self._said_at > 30:
-            log.warning("%s: waiting for %s; retrying in %.1f s", self.who, what, self.delay)
-            self._said, self._said_at = what, time.monotonic()
-        time.sleep(self.delay)
-        self.delay = min(self.delay * 2, self.cap)
-
-    def ok(self) -> None:
-        if self._said:
-            log.warning("%s: the broker answers again", self.who)
-        self.delay, self._said = 0.1, ""
 
 
 class TaskProcess:
@@ -94,6 +70,8 @@ class TaskProcess:
         self.stopping = False
         self._in_user_code = False
         self._unflushed: list[tuple[str, bytes, bytes]] = []
+        self.partials = Partials(self.key, MAX_HELD - max_batch, self.settings.max_result_bytes,
+                                 self.storage.bulk_limits)     # results of maps that merge (reduce=)
         self._refusals = 0                          # big results refused in a row (see _refused_results)
         self._ewma = 1.0                            # seconds per task, for batch sizing
         self.tasks_done = self.errors = 0
@@ -118,6 +96,10 @@ class TaskProcess:
                     time.sleep(0.2)
                     continue
                 if not batch and not self.stopping:
+                    if self.partials:           # the queue ran dry: hand the partials in first
+                        self._unflushed += self.partials.flush()
+                        self._flush()
+                        self._hold([])
                     frame = self.storage.wait_for_task(self.name, self.incarnation, timeout=1.0)
                     batch = [(frame, None)] if frame else []
                 if batch:
@@ -129,7 +111,7 @@ class TaskProcess:
                 # never exit on a broker error: what was leased but not run is reconciled
                 # by the supervisor; results not handed in are kept and sent again
                 self.storage.reset_connection()
-                self.shared.set_held([])        # what was leased but not handed in is reconciled
+                self._hold([])                  # what was leased but not handed in is reconciled
                 self.shared.set_task(None)      # (a lost lease reply after the task ran, too)
                 self._refused_results(err)
                 backoff.wait(err, redact(self.config.url))
@@ -147,6 +129,7 @@ class TaskProcess:
         self.stopping = True
 
     def _shutdown(self) -> None:
+        self._unflushed += self.partials.flush()
         for _ in range(3):
             try:
                 self._flush()
@@ -167,21 +150,27 @@ class TaskProcess:
         self._unflushed = []
         if holding:
             self.tokens.saw_clock(self._broker_ms)
-        self.shared.set_held([])        # the results are in: the last batch is no longer held
+        self._hold([])                  # the results are in: the last batch is no longer held
         evicted = self.cache.drain_evicted()
         if evicted:
             self.storage.advertise(self.name, removed=evicted)
         return holding, batch
 
     def _run_batch(self, batch: list[tuple[bytes, bytes | None]]) -> None:
-        ids = [protocol.task_id(f) for f, _ in batch]
-        self.shared.set_held(ids)
+        self._hold([protocol.task_id(f) for f, _ in batch])
         for frame, token in batch:
             if self.stopping:
                 break                      # the rest is still leased: the supervisor hands it back
             self._run_frame(frame, token)
         # the batch stays held until the next take hands its results in: a finished task
         # whose result waits here must not look like a lease that nobody runs
+
+    def _hold(self, batch: list[bytes]) -> None:
+        """Tell the supervisor what this process holds: ``batch`` and the tasks of its open
+        partials (their leases must outlive the reconcile), and how many those are."""
+        merged = self.partials.held()
+        self.shared.set_held(batch + merged)
+        self.shared.set_counters(merged=len(merged))
 
     def _hand_in_large(self) -> None:
         """Results that together exceed what one command to the broker may carry
@@ -286,7 +275,7 @@ class TaskProcess:
             arg = protocol.loads(packed_arg)
             self._in_user_code = True
             try:
-                value = fn(arg)
+                value = (fn.fn if isinstance(fn, MergePlan) else fn)(arg)
             finally:
                 self._in_user_code = False
                 self._end_children(ref)
@@ -307,10 +296,12 @@ class TaskProcess:
             if not self._alive(task, tid, token, self._broker_ms):
                 self.shared.set_task(None)
                 return
-        status, payload = pack_result(status, value, meta, arg, self.settings.max_result_bytes,
-                                      self.storage.bulk_limits)
-        self._unflushed.append((ref.map_id, tid, protocol.pack_result(self.key, ref.map_id, ref.index,
-                                                                      status, payload)))
+        if not (status == protocol.OK and isinstance(fn, MergePlan) and self.partials.fold(fn, ref, value, meta)):
+            status, payload = pack_result(status, value, meta, arg, self.settings.max_result_bytes,
+                                          self.storage.bulk_limits)
+            self._unflushed.append((ref.map_id, tid, protocol.pack_result(self.key, ref.map_id, ref.index,
+                                                                          status, payload)))
+        self._unflushed += self.partials.due()
         self.tasks_done += 1
         self.errors += status != protocol.OK
         self.bytes_from_file += self.ctx.bytes_from_file
@@ -339,7 +330,8 @@ class TaskProcess:
                                  disk_limit=disk.size_limit if disk is not None else 0,
                                  tasks_done=self.tasks_done, errors=self.errors, cache_bytes=self.cache.nbytes,
                                  cache_entries=len(self.cache), cache_limit=self.cache.limit_bytes,
-                                 bytes_read=self.bytes_from_file, bytes_from_cache=self.bytes_from_cache)
+                                 bytes_read=self.bytes_from_file, bytes_from_cache=self.bytes_from_cache,
+                                 merged=self.partials.count)
 
     def _function(self, fn_hash: str, map_id: str):
         fn = self.functions.get(fn_hash)

@@ -29,6 +29,7 @@ class _Block(ctypes.Structure):
         ("cache_bytes", ctypes.c_int64), ("cache_entries", ctypes.c_int64), ("cache_limit", ctypes.c_int64),
         ("disk_bytes", ctypes.c_int64), ("disk_limit", ctypes.c_int64),
         ("bytes_read", ctypes.c_int64), ("bytes_from_cache", ctypes.c_int64),
+        ("merged", ctypes.c_int64),                  # tasks its open partials hold (worker/merge.py)
         ("n_held", ctypes.c_int32),
         ("held", ctypes.c_ubyte * (TASK_ID_LEN * MAX_HELD)),
     ]
@@ -101,7 +102,7 @@ class SharedState:
 
     def counters(self) -> dict[str, int]:
         names = ("tasks_done", "errors", "cache_bytes", "cache_entries", "cache_limit", "bytes_read",
-                 "bytes_from_cache", "disk_bytes", "disk_limit")
+                 "bytes_from_cache", "disk_bytes", "disk_limit", "merged")
         return {n: int(getattr(self.b, n)) for n in names}
 
     def reset(self) -> None:

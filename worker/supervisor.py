@@ -45,8 +45,9 @@ from rhtc.credentials import describe as describe_credentials, find_credentials
 from rhtc.versions import stack_versions
 from .children import become_subreaper, end_children
 from .disk import disk_tier_of
+from .backoff import Backoff
 from .lifetime import LeavePlan, job_walltime
-from .main import Backoff, TaskProcess, default_name
+from .main import TaskProcess, default_name
 from .metrics import NodeMetrics
 from .shared import SharedState
 from rhtc.errors import RhtcError

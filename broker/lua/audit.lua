@@ -1,7 +1,7 @@
 -- Where are a map's tasks? Looks at one list window or one lease hash per call (bounded
 -- work: `step` items at most); the client walks every place in calls like this one.
 -- kind 'list': LRANGE key start..start+step-1, the 4-byte indices of the map's frames
--- (task or result frames: both start with map id and index);
+-- (task or result frames: both start with map id and index; a partial's, every index it covers);
 -- kind 'lease': the worker's lease entries of the map held by its live incarnation
 -- (an entry of another incarnation is stale: not "somewhere").
 -- ARGV: ns, map id, kind, key or worker name, start, step.
@@ -18,7 +18,18 @@ if kind == 'lease' then
 end
 local items = redis.call('LRANGE', where, start, start + step - 1)
 for _, item in ipairs(items) do
-  if frame_map(item) == mid then out[#out + 1] = string.sub(item, IDX_FROM, IDX_TO) end
+  if frame_map(item) == mid then
+    out[#out + 1] = string.sub(item, IDX_FROM, IDX_TO)
+    if string.byte(item, STATUS_AT) == STATUS_MERGED and #item > STATUS_AT + 4 then
+      -- a partial (broker/merge.py): count (uint32) then the indices of every task it covers
+      local b1, b2, b3, b4 = string.byte(item, STATUS_AT + 1, STATUS_AT + 4)
+      local n = ((b1 * 256 + b2) * 256 + b3) * 256 + b4
+      for j = 0, math.min(n, step) - 1 do
+        local at = STATUS_AT + 5 + 4 * j
+        out[#out + 1] = string.sub(item, at, at + 3)
+      end
+    end
+  end
 end
 if #items == step then out[1] = start + step end
 return out

@@ -9,7 +9,8 @@
 -- `step` of them per call). Bytes that are not a frame are handed over unleased so the
 -- worker reports them.
 -- ARGV: ns, worker, incarnation, result grace (s), n, leases on (1/0), step,
---       steal's min queue, steal's stuck seconds, then triples: map id, task id, result frame.
+--       steal's min queue, steal's stuck seconds, then triples: map id, task id (a partial's:
+--       the ids of the tasks it covers, end to end), result frame.
 -- Returns {held, broker time ms, frame, token, frame, token, ...}; held = 0 when this
 -- incarnation does not hold the name (another took it over, or it expired: nothing is
 -- leased then, the supervisor claims it again or stops); token = the map's signed
@@ -19,10 +20,38 @@ local w, inc, grace, n = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 local leases, step = ARGV[6] == '1', tonumber(ARGV[7])
 local minq, stuck = tonumber(ARGV[8]), tonumber(ARGV[9])
 local lease = K.lease(w)
+-- A partial (the task ids of the several tasks it covers, broker/merge.py) counts only
+-- while every one of them is still leased to this incarnation: a worker whose tasks were
+-- requeued meanwhile (it froze past its lease and the reaper gave them to others; a hand-in
+-- sent again after a lost reply) would have them counted twice. A refused partial is
+-- dropped, noted in its map, and its tasks still leased here go back to the shared queue
+-- (they never ran anywhere else: no attempt counted).
+local function whole_partial(mid, tids)
+  local ids = {}
+  for j = 1, #tids, TID_LEN do ids[#ids + 1] = string.sub(tids, j, j + TID_LEN - 1) end
+  local vals = redis.call('HMGET', lease, unpack(ids))
+  local whole = true
+  for j = 1, #ids do
+    if not vals[j] or lease_inc(vals[j]) ~= inc then whole = false end
+  end
+  if not whole then
+    for j = 1, #ids do
+      if vals[j] and lease_inc(vals[j]) == inc then requeue(ids[j], lease_frame(vals[j]), '', 0, 0) end
+    end
+    if redis.call('EXISTS', K.map(mid)) == 1 then redis.call('HINCRBY', K.map(mid), MAP_REFUSED, 1) end
+  end
+  redis.call('HDEL', lease, unpack(ids))
+  return whole
+end
 for i = 10, #ARGV, 3 do
-  redis.call('HDEL', lease, ARGV[i + 1])
+  local ok = true
+  if #ARGV[i + 1] > TID_LEN then
+    ok = whole_partial(ARGV[i], ARGV[i + 1])
+  else
+    redis.call('HDEL', lease, ARGV[i + 1])
+  end
   local left = redis.call('TTL', K.map(ARGV[i]))
-  if left ~= -2 then
+  if ok and left ~= -2 then
     local res = K.results(ARGV[i])
     redis.call('RPUSH', res, ARGV[i + 2])
     redis.call('EXPIRE', res, math.max(left, 1) + grace)

@@ -1,0 +1,147 @@
+"""A worker's running partials: the OK results of each map that merges
+(:class:`~broker.merge.MergePlan`), folded in as they come and handed in as one signed
+frame per map when the partial covers the plan's number of tasks, is the plan's number
+of seconds old, or when the worker's queue runs dry (the task process decides when).
+
+The tasks a partial covers stay leased (and held, so the supervisor's reconcile leaves
+them alone) until it is handed in; a worker that dies with a partial loses it and its
+tasks run again elsewhere. A result the reduce function cannot fold goes alone (the
+client's own fold then raises the same error, as without merging); errors never come
+here.
+
+    >>> from rhtc.broker.merge import MergePlan
+    >>> from rhtc.broker.messages import ResultMeta
+    >>> from rhtc.broker.protocol import TaskRef
+    >>> p = Partials(b"k" * 32, room=100)
+    >>> plan = MergePlan(abs, None, 2, 60.0)
+    >>> meta = ResultMeta(worker="w1", host="n1", pid=7, start=1.0, stop=2.0)
+    >>> p.fold(plan, TaskRef("0123456789abcdef", 0), 1, meta), p.due()
+    (True, [])
+    >>> p.fold(plan, TaskRef("0123456789abcdef", 1), 2, meta), len(p.due()), p.held()
+    (True, 1, [])
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Any, Callable
+
+from ..broker import protocol
+from ..broker.config import mib
+from ..broker.leases import BulkLimits
+from ..broker.merge import MergePlan, encode_partial
+from ..broker.messages import ErrorKind, ResultMeta, encode_result
+from .results import ALWAYS_FITS, NO_ARGUMENT, result_limit, safe_text, task_error
+
+log = logging.getLogger("rhtc.worker")
+
+#: what a worker hands in: (map id, task id(s), signed frame)
+Outgoing = tuple[str, bytes, bytes]
+
+
+@dataclasses.dataclass
+class Partial:
+    """The folded OK results of one map on this worker, not handed in yet."""
+
+    plan: MergePlan
+    map_id: str
+    value: Any
+    since: float                                           # monotonic time of its first task
+    indices: list[int] = dataclasses.field(default_factory=list)
+    metas: list[ResultMeta] = dataclasses.field(default_factory=list)
+
+    @property
+    def tids(self) -> list[bytes]:
+        return [protocol.TaskRef(self.map_id, i).task_id for i in self.indices]
+
+
+class Partials:
+    """The running partials of one task process (one per map that merges)."""
+
+    def __init__(self, key: bytes, room: int, max_result_bytes: int = 64 * 2**20,
+                 broker_limits: Callable[[], BulkLimits] = BulkLimits):
+        self.key, self.room = key, room
+        self.max_result_bytes, self.broker_limits = max_result_bytes, broker_limits
+        self.open: dict[str, Partial] = {}
+        self._ready: list[Outgoing] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.open or self._ready)
+
+    def fold(self, plan: MergePlan, ref: protocol.TaskRef, value: Any, meta: ResultMeta) -> bool:
+        """Fold task ``ref``'s OK ``value`` into its map's partial; False when the reduce
+        function raised on it (the partial so far is made ready, the value must go alone)."""
+        part = self.open.get(ref.map_id)
+        if part is None:
+            self.open[ref.map_id] = Partial(plan, ref.map_id, value, time.monotonic(), [ref.index], [meta])
+            return True
+        try:
+            part.value = plan.fold(part.value, value)
+        except Exception as err:     # the client's fold will say it; ours must not lose the partial
+            log.warning("map %s: the reduce function raised folding task %d on the worker (%s); "
+                        "its result goes alone", ref.map_id, ref.index,
+                        safe_text(lambda e: f"{type(e).__name__}: {e}", err, "?"))
+            self._ready += self._pack(self.open.pop(ref.map_id))
+            return False
+        part.indices.append(ref.index)
+        part.metas.append(meta)
+        return True
+
+    @property
+    def count(self) -> int:
+        """How many tasks the open partials cover."""
+        return sum(len(part.indices) for part in self.open.values())
+
+    def held(self) -> list[bytes]:
+        """The task ids the open partials cover (still leased here)."""
+        return [tid for part in self.open.values() for tid in part.tids]
+
+    def due(self) -> list[Outgoing]:
+        """The frames to hand in now: partials full or old, all of them when together they
+        cover ``room`` tasks (what the worker may hold), and what is ready."""
+        now, total = time.monotonic(), self.count
+        for map_id, part in list(self.open.items()):
+            if total >= self.room or len(part.indices) >= part.plan.tasks or now - part.since >= part.plan.seconds:
+                self._ready += self._pack(self.open.pop(map_id))
+        out, self._ready = self._ready, []
+        return out
+
+    def flush(self) -> list[Outgoing]:
+        """Every partial's frame (the queue ran dry, or the worker stops)."""
+        for map_id in list(self.open):
+            self._ready += self._pack(self.open.pop(map_id))
+        out, self._ready = self._ready, []
+        return out
+
+    def _pack(self, part: Partial) -> list[Outgoing]:
+        """One MERGED frame; a partial of one task as a plain result; a value that cannot
+        travel as one error per task it covers (errors always travel alone)."""
+        try:
+            packed = protocol.dumps(part.value)
+        except BaseException as err:   # noqa: B036 - a value's __reduce__ may raise anything
+            why = safe_text(lambda e: f"{type(e).__name__}: {e}", err, type(err).__name__)
+            return self._errors(part, ErrorKind.UNPICKLABLE_RESULT,
+                                f"the merged result of {len(part.indices)} tasks is a {type(part.value).__name__} "
+                                f"that cannot be pickled ({why}); return plain numbers, numpy arrays, hist "
+                                "objects or dicts of them")
+        if len(packed) > min(self.max_result_bytes, ALWAYS_FITS):
+            limit = result_limit(self.max_result_bytes, self.broker_limits())
+            if len(packed) > limit.nbytes:
+                return self._errors(part, ErrorKind.RESULT_TOO_LARGE,
+                                    f"the merged result of {len(part.indices)} tasks is {mib(len(packed))} "
+                                    f"compressed, over the limit of {mib(limit.nbytes)} ({limit.setting}): the "
+                                    "reduce makes it grow with every task (lists that concatenate?); pass "
+                                    f"merge=False, return histograms or sums, {limit.advice}")
+        first = part.indices[0]
+        if len(part.indices) == 1:
+            payload, status = encode_result(packed, part.metas[0]), protocol.OK
+        else:
+            payload, status = encode_partial(part.indices, part.metas, packed), protocol.MERGED
+        return [(part.map_id, b"".join(part.tids), protocol.pack_result(self.key, part.map_id, first, status, payload))]
+
+    def _errors(self, part: Partial, kind: ErrorKind, message: str) -> list[Outgoing]:
+        info = protocol.dumps(task_error(kind, message, "", NO_ARGUMENT))
+        return [(part.map_id, tid, protocol.pack_result(self.key, part.map_id, i, protocol.USER_ERROR,
+                                                        encode_result(info, meta)))
+                for i, tid, meta in zip(part.indices, part.tids, part.metas)]
