@@ -13,8 +13,9 @@ directory in bytes and evicts across all its users. We add what it does not do:
   crash is dropped and re-read from the input file: costs a read, never an error or a
   wrong value);
 * **no pickle**: arrays are stored as their raw buffers (numpy) or awkward's
-  ``to_buffers``, behind a small JSON header, compressed with LZ4 (fast to decompress:
-  a disk hit must cost much less than decompressing the ROOT basket again);
+  ``to_buffers``, behind a small JSON header (:mod:`worker.entries`: raw, or LZ4 where it
+  shrinks a buffer to a quarter; a disk hit must cost much less than decompressing the
+  ROOT basket again);
 * **free space**: nothing is written when the disk's free space would fall under
   ``min_free`` (the cap is not the only limit: other jobs share the disk);
 * keys are the RAM cache's (the file version stamp, file UUID, tree, branch,
@@ -35,24 +36,19 @@ a node never queue for SQLite's write lock to *read*.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import queue
 import shutil
-import struct
 import threading
 import time
 import uuid
-import zlib
 from typing import Any
 
-import lz4.frame
+from .entries import decode, encode  # noqa: F401  (the entry format; tests read it here)
 
 log = logging.getLogger("rhtc.worker")
 
-MAGIC = b"RHD1"
-_HEAD = struct.Struct("<4sIQ")            # magic, crc32 of the compressed body, body length
 MIN_FREE = 2 * 1024 ** 3                 # never fill the disk: leave this much free (bytes)
 WRITE_QUEUE = 256                        # entries waiting for the background writer, at most
 
@@ -94,6 +90,13 @@ class DiskTier:
             return None
         self.hits += 1
         return value
+
+    def has(self, key: str) -> bool:
+        """True when an entry is stored under ``key`` (its value is neither read nor checked)."""
+        try:
+            return key in self._store
+        except Exception:
+            return False
 
     # -- writing -------------------------------------------------------------------------
     def put(self, key: str, value: Any) -> bool:
@@ -243,61 +246,3 @@ def open_disk_tier(settings, worker: str) -> DiskTier | None:
         log.warning("worker %s: cannot use the disk cache %s (%s: %s): no disk tier",
                     worker, settings.disk_cache, type(err).__name__, err)
     return None
-
-
-# -- the entry format: header | lz4( json length | json | buffers ) ---------------------
-def encode(value: Any) -> bytes | None:
-    """Bytes for a numpy array or an awkward array; None for anything else.
-
-    >>> import numpy as np, awkward as ak
-    >>> decode(encode(ak.Array([[1.5], [], [2.5, 3.5]]))).tolist()
-    [[1.5], [], [2.5, 3.5]]
-    """
-    import numpy as np
-    if isinstance(value, np.ndarray) and value.dtype.kind in "biufcmM?":
-        head = {"kind": "np", "dtype": value.dtype.str, "shape": list(value.shape)}
-        buffers = [np.ascontiguousarray(value)]
-    elif type(value).__module__.startswith("awkward") and type(value).__name__ == "Array":
-        import awkward as ak
-        form, length, container = ak.to_buffers(value)
-        names = sorted(container)
-        head = {"kind": "ak", "form": form.to_dict(), "length": int(length), "names": names,
-                "sizes": [int(np.asarray(container[n]).nbytes) for n in names]}
-        buffers = [np.ascontiguousarray(container[n]) for n in names]
-    else:
-        return None
-    text = json.dumps(head).encode()
-    body = lz4.frame.compress(b"".join([struct.pack("<I", len(text)), text,
-                                        *[memoryview(b).cast("B") for b in buffers]]))
-    return _HEAD.pack(MAGIC, zlib.crc32(body), len(body)) + body
-
-
-def decode(raw: bytes) -> Any | None:
-    """The value of :func:`encode`'s bytes, or None when they are truncated or corrupt.
-
-    >>> import numpy as np
-    >>> good = encode(np.ones(4))
-    >>> decode(good[:-3]) is None, decode(good[:12] + b"x" + good[13:]) is None
-    (True, True)
-    """
-    import numpy as np
-    try:
-        magic, crc, n = _HEAD.unpack_from(raw)
-        body = memoryview(raw)[_HEAD.size:]
-        if magic != MAGIC or len(body) != n or zlib.crc32(body) != crc:
-            return None
-        data = lz4.frame.decompress(body)
-        (k,) = struct.unpack_from("<I", data)
-        head = json.loads(data[4:4 + k])
-        at = 4 + k
-        if head["kind"] == "np":
-            return np.frombuffer(data, dtype=head["dtype"], offset=at,
-                                 count=int(np.prod(head["shape"], dtype=np.int64))).reshape(head["shape"])
-        import awkward as ak
-        container = {}
-        for name, size in zip(head["names"], head["sizes"]):
-            container[name] = np.frombuffer(data, dtype=np.uint8, count=size, offset=at)
-            at += size
-        return ak.from_buffers(ak.forms.from_dict(head["form"]), head["length"], container)
-    except Exception:                       # any damage: not a value, a miss
-        return None
