@@ -18,8 +18,11 @@ directory in bytes and evicts across all its users. We add what it does not do:
   ROOT basket again);
 * **free space**: nothing is written when the disk's free space would fall under
   ``min_free`` (the cap is not the only limit: other jobs share the disk);
-* keys are the RAM cache's (the file version stamp, file UUID, tree, branch,
-  interpretation and entry range), so a changed input file is never served stale.
+* keys are the RAM cache's: the file's version stamp, then the chunk (file UUID, tree,
+  entry range), the branch and uproot's library (:func:`worker.cache.chunk_key`), so a
+  changed input file is never served stale, and a replaced worker finds a chunk's
+  branches without opening the file (:mod:`client.cachedchunks`) and has RAM entries
+  again under the same keys.
 
 Eviction is "least recently stored": a read never writes to the index, so the workers of
 a node never queue for SQLite's write lock to *read*.
