@@ -196,7 +196,7 @@ def mapped(fh) -> mmap.mmap | bytes:
     once by diskcache under a new name and only ever unlinked (eviction, replacement), and
     an unlinked file stays readable while mapped; its blocks are freed when the worker's
     RAM cache lets it go (so the tier may pass its cap by what RAM caches hold). An empty
-    file maps as b"" (a corrupt entry).
+    file maps as b"" (a corrupt entry); a file system that cannot map files is read.
 
     >>> import tempfile
     >>> with tempfile.TemporaryFile() as f:
@@ -206,7 +206,10 @@ def mapped(fh) -> mmap.mmap | bytes:
     with fh:
         if os.fstat(fh.fileno()).st_size == 0:
             return b""
-        return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):           # a file system that cannot map it: read it
+            return fh.read()
 
 
 TIER_ID_FILE = "rhtc-tier-id"
