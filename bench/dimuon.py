@@ -34,7 +34,8 @@ from ..broker.config import parse_size
               help="Seconds dask may take to start and to warm up [each 60 + 2 per worker] and for "
                    "each run [max(120, 20x ours)]; past them it is stopped and reported in one line.")
 @click.option("--repeats", default=2, show_default=True,
-              help="Runs of each system, alternating which goes first; medians are quoted.")
+              help="Runs of each system, alternating which goes first; medians are quoted "
+                   "(--restart: warm runs, and restarts of every worker, of ours).")
 @click.option("--xrootd", is_flag=True, help="Read the files over root:// from a local xrootd server "
                                              "through a TCP proxy that adds latency.")
 @click.option("--latency-ms", default="0,5,20", show_default=True,
@@ -50,7 +51,8 @@ def dimuon_command(workers, files, events, chunk_size, compression, cache_size, 
     if restart:
         from .dimuon_restart import restart_command
         codecs = [c.strip() for c in (compression if compression != "LZ4" else "LZ4,LZMA").split(",") if c.strip()]
-        data = restart_command(codecs, workers, files, events, chunk_size, cache_size, data_dir, with_dask, progress)
+        data = restart_command(codecs, workers, files, events, chunk_size, cache_size, data_dir, with_dask, progress,
+                               repeats)
         if json_path:
             Report(json_path, restart=data).save()
         return data

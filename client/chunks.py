@@ -25,6 +25,7 @@ from typing import Iterable, Sequence
 from rhtc import context
 from . import xrootd
 from .arguments import positive_count
+from .cachedchunks import cached_arrays
 from .errors import BranchNotFound, ChunkFileError  # noqa: F401  (public here too)
 from .openfiles import (_OpenFile, _changed_while_read, _check_url, _forget, _open_file, _unchanged,
                                    close_files, version_of)  # noqa: F401  (public here too)
@@ -58,6 +59,9 @@ class Chunk:
         if isinstance(branches, str):
             branches = [branches]
         ctx = context.current
+        cached = cached_arrays(self, branches, ctx, kwargs)     # a replaced worker: no file to open
+        if cached is not None:
+            return cached
         retries = xrootd.READ_RETRIES if xrootd.is_remote(self.file) else 0
         for attempt in range(retries + 1):
             try:
@@ -77,7 +81,7 @@ class Chunk:
         for again in (False, True):   # once more when the file changed while it was read
             opened = _open_file(self.file, self.tree, self.uuid)
             _check_branches(opened, branches, self)
-            cache = ctx.cache.view(self.routing_key, opened.version) \
+            cache = ctx.cache.view(self.routing_key, opened.version, by_chunk=True) \
                 if ctx is not None and ctx.cache is not None else None
             source = opened.tree.file.source
             before = getattr(source, "num_requested_bytes", 0)

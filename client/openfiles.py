@@ -181,6 +181,16 @@ def _open_file(path: str, treename: str, uuid: str | None) -> _OpenFile:
     return opened
 
 
+def is_open(path: str, treename: str) -> bool:
+    """True when this process holds ``path``'s tree ``treename`` open (its metadata read).
+
+    >>> is_open("/nowhere/a.root", "Events")
+    False
+    """
+    with _open_lock:
+        return (path, treename) in _open_files
+
+
 def version_of(path: str, treename: str) -> str | None:
     """The version token (:attr:`freshness.Stamp.version`) of the file as this process has it
     open, or of the local file as it is now; None when it cannot tell (coffea's cache keys)."""

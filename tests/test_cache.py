@@ -67,11 +67,17 @@ def test_branches_of_one_collection_share_their_offsets_in_the_cache():
     assert cache.nbytes == unshared - 2 * offsets      # three branches, one offsets array
 
 
+def muon_eta_sum(chunk):
+    import awkward as ak
+    return float(ak.sum(chunk.arrays(["Muon_eta"], how=dict)["Muon_eta"]))
+
+
 @needs_nanoaod
 @pytest.mark.parametrize("limit, reopened", [(2, 4), (16, 0)])
 def test_a_worker_keeps_at_most_rhtc_open_files_open(broker, workers, tmp_path, limit, reopened):
-    """Four files, one chunk each, twice through one worker: with room for 16 open files the
-    rerun opens none; with room for 2, cycling through 4 files opens each one again."""
+    """Four files, one chunk each, through one worker: with room for 16 open files a second
+    branch opens none; with room for 2, cycling through 4 files opens each one again. A
+    chunk whose branches are all in the cache needs no open file (its stamp is checked)."""
     import shutil
     from rhtc import last_map, remote_map
     paths = []
@@ -82,7 +88,7 @@ def test_a_worker_keeps_at_most_rhtc_open_files_open(broker, workers, tmp_path, 
     chunks = make_chunks(paths, step=10 ** 6)
     assert len(chunks) == 4
     opened = []
-    for _ in range(2):
-        remote_map(muon_pt_sum, chunks, broker=broker, progress=False, routing=False, timeout=60)
+    for fn in (muon_pt_sum, muon_eta_sum, muon_pt_sum):
+        remote_map(fn, chunks, broker=broker, progress=False, routing=False, timeout=60)
         opened.append(sum(t.files_opened for t in last_map().record().tasks))
-    assert opened == [4, reopened]
+    assert opened == [4, reopened, 0]

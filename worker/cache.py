@@ -149,36 +149,92 @@ class BranchCache(MutableMapping):
         out, self.evicted_tags = self.evicted_tags, set()
         return out
 
-    def view(self, tag: str, version: str | None = None) -> "TaggedView":
+    def view(self, tag: str, version: str | None = None, by_chunk: bool = False) -> "TaggedView":
         """A mapping to hand to uproot for one chunk: entries it stores carry ``tag``.
 
         ``version`` names the version of the file the chunk is read from (see
         :mod:`client.freshness`): it prefixes the view's keys, so a file rewritten in place,
         even with the same UUID, never gets the entries read from its old version.
+        ``by_chunk`` (``tag`` is the chunk's routing key and uproot reads the branches with
+        their own interpretations) keys the entries by chunk and branch (:func:`chunk_key`),
+        so that :meth:`TaggedView.branch` finds them without the file's metadata.
 
         >>> c = BranchCache(limit_bytes=100)
         >>> c.view("chunk-A", "v1")["k"] = b"old"
         >>> c.view("chunk-A", "v2").get("k") is None, c.view("chunk-A", "v1").get("k")
         (True, b'old')
         """
-        return TaggedView(self, tag, version)
+        return TaggedView(self, tag, version, by_chunk)
+
+    def holds(self, key: str) -> bool:
+        """True when ``key`` is in memory or in the node's disk tier (nothing is read)."""
+        return key in self._data or (self.disk is not None and self.disk.has(key))
+
+
+def chunk_key(version: str, tag: str, branch: str, library: str) -> str:
+    """The cache key of one branch of one chunk (``tag``: its routing key) of one version of
+    its file, as uproot's ``library`` returns it with the branch's own interpretation.
+
+    >>> chunk_key("v1", "uuid:Events:0-10", "Muon_pt", "ak")
+    'v1|uuid:Events:0-10|Muon_pt|ak'
+    """
+    return f"{version}|{tag}|{branch}|{library}"
+
+
+def branch_of(key: str, tag: str) -> tuple[str, str] | None:
+    """(branch, library) of uproot's ``array_cache`` key ``key`` when it is one branch of the
+    chunk ``tag`` names (``uuid:tree:start-stop``), else None.
+
+    >>> branch_of("u1:/Events;1:Muon_pt:AsJagged(AsDtype(Bf4(),Lf4()),0):0-10:ak", "u1:Events:0-10")
+    ('Muon_pt', 'ak')
+    >>> branch_of("u1:/Events;1:Muon_pt:AsDtype(Bf4(),Lf4()):0-20:ak", "u1:Events:0-10") is None
+    True
+    """
+    uuid, _, rest = tag.partition(":")
+    tree, _, entries = rest.rpartition(":")
+    try:
+        head, key_entries, library = key.rsplit(":", 2)
+        path, branch, _interpretation = head[len(uuid) + 1:].split(":", 2)
+    except ValueError:
+        return None
+    if not key.startswith(uuid + ":") or key_entries != entries or not branch \
+            or path.lstrip("/").rsplit(";", 1)[0] != tree.lstrip("/"):
+        return None
+    return branch, library
 
 
 class TaggedView(MutableMapping):
     """What uproot sees as ``array_cache`` while reading one chunk (of one file version)."""
 
-    def __init__(self, cache: BranchCache, tag: str, version: str | None = None):
-        self.cache, self.tag = cache, tag
+    def __init__(self, cache: BranchCache, tag: str, version: str | None = None, by_chunk: bool = False):
+        self.cache, self.tag, self.version = cache, tag, version
         self.prefix = f"{version}|" if version else ""
+        self.by_chunk = by_chunk and bool(version)
+
+    def _key(self, key: str) -> str:
+        if self.by_chunk:
+            parts = branch_of(key, self.tag)
+            if parts is not None:
+                return chunk_key(self.version, self.tag, *parts)
+        return self.prefix + key
 
     def __getitem__(self, key):
-        return self.cache[self.prefix + key]
+        return self.cache[self._key(key)]
 
     def get(self, key, default=None):
-        return self.cache.get_counted(self.prefix + key, default, self.tag)
+        return self.cache.get_counted(self._key(key), default, self.tag)
+
+    def branch(self, branch: str, library: str) -> Any:
+        """One branch of the chunk from memory or the node's disk (None when absent), as
+        uproot stored it through a ``by_chunk`` view: the file is not needed."""
+        return self.cache.get_counted(chunk_key(self.version, self.tag, branch, library), None, self.tag)
+
+    def holds(self, branches: list[str], library: str) -> bool:
+        """True when every branch of the chunk is in memory or on the node's disk."""
+        return all(self.cache.holds(chunk_key(self.version, self.tag, b, library)) for b in branches)
 
     def __setitem__(self, key, value):
-        key = self.prefix + key
+        key = self._key(key)
         fresh = key not in self.cache._data
         self.cache.put(key, value, self.tag)
         if fresh and self.cache.disk is not None and self.prefix:
@@ -187,7 +243,7 @@ class TaggedView(MutableMapping):
             context.current.routing_keys.add(self.tag)
 
     def __delitem__(self, key):
-        del self.cache[self.prefix + key]
+        del self.cache[self._key(key)]
 
     def __iter__(self):
         return iter(self.cache)
