@@ -128,7 +128,8 @@ def restart_command(codecs: list[str], workers: int, files: int, events: int, ch
                                         compression=codec, progress=False), step=2000)
         n = sum(c.num_entries for c in chunks)
         click.echo(f"\nbench dimuon --restart: {codec}, {len(paths)} files, {n:,} events, {len(chunks)} chunks; "
-                   f"{workers} workers sharing one disk tier; {os.cpu_count()} cores; ours: medians of "
+                   f"{workers} workers sharing one disk tier; {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; "
+                   f"ours: medians of "
                    f"{repeats} warm runs and of {repeats} restarts (file MB: the most of any)")
         click.echo(HEADER)
         rows: dict = {"bare": _bare(chunks, parse_size(cache_size), warm)}
@@ -155,5 +156,6 @@ def restart_command(codecs: list[str], workers: int, files: int, events: int, ch
                    f"{ratios['restart_bytes_from_files']:,} bytes from the files (target 0), "
                    f"{ratios['restart_files_opened']} files opened (the most of {repeats} restarts); "
                    f"RAM-warm rate with the disk tier on: {ratios['warm_disk_over_warm_ram']:.2f}x without (target >= 0.95)")
+        click.echo(f"load (1-minute average) at the end: {os.getloadavg()[0]:.1f}")
         report[codec] = dict(rows, ratios=ratios, events=n, chunks=len(chunks))
     return report

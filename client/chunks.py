@@ -54,10 +54,11 @@ class Chunk:
         ``TTree.arrays``; pass ``how=dict`` for a dict of arrays, ``library="np"`` for numpy).
 
         On a worker the read goes through the worker's branch cache: a rerun of the same
-        chunk reads nothing from the file. Outside a worker it reads the file directly.
+        chunk reads nothing from the file, and a worker that has not opened the file yet
+        serves a chunk whose branches are all cached without opening it
+        (:mod:`rhtc.client.cachedchunks`). Outside a worker it reads the file directly.
         """
-        if isinstance(branches, str):
-            branches = [branches]
+        branches = [branches] if isinstance(branches, str) else list(branches)
         ctx = context.current
         cached = cached_arrays(self, branches, ctx, kwargs)     # a replaced worker: no file to open
         if cached is not None:

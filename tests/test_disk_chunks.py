@@ -176,3 +176,25 @@ def test_a_chunk_served_without_its_file_is_what_uproot_returns(tmp_path, how, l
             assert a.type == b.type and ak.array_equal(a, b)
         else:
             assert a.dtype == b.dtype and all(np.array_equal(x, y) for x, y in zip(a, b))
+
+
+def test_a_corrupt_or_truncated_mapped_entry_is_a_miss(tmp_path):
+    """Entries of MAP_FROM bytes and more are memory-mapped: damage is still a miss."""
+    from rhtc.worker.disk import MAP_FROM
+    d = DiskTier(tmp_path, size_limit=10**9, min_free=0)
+    value = np.arange(MAP_FROM // 4 + 10, dtype=np.float64)
+    for damage in ("flip", "truncate"):
+        assert d.put("v|big", value)
+        (f,) = list(tmp_path.rglob("*.val"))
+        assert f.stat().st_size >= MAP_FROM
+        assert np.array_equal(d.get("v|big"), value)
+        raw = bytearray(f.read_bytes())
+        if damage == "flip":
+            raw[len(raw) * 2 // 3] ^= 0x01
+        else:
+            del raw[len(raw) - 100:]
+        f.write_bytes(bytes(raw))
+        dropped = d.dropped
+        assert d.get("v|big") is None and d.dropped == dropped + 1
+        assert not list(tmp_path.rglob("*.val"))          # dropped: the next worker reads the file
+    d.close()

@@ -54,6 +54,7 @@ from .entries import decode, encode  # noqa: F401  (the entry format; tests read
 log = logging.getLogger("rhtc.worker")
 
 MIN_FREE = 2 * 1024 ** 3                 # never fill the disk: leave this much free (bytes)
+MAP_FROM = 1 << 20                       # entries at least this large are memory-mapped, not read
 WRITE_QUEUE = 256                        # entries waiting for the background writer, at most
 
 
@@ -195,17 +196,20 @@ def mapped(fh) -> mmap.mmap | bytes:
     mapped file that shrank would kill the reader (SIGBUS), but entry files are written
     once by diskcache under a new name and only ever unlinked (eviction, replacement), and
     an unlinked file stays readable while mapped; its blocks are freed when the worker's
-    RAM cache lets it go (so the tier may pass its cap by what RAM caches hold). An empty
-    file maps as b"" (a corrupt entry); a file system that cannot map files is read.
+    RAM cache lets it go (so the tier may pass its cap by what RAM caches hold). Files under
+    :data:`MAP_FROM` bytes are read (a process may hold ~65k maps), and so are files that
+    a file system cannot map.
 
     >>> import tempfile
     >>> with tempfile.TemporaryFile() as f:
-    ...     _ = f.write(b"entry"); f.flush(); bytes(mapped(open(f.fileno(), "rb", closefd=False)))
-    b'entry'
+    ...     _ = f.write(b"e" * MAP_FROM); f.flush(); m = mapped(open(f.fileno(), "rb", closefd=False))
+    >>> type(m).__name__, len(m)
+    ('mmap', 1048576)
     """
     with fh:
-        if os.fstat(fh.fileno()).st_size == 0:
-            return b""
+        size = os.fstat(fh.fileno()).st_size
+        if size < MAP_FROM:
+            return fh.read()
         try:
             return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
         except (OSError, ValueError):           # a file system that cannot map it: read it
