@@ -51,11 +51,14 @@ class Storage(Leases, Pool):
     The worker's side (claims, takes, leases) is in :class:`broker.leases.Leases`; who is
     alive and which chunks they hold, in :class:`broker.pool.Pool`."""
 
-    def __init__(self, config: BrokerConfig, settings: Settings | None = None, **redis_kwargs):
+    def __init__(self, config: BrokerConfig, settings: Settings | None = None, *,
+                 client: redis.Redis | None = None, **redis_kwargs):
+        """``client``: share this redis-py client (its connection pool) instead of opening
+        one; the hot path still gets a connection of its own (:class:`FastLane`)."""
         self.config = config
         self.settings = settings or default_settings()
         self.keys = Keys(config.namespace)
-        self.r = connect(config, **redis_kwargs)
+        self.r = client if client is not None else connect(config, **redis_kwargs)
         self._scripts = scripts.load(self.r)
         self._fast = FastLane(self.r)
         self._finished_maps: list[str] = []    # deleted with the next enqueue (or flush)
@@ -93,6 +96,13 @@ class Storage(Leases, Pool):
         """(used bytes, maxmemory bytes or 0 when unlimited)."""
         info = self.r.info("memory")
         return int(info["used_memory"]), int(info.get("maxmemory", 0))
+
+    def server_load(self) -> tuple[float, int, int]:
+        """(seconds of CPU the broker has used, system and user; used memory bytes; clients
+        connected), from INFO: what ``bench scale`` reads before and after a map."""
+        info = self.r.info()
+        return (float(info["used_cpu_sys"]) + float(info["used_cpu_user"]), int(info["used_memory"]),
+                int(info["connected_clients"]))
 
     def memory_or_none(self) -> tuple[int, int]:
         """:meth:`memory`, or (0, 0) when the broker cannot say (unreachable, refusing)."""

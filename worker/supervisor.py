@@ -99,13 +99,13 @@ class Supervisor:
     """One worker: its name, liveness and the process that runs its tasks."""
 
     def __init__(self, config: BrokerConfig, name: str | None = None, cache_bytes: int = 4_000_000_000,
-                 max_batch: int = 64, settings_: Settings | None = None):
+                 max_batch: int = 64, settings_: Settings | None = None, storage: Storage | None = None):
         self.name = validate_worker_name(name or default_name())
         self.config = config
         self.settings = settings_ or settings()
         self.incarnation = secrets.token_hex(8)
         self.cache_bytes, self.max_batch = cache_bytes, max_batch
-        self.storage = Storage(config, self.settings)
+        self.storage = storage or Storage(config, self.settings)
         self.shared = SharedState.create()
         self.host, self.pid = socket.gethostname(), os.getpid()
         self.started = time.time()
@@ -116,6 +116,7 @@ class Supervisor:
         self.crashes = 0
         self.disk_tier = disk_tier_of(self.settings)
         self.stopping = False
+        self._next_reconcile = 0.0
         # retry at least once a heartbeat: a longer pause could let the claim expire
         self.backoff = Backoff(f"worker {self.name}", cap=self.settings.heartbeat)
 
@@ -197,7 +198,7 @@ class Supervisor:
         log.info("worker %s (incarnation %s) serving %s (namespace %s)", self.name, self.incarnation,
                  redact(self.config.url), self.config.namespace)
         self._start_task_process()
-        next_beat = next_reconcile = 0.0
+        next_beat = 0.0
         fast_crashes = 0
         while not self.stopping:
             timeout = max(0.0, next_beat - time.monotonic())
@@ -215,19 +216,27 @@ class Supervisor:
                 continue
             next_beat = time.monotonic() + self.settings.heartbeat
             try:
-                if not self.storage.heartbeat(self.name, self.incarnation, self.status()).ok:
+                if not self.beat():
                     return self._superseded()
-                self.storage.reap()
-                self.storage.drop_maps_of_dead_clients()
-                if time.monotonic() >= next_reconcile:
-                    next_reconcile = time.monotonic() + self.settings.reconcile
-                    self._reconcile()
                 self.backoff.ok()
             except BrokerTrouble as err:
                 self.storage.reset_connection()
                 self.backoff.wait(err, redact(self.config.url))
         self._stop()
         return 0
+
+    def beat(self) -> bool:
+        """One heartbeat: renew the name and the lease, publish the status, reap dead
+        workers, drop the maps of dead clients, and reconcile the lease once per
+        ``settings.reconcile``. False when another incarnation took the name over."""
+        if not self.storage.heartbeat(self.name, self.incarnation, self.status()).ok:
+            return False
+        self.storage.reap()
+        self.storage.drop_maps_of_dead_clients()
+        if time.monotonic() >= self._next_reconcile:
+            self._next_reconcile = time.monotonic() + self.settings.reconcile
+            self._reconcile()
+        return True
 
     def _on_signal(self, signum, frame) -> None:
         self.stopping = True

@@ -1,0 +1,233 @@
+"""Light workers: hundreds of protocol-true workers in a few processes, for benches and
+tests (never for users).
+
+A light worker is a real worker's two halves run as threads of one process, through the
+real code: a :class:`~worker.supervisor.Supervisor` (its name and incarnation, heartbeat
+and published status, reaping, lease reconciliation: :meth:`Supervisor.beat`) and a
+:class:`~worker.main.TaskProcess` loop (takes tasks, leases them, verifies frames and the
+map's liveness token, waits for its lease reply on a new map, signs and hands in results).
+Only the user's work is not real: :func:`light_task` sleeps the given seconds and returns
+an incompressible array of the given size (made and packed once per process and size, by
+:func:`memo_dumps`; each result is still framed and signed on its own), so the bench
+measures the broker and the client, not the workers' pickling.
+
+What the workers of one process share: one redis-py client (its pool, for the rare
+commands) and one thread that beats for all of them, each at its own phase of the
+heartbeat period. Each keeps its own name, incarnation, queue, lease, fast-lane
+connection (its blocking pop) and status. Killing the process kills its workers as a
+node failure would: their names expire and their tasks run again elsewhere.
+
+    (starts processes: see tests/test_bench_scale.py)
+    >>> with LightPool(config, workers=200, processes=2) as pool:      # doctest: +SKIP
+    ...     remote_map(light_task, [(1.0, 10_000)] * 400, broker=config)
+"""
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+from ..broker import protocol
+from ..broker.config import BrokerConfig, settings
+from ..broker.embedded import die_with_parent
+from ..broker.errors import BrokerTrouble
+from ..broker.storage import Storage, connect
+from ..worker.main import TaskProcess
+from ..worker.supervisor import Supervisor
+
+log = logging.getLogger("rhtc.bench")
+
+_payloads: dict[int, np.ndarray] = {}
+_packed: dict[int, tuple[object, bytes]] = {}
+
+
+def light_task(spec: tuple[float, int]) -> np.ndarray:
+    """The light workers' task: sleep ``spec[0]`` seconds, return ``spec[1]`` bytes of
+    incompressible float64s (the same array object for every task of that size in a
+    process). Adding two of them is what combining two histograms costs.
+
+    >>> light_task((0.0, 80)).nbytes
+    80
+    """
+    seconds, nbytes = spec
+    if seconds > 0:
+        time.sleep(seconds)
+    value = _payloads.get(nbytes)
+    if value is None:
+        value = _payloads[nbytes] = np.random.default_rng(nbytes).random(max(1, nbytes // 8))
+    return value
+
+
+def memo_dumps(value) -> bytes:
+    """:func:`broker.protocol.dumps`, packed once for :func:`light_task`'s arrays.
+
+    >>> a = light_task((0.0, 800)); memo_dumps(a) is memo_dumps(a)
+    True
+    """
+    if isinstance(value, np.ndarray) and _payloads.get(value.nbytes) is value:
+        got = _packed.get(value.nbytes)
+        if got is None or got[0] is not value:
+            got = _packed[value.nbytes] = (value, protocol.dumps(value))
+        return got[1]
+    return protocol.dumps(value)
+
+
+class LightWorker:
+    """One worker of a light process: a supervisor (beaten by the process's beat thread)
+    and a task loop in a thread."""
+
+    def __init__(self, config: BrokerConfig, name: str, client, st) -> None:
+        self.supervisor = Supervisor(config, name=name, settings_=st, storage=Storage(config, st, client=client))
+        sup = self.supervisor
+        self.tasks = TaskProcess(config, sup.name, sup.incarnation, sup.shared, cache_bytes=1 << 20,
+                                 max_batch=64, settings_=st, storage=Storage(config, st, client=client))
+        self.tasks.dumps = memo_dumps
+        self.thread = threading.Thread(target=self._serve, name=f"light-{name}", daemon=True)
+
+    def _serve(self) -> None:
+        try:
+            self.tasks.serve()
+        except BaseException:         # noqa: B036 - say why a light worker stopped taking tasks
+            log.exception("light worker %s: its task loop stopped", self.supervisor.name)
+
+
+def serve(config: BrokerConfig, names: list[str]) -> int:
+    """Run the light workers ``names`` in this process until SIGTERM: claim every name,
+    start the task loops, beat for all; on SIGTERM stop the loops and hand back (retire)
+    what each holds."""
+    st = dataclasses.replace(settings(), malloc_tuning=False)
+    threading.stack_size(1 << 20)
+    client = connect(config, max_connections=2 * len(names) + 32)   # a fast lane each, and the rest
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    workers = [LightWorker(config, name, client, st) for name in names]
+    for w in workers:
+        w.supervisor.claim()
+        w.thread.start()
+    period = st.heartbeat
+    start = time.monotonic()
+    due = [(start + period * i / len(workers), i) for i in range(len(workers))]   # a heap
+    while not stop.is_set() and due:
+        at, i = heapq.heappop(due)
+        if stop.wait(max(0.0, at - time.monotonic())):
+            break
+        try:
+            if not workers[i].supervisor.beat():
+                log.warning("light worker %s lost its name; it stops", names[i])
+                workers[i].tasks.stopping = True
+                continue
+        except BrokerTrouble as err:
+            log.warning("light worker %s: heartbeat failed (%s); retrying", names[i], err)
+        heapq.heappush(due, (at + period, i))
+    for w in workers:
+        w.tasks.stopping = True
+    for w in workers:
+        w.thread.join(timeout=0.1)
+    for w in workers:
+        try:
+            w.supervisor.storage.retire(w.supervisor.name)
+        except BrokerTrouble as err:
+            log.warning("light worker %s could not hand back its tasks (%s): they are requeued when its "
+                        "name expires", w.supervisor.name, err)
+    return 0
+
+
+class LightPool:
+    """``workers`` light workers in ``processes`` processes on this machine, against
+    ``config``'s broker; a context manager that waits until all have registered (their
+    heartbeat published) and stops them on exit."""
+
+    def __init__(self, config: BrokerConfig, workers: int, processes: int = 2, prefix: str = "light",
+                 start_timeout: float = 120.0):
+        self.config, self.n, self.prefix = config, workers, prefix
+        self.start_timeout = start_timeout
+        self.nproc = max(1, min(processes, workers))
+        self.procs: list[subprocess.Popen] = []
+        self.names: list[list[str]] = []
+        self.log_dir = tempfile.mkdtemp(prefix="rhtc-light-")
+        self.registered_s: float | None = None
+
+    def start(self) -> "LightPool":
+        env = dict(os.environ, **self.config.env())
+        env.pop("RHTC_CONFIG", None)
+        t0 = time.perf_counter()
+        for p in range(self.nproc):
+            names = [f"{self.prefix}{p}-{i}" for i in range(p, self.n, self.nproc)]
+            self.names.append(names)
+            with open(os.path.join(self.log_dir, f"p{p}.log"), "ab") as logf:
+                self.procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "rhtc.bench.lightworkers", *names], env=env, stdout=logf,
+                    stderr=subprocess.STDOUT, preexec_fn=die_with_parent))
+        self.wait_registered(self.n)
+        self.registered_s = time.perf_counter() - t0
+        return self
+
+    def wait_registered(self, n: int) -> None:
+        """Block until ``n`` light workers of this pool have published a heartbeat."""
+        s = Storage(self.config)
+        deadline = time.monotonic() + self.start_timeout
+        try:
+            while True:
+                live = [w for w in s.live_workers(queue_depths=False) if w["name"].startswith(self.prefix)]
+                if len(live) >= n:
+                    return
+                dead = [p for p in self.procs if p.poll() is not None]
+                if dead or time.monotonic() > deadline:
+                    why = f"exited with code {dead[0].returncode}" if dead else \
+                        f"only {len(live)} of {n} registered within {self.start_timeout:.0f} s"
+                    raise RuntimeError(f"light workers: {why}; logs in {self.log_dir}:\n{self.log_tail()}")
+                time.sleep(0.1)
+        finally:
+            s.close()
+
+    def log_tail(self) -> str:
+        out = []
+        for p in range(len(self.procs)):
+            with open(os.path.join(self.log_dir, f"p{p}.log"), errors="replace") as fh:
+                out.append(fh.read()[-1500:])
+        return "\n".join(out)
+
+    def kill(self, p: int) -> list[str]:
+        """SIGKILL light process ``p`` (a node lost); returns its workers' names."""
+        self.procs[p].kill()
+        self.procs[p].wait()
+        return self.names[p]
+
+    def close(self, grace: float = 15.0) -> None:
+        """SIGTERM every light process (each hands back its workers' tasks), SIGKILL after ``grace``."""
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        deadline = time.monotonic() + grace
+        for p in self.procs:
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.procs = []
+        for f in os.listdir(self.log_dir):
+            os.unlink(os.path.join(self.log_dir, f))
+        os.rmdir(self.log_dir)
+
+    def __enter__(self) -> "LightPool":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from rhtc.bench import lightworkers          # not __main__'s copy: light_task's arrays live there
+    sys.exit(lightworkers.serve(BrokerConfig.resolve(), sys.argv[1:]))
