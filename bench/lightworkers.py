@@ -50,21 +50,22 @@ _payloads: dict[int, np.ndarray] = {}
 _packed: dict[int, tuple[object, bytes]] = {}
 
 
-def light_task(spec: tuple[float, int]) -> np.ndarray:
+def light_task(spec: tuple) -> np.ndarray | tuple:
     """The light workers' task: sleep ``spec[0]`` seconds, return ``spec[1]`` bytes of
     incompressible float64s (the same array object for every task of that size in a
-    process). Adding two of them is what combining two histograms costs.
+    process): adding two of them is what combining two histograms costs. With a third
+    item ``tag``, return ``(tag, array)`` (tests check the order of results with it).
 
-    >>> light_task((0.0, 80)).nbytes
-    80
+    >>> light_task((0.0, 80)).nbytes, light_task((0.0, 80, 7))[0]
+    (80, 7)
     """
-    seconds, nbytes = spec
+    seconds, nbytes = spec[0], spec[1]
     if seconds > 0:
         time.sleep(seconds)
     value = _payloads.get(nbytes)
     if value is None:
         value = _payloads[nbytes] = np.random.default_rng(nbytes).random(max(1, nbytes // 8))
-    return value
+    return (spec[2], value) if len(spec) > 2 else value
 
 
 def memo_dumps(value) -> bytes:
