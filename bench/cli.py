@@ -1,4 +1,4 @@
-"""``bench overhead | dimuon | compression | make-data | recovery | chaos``"""
+"""``bench overhead | dimuon | compression | make-data | recovery | chaos | agc | scale``"""
 from __future__ import annotations
 
 import importlib
@@ -13,6 +13,7 @@ _COMMANDS = {
     "recovery": ("rhtc.bench.recovery", "recovery_command"),
     "chaos": ("rhtc.bench.chaos", "chaos_command"),
     "agc": ("rhtc.bench.agc", "agc_command"),
+    "scale": ("rhtc.bench.scale", "scale_command"),
 }
 
 
