@@ -1,21 +1,24 @@
 """Light workers: hundreds of protocol-true workers in a few processes, for benches and
 tests (never for users).
 
-A light worker is a real worker's two halves run as threads of one process, through the
-real code: a :class:`~worker.supervisor.Supervisor` (its name and incarnation, heartbeat
-and published status, reaping, lease reconciliation: :meth:`Supervisor.beat`) and a
+A light worker is a real worker's two halves through the real code: a
+:class:`~worker.supervisor.Supervisor` (its name and incarnation, heartbeat and published
+status, reaping, lease reconciliation: :meth:`Supervisor.beat`) and a
 :class:`~worker.main.TaskProcess` loop (takes tasks, leases them, verifies frames and the
-map's liveness token, waits for its lease reply on a new map, signs and hands in results).
-Only the user's work is not real: :func:`light_task` sleeps the given seconds and returns
-an incompressible array of the given size (made and packed once per process and size, by
-:func:`memo_dumps`; each result is still framed and signed on its own), so the bench
-measures the broker and the client, not the workers' pickling.
+map's liveness token, waits for its lease reply on a new map, signs and hands in results),
+sharing a :class:`~worker.shared.SharedState`. Only the user's work is not real:
+:func:`light_task` sleeps the given seconds and returns an incompressible array of the
+given size (made and packed once per process and size, by :func:`memo_dumps`; each result
+is still framed and signed on its own), so the bench measures the broker and the client,
+not the workers' pickling.
 
-What the workers of one process share: one redis-py client (its pool, for the rare
-commands) and one thread that beats for all of them, each at its own phase of the
-heartbeat period. Each keeps its own name, incarnation, queue, lease, fast-lane
-connection (its blocking pop) and status. Killing the process kills its workers as a
-node failure would: their names expire and their tasks run again elsewhere.
+A light process holds many: its main thread beats for all its supervisors (each at its
+own phase of the heartbeat period), and a forked child runs all their task loops, one
+thread each, as a real worker's task process runs beside its supervisor. Each worker keeps
+its own name, incarnation, queue, lease, fast-lane connection (its blocking pop) and
+status; the workers of a process share one redis-py client for the rare commands.
+Killing the process kills its workers as a lost node would: their names expire and their
+tasks run again elsewhere.
 
     (starts processes: see tests/test_bench_scale.py)
     >>> with LightPool(config, workers=200, processes=2) as pool:      # doctest: +SKIP
@@ -26,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import logging
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -42,7 +46,7 @@ from ..broker.embedded import die_with_parent
 from ..broker.errors import BrokerTrouble
 from ..broker.storage import Storage, connect
 from ..worker.main import TaskProcess
-from ..worker.supervisor import Supervisor
+from ..worker.supervisor import Supervisor, die_with
 
 log = logging.getLogger("rhtc.bench")
 
@@ -82,64 +86,82 @@ def memo_dumps(value) -> bytes:
     return protocol.dumps(value)
 
 
-class LightWorker:
-    """One worker of a light process: a supervisor (beaten by the process's beat thread)
-    and a task loop in a thread."""
+def _run_task_loops(config: BrokerConfig, workers: list[tuple], st, parent: int) -> None:
+    """The light process's task half (forked, as a worker's task process is): one
+    :class:`TaskProcess` loop per worker, each in a thread, until SIGTERM."""
+    die_with(parent)                     # SIGKILL when the beating half dies, as a task process
+    threading.stack_size(1 << 20)
+    client = connect(config, max_connections=2 * len(workers) + 32)    # a fast lane each, and the rest
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, signal.SIG_IGN)           # the beating half decides
+    loops = []
+    for name, incarnation, shared in workers:
+        tp = TaskProcess(config, name, incarnation, shared, cache_bytes=1 << 20, max_batch=64, settings_=st,
+                         storage=Storage(config, st, client=client))
+        tp.dumps = memo_dumps
+        loops.append(tp)
+        threading.Thread(target=_serve_loop, args=(tp,), name=f"light-{name}", daemon=True).start()
+    stop.wait()
+    for tp in loops:
+        tp.stopping = True
+    time.sleep(1.5)                      # the idle loops' blocking pops end; their results go in
+    os._exit(0)
 
-    def __init__(self, config: BrokerConfig, name: str, client, st) -> None:
-        self.supervisor = Supervisor(config, name=name, settings_=st, storage=Storage(config, st, client=client))
-        sup = self.supervisor
-        self.tasks = TaskProcess(config, sup.name, sup.incarnation, sup.shared, cache_bytes=1 << 20,
-                                 max_batch=64, settings_=st, storage=Storage(config, st, client=client))
-        self.tasks.dumps = memo_dumps
-        self.thread = threading.Thread(target=self._serve, name=f"light-{name}", daemon=True)
 
-    def _serve(self) -> None:
-        try:
-            self.tasks.serve()
-        except BaseException:         # noqa: B036 - say why a light worker stopped taking tasks
-            log.exception("light worker %s: its task loop stopped", self.supervisor.name)
+def _serve_loop(tp: TaskProcess) -> None:
+    try:
+        tp.serve()
+    except BaseException:         # noqa: B036 - say why a light worker stopped taking tasks
+        log.exception("light worker %s: its task loop stopped", tp.name)
 
 
 def serve(config: BrokerConfig, names: list[str]) -> int:
-    """Run the light workers ``names`` in this process until SIGTERM: claim every name,
-    start the task loops, beat for all; on SIGTERM stop the loops and hand back (retire)
-    what each holds."""
+    """Run the light workers ``names`` until SIGTERM. This process is their supervisors
+    (claims every name, then beats for all, each at its own phase of the heartbeat
+    period); a forked child runs their task loops, so that, as with real workers, liveness
+    never waits for the threads that run tasks. On SIGTERM the child stops and every
+    worker hands back (retires) what it holds."""
     st = dataclasses.replace(settings(), malloc_tuning=False)
-    threading.stack_size(1 << 20)
-    client = connect(config, max_connections=2 * len(names) + 32)   # a fast lane each, and the rest
+    client = connect(config, max_connections=len(names) + 32)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    workers = [LightWorker(config, name, client, st) for name in names]
-    for w in workers:
-        w.supervisor.claim()
-        w.thread.start()
+    sups = [Supervisor(config, name=name, settings_=st, storage=Storage(config, st, client=client))
+            for name in names]
+    for sup in sups:
+        sup.claim()
+    child = multiprocessing.get_context("fork").Process(
+        target=_run_task_loops, args=(config, [(s.name, s.incarnation, s.shared) for s in sups], st, os.getpid()),
+        name="light-tasks", daemon=False)
+    child.start()
     period = st.heartbeat
     start = time.monotonic()
-    due = [(start + period * i / len(workers), i) for i in range(len(workers))]   # a heap
-    while not stop.is_set() and due:
+    due = [(start + period * i / len(sups), i) for i in range(len(sups))]   # a heap
+    while not stop.is_set() and due and child.exitcode is None:
         at, i = heapq.heappop(due)
         if stop.wait(max(0.0, at - time.monotonic())):
             break
         try:
-            if not workers[i].supervisor.beat():
-                log.warning("light worker %s lost its name; it stops", names[i])
-                workers[i].tasks.stopping = True
+            if not sups[i].beat():
+                log.warning("light worker %s lost its name; it stops beating", names[i])
                 continue
         except BrokerTrouble as err:
             log.warning("light worker %s: heartbeat failed (%s); retrying", names[i], err)
         heapq.heappush(due, (at + period, i))
-    for w in workers:
-        w.tasks.stopping = True
-    for w in workers:
-        w.thread.join(timeout=0.1)
-    for w in workers:
+    if child.exitcode is not None and not stop.is_set():
+        log.warning("light workers: the task loops' process died with exit code %s", child.exitcode)
+    child.terminate()
+    child.join(5)
+    if child.exitcode is None:
+        child.kill()
+        child.join()
+    for sup in sups:
         try:
-            w.supervisor.storage.retire(w.supervisor.name)
+            sup.storage.retire(sup.name)
         except BrokerTrouble as err:
             log.warning("light worker %s could not hand back its tasks (%s): they are requeued when its "
-                        "name expires", w.supervisor.name, err)
+                        "name expires", sup.name, err)
     return 0
 
 
@@ -168,7 +190,7 @@ class LightPool:
             with open(os.path.join(self.log_dir, f"p{p}.log"), "ab") as logf:
                 self.procs.append(subprocess.Popen(
                     [sys.executable, "-m", "rhtc.bench.lightworkers", *names], env=env, stdout=logf,
-                    stderr=subprocess.STDOUT, preexec_fn=die_with_parent))
+                    stderr=subprocess.STDOUT, preexec_fn=die_with_parent, start_new_session=True))
         self.wait_registered(self.n)
         self.registered_s = time.perf_counter() - t0
         return self
@@ -199,8 +221,9 @@ class LightPool:
         return "\n".join(out)
 
     def kill(self, p: int) -> list[str]:
-        """SIGKILL light process ``p`` (a node lost); returns its workers' names."""
-        self.procs[p].kill()
+        """SIGKILL light process ``p`` and its task half (a node lost, by their process
+        group); returns its workers' names."""
+        os.killpg(self.procs[p].pid, signal.SIGKILL)
         self.procs[p].wait()
         return self.names[p]
 

@@ -75,7 +75,7 @@ def describe_exit(code: int | None) -> str:
     return f"exit code {code}"
 
 
-def _die_with(parent: int) -> None:
+def die_with(parent: int) -> None:
     """SIGKILL this process when ``parent`` dies (Linux): a task process must never serve
     under a name whose supervisor is gone."""
     try:
@@ -87,7 +87,7 @@ def _die_with(parent: int) -> None:
 
 
 def _run_task_process(config, name, incarnation, shared, cache_bytes, max_batch, st, parent) -> None:
-    _die_with(parent)
+    die_with(parent)
     become_subreaper()          # what a task's children orphan is stopped after the task
     signal.signal(signal.SIGINT, signal.SIG_IGN)       # the supervisor decides when to stop
     code = TaskProcess(config, name, incarnation, shared, cache_bytes, max_batch, st).run()
