@@ -32,6 +32,10 @@ from .leases import Leases
 from .pool import Pool
 
 
+#: what one fetch of results brings at most, roughly (the count follows the last sizes)
+FETCH_BYTES = 64 * 2**20
+
+
 def connect(config: BrokerConfig, **kwargs) -> redis.Redis:
     """A redis-py client for ``config.url`` (redis://, rediss://, unix://)."""
     opts = dict(socket_timeout=30, socket_connect_timeout=10, health_check_interval=15,
@@ -64,6 +68,7 @@ class Storage(Leases, Pool):
         self._finished_maps: list[str] = []    # deleted with the next enqueue (or flush)
         self._clock_offset: float | None = None  # broker clock minus ours (ms), from TIME
         self._sent = 0                         # sequence number of the last enqueue call
+        self._result_bytes = 1.0               # mean size of the result frames fetched last
 
     # -- connection -----------------------------------------------------------------
     def ping(self) -> bool:
@@ -155,9 +160,10 @@ class Storage(Leases, Pool):
             # sent again whole after a broken connection: the calls keep their sequence
             # numbers, so the broker skips those it already ran (see enqueue.lua)
             try:
-                self._fast.send(*set_token)
-                for args in numbered:
-                    self._fast.script(script, [], args, wait=False)
+                self._fast.send(*set_token, flush=False)          # goes with the first call
+                for k, args in enumerate(numbered):             # (a one-call map's with its wait)
+                    self._fast.script(script, [], args, wait=False,
+                                      flush=k > 0 or len(numbered) > 1 or wait_first <= 0)
                 if wait_first <= 0:
                     self._fast.drain()
                     return []
@@ -224,15 +230,22 @@ class Storage(Leases, Pool):
         self._clock_offset = int(t[0]) * 1000 + int(t[1]) / 1000 - time.time() * 1000
 
     def fetch_results(self, map_id: str, timeout: float, count: int = 1000) -> list[bytes]:
-        """Result frames of a map, waiting up to ``timeout`` seconds for the first one."""
+        """Result frames of a map, waiting up to ``timeout`` seconds for the first one: at
+        most ``count``, and about :data:`FETCH_BYTES` when the last ones were big (one pop
+        of a thousand 8 MB results held Redis, and every heartbeat, for seconds)."""
         key = self.keys.results(map_id)
-        got = self.r.lpop(key, count)
+        got = self.r.lpop(key, max(1, min(count, int(FETCH_BYTES // self._result_bytes))))
         if got:
+            self._result_bytes = max(1.0, sum(len(f) for f in got) / len(got))
             return got
         if timeout <= 0:
             return []
         got = self.r.blpop([key], timeout=timeout)
         return [got[1]] if got else []
+
+    def unread_results(self, map_id: str) -> int:
+        """How many result frames of a map wait for its client."""
+        return int(self.r.llen(self.keys.results(map_id)))
 
     def fetch_dead_tasks(self, map_id: str) -> list[bytes]:
         """Task frames of a map that used up their attempts (poison tasks)."""
