@@ -68,7 +68,7 @@ class Storage(Leases, Pool):
         self._finished_maps: list[str] = []    # deleted with the next enqueue (or flush)
         self._clock_offset: float | None = None  # broker clock minus ours (ms), from TIME
         self._sent = 0                         # sequence number of the last enqueue call
-        self._result_bytes = 1.0               # mean size of the result frames fetched last
+        self._result_bytes = FETCH_BYTES / 8    # mean size of the result frames fetched last (a first guess)
 
     # -- connection -----------------------------------------------------------------
     def ping(self) -> bool:
