@@ -34,6 +34,8 @@ from ..broker.embedded import EmbeddedBroker
 from ..broker.storage import Storage
 from ..client import last_map, remote_map
 from ..client.efficiency import efficiency
+from rhtc.errors import RhtcError
+from .ceiling import ceiling_lines
 from .cpushare import CATEGORIES, CpuShare
 from .lightworkers import LightPool, light_task
 
@@ -165,8 +167,8 @@ HEADER = (f"{'workers':>7} {'task':>5} {'result':>7} {'tasks/s':>8} {'eff':>7} {
 def format_row(r: dict) -> str:
     """One line of the table (times in ms unless marked)."""
     head = f"{r['workers']:>7} {r['seconds']:>4g}s {_size_text(r['bytes']):>7}"
-    if "skipped" in r:
-        return f"{head}  skipped: {r['skipped']}"
+    if "skipped" in r or "failed" in r:
+        return f"{head}  skipped: {r['skipped']}" if "skipped" in r else f"{head}  FAILED: {r['failed']}"
     w = r["client_where"]
     return (f"{head} {r['tasks_per_s']:>8.1f} {r['efficiency'] * 100:>6.2f}% {r['dispatch_ms_median']:>8.1f} "
             f"{r['dispatch_ms_p99']:>8.1f} {r['redis_cpu_us_per_task']:>10.0f} {r['redis_cpu_share'] * 100:>5.1f}% "
@@ -219,10 +221,17 @@ def scale_command(workers_text, seconds_text, sizes_text, waves, processes, memo
                                    "skipped": f"{flight / 1e9:.1f} GB of results could wait, over the "
                                               f"budget of {budget / 1e9:.1f} GB (--memory-budget)"}
                         else:
-                            row = run_cell(b.config, storage, n, seconds, nbytes, waves, reduce)
+                            try:
+                                row = run_cell(b.config, storage, n, seconds, nbytes, waves, reduce)
+                            except RhtcError as err:       # say it, keep the workers' logs, go on
+                                row = {"workers": n, "seconds": seconds, "bytes": nbytes,
+                                       "failed": str(err).splitlines()[0][:300], "worker_logs": pool.log_tail()}
                         out["cells"].append(row)
                         click.echo(format_row(row))
         storage.close()
+    if any("tasks" in c for c in out["cells"]):
+        out["ceiling"] = ceiling_lines(out)
+        click.echo("\n".join(["", "on paper (bench/ceiling.py):", *out["ceiling"]]))
     if json_path:
         with open(json_path, "w") as fh:
             json.dump(out, fh, indent=2)

@@ -30,3 +30,4 @@ def test_bench_scale_small_grid(tmp_path):
         assert c["last_result_to_return_ms"] >= 0 and c["result_wait_s_p99"] >= 0
     assert "registered in" in got.output and "skipped: " in got.output
     assert "eff" in got.output.splitlines()[1]
+    assert "broker tops out at" in got.output and len(data["ceiling"]) == 2 + 9
