@@ -42,7 +42,7 @@ def _fit(sizes: list[float], costs: list[float]) -> tuple[float, float]:
 
 def fit_costs(result: dict) -> Costs:
     """The model's costs from ``bench scale``'s figures (its JSON)."""
-    pools = {p["workers"]: p for p in result["pools"]}
+    pools = {p["workers"]: p for p in result["pools"] if "register_s" in p}
     heartbeat = statistics.median(p["redis_idle_share"] / p["workers"] for p in pools.values())
     cells = [c for c in result["cells"] if "tasks" in c]
     sizes = [c["bytes"] for c in cells]

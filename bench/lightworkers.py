@@ -50,6 +50,8 @@ from ..worker.supervisor import Supervisor, die_with
 
 log = logging.getLogger("rhtc.bench")
 
+START_GAP = 0.005          # seconds between two task loops' first connections (and two processes: x 20)
+
 _payloads: dict[int, np.ndarray] = {}
 _packed: dict[int, tuple[object, bytes]] = {}
 
@@ -102,6 +104,7 @@ def _run_task_loops(config: BrokerConfig, workers: list[tuple], st, parent: int)
         tp.dumps = memo_dumps
         loops.append(tp)
         threading.Thread(target=_serve_loop, args=(tp,), name=f"light-{name}", daemon=True).start()
+        time.sleep(START_GAP)            # a few hundred connections at once overflow the broker's backlog
     stop.wait()
     for tp in loops:
         tp.stopping = True
@@ -191,7 +194,12 @@ class LightPool:
                 self.procs.append(subprocess.Popen(
                     [sys.executable, "-m", "rhtc.bench.lightworkers", *names], env=env, stdout=logf,
                     stderr=subprocess.STDOUT, preexec_fn=die_with_parent, start_new_session=True))
-        self.wait_registered(self.n)
+            time.sleep(START_GAP * 20)
+        try:
+            self.wait_registered(self.n)
+        except BaseException:
+            self.close()
+            raise
         self.registered_s = time.perf_counter() - t0
         return self
 
@@ -228,7 +236,8 @@ class LightPool:
         return self.names[p]
 
     def close(self, grace: float = 15.0) -> None:
-        """SIGTERM every light process (each hands back its workers' tasks), SIGKILL after ``grace``."""
+        """SIGTERM every light process (each hands back its workers' tasks), SIGKILL it and
+        its task half after ``grace``."""
         for p in self.procs:
             if p.poll() is None:
                 p.terminate()
@@ -237,9 +246,15 @@ class LightPool:
             try:
                 p.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+                pass
+            try:
+                os.killpg(p.pid, signal.SIGKILL)     # whatever of the group is left (its task half)
+            except ProcessLookupError:
+                pass
+            p.wait()
         self.procs = []
+        if not os.path.isdir(self.log_dir):
+            return
         for f in os.listdir(self.log_dir):
             os.unlink(os.path.join(self.log_dir, f))
         os.rmdir(self.log_dir)

@@ -183,7 +183,7 @@ def format_row(r: dict) -> str:
 @click.option("--seconds", "seconds_text", default="1,10", show_default=True, help="Task durations (s).")
 @click.option("--sizes", "sizes_text", default="10kB,1MB,8MB", show_default=True, help="Result sizes.")
 @click.option("--waves", default=3, show_default=True, help="Tasks per worker in each map.")
-@click.option("--processes", default=0, help="Light worker processes (default: one per 300 workers, at least 2).")
+@click.option("--processes", default=0, help="Light worker processes (default: one per 100 workers, at least 2).")
 @click.option("--memory-budget", default="4GB", show_default=True,
               help="Skip cells whose results could pass this in all (they wait in Redis when the client lags).")
 @click.option("--reduce/--no-reduce", "reduce", default=True, show_default=True,
@@ -205,8 +205,14 @@ def scale_command(workers_text, seconds_text, sizes_text, waves, processes, memo
                    "remote_map returned")
         click.echo(HEADER)
         for n in counts:
-            nproc = processes or max(2, math.ceil(n / 300))
-            with LightPool(b.config, n, processes=nproc, prefix=f"w{n}-") as pool:
+            nproc = processes or max(2, math.ceil(n / 100))
+            try:
+                pool = LightPool(b.config, n, processes=nproc, prefix=f"w{n}-", start_timeout=300).start()
+            except RuntimeError as err:
+                out["pools"].append({"workers": n, "processes": nproc, "failed": str(err)[:3000]})
+                click.echo(f"-- {n} workers in {nproc} processes: FAILED to register: {str(err).splitlines()[0]}")
+                continue
+            with pool:
                 idle = idle_broker_share(storage)
                 pool_row = {"workers": n, "processes": nproc, "register_s": pool.registered_s,
                             "redis_idle_share": idle}
