@@ -39,6 +39,7 @@ import threading
 import time
 
 import numpy as np
+import psutil
 
 from ..broker import protocol
 from ..broker.config import BrokerConfig, settings
@@ -224,9 +225,25 @@ class LightPool:
     def log_tail(self) -> str:
         out = []
         for p in range(len(self.procs)):
-            with open(os.path.join(self.log_dir, f"p{p}.log"), errors="replace") as fh:
-                out.append(fh.read()[-1500:])
+            try:
+                with open(os.path.join(self.log_dir, f"p{p}.log"), errors="replace") as fh:
+                    out.append(fh.read()[-1500:])
+            except OSError:
+                pass
         return "\n".join(out)
+
+    def cpu_seconds(self) -> float:
+        """CPU time used so far by the light processes and their task halves."""
+        total = 0.0
+        for p in self.procs:
+            try:
+                proc = psutil.Process(p.pid)
+                for q in [proc, *proc.children()]:
+                    t = q.cpu_times()
+                    total += t.user + t.system
+            except psutil.Error:
+                continue
+        return total
 
     def kill(self, p: int) -> list[str]:
         """SIGKILL light process ``p`` and its task half (a node lost, by their process
@@ -260,7 +277,7 @@ class LightPool:
         os.rmdir(self.log_dir)
 
     def __enter__(self) -> "LightPool":
-        return self.start()
+        return self if self.procs else self.start()
 
     def __exit__(self, *exc) -> None:
         self.close()

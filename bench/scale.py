@@ -28,6 +28,7 @@ import threading
 import time
 
 import click
+import psutil
 
 from ..broker.config import parse_size
 from ..broker.embedded import EmbeddedBroker
@@ -105,14 +106,23 @@ class BrokerWatch:
         self.wall = time.perf_counter() - self.t0
 
 
-def run_cell(config, storage: Storage, workers: int, seconds: float, nbytes: int, waves: int,
+def _machine_busy() -> float:
+    """Seconds of CPU the whole machine has been busy (every process, every core)."""
+    t = psutil.cpu_times()
+    return sum(t) - t.idle - getattr(t, "iowait", 0.0)
+
+
+def run_cell(config, storage: Storage, pool: LightPool, seconds: float, nbytes: int, waves: int,
              reduce: bool) -> dict:
-    """One map of ``waves * workers`` light tasks; its figures."""
+    """One map of ``waves`` light tasks per worker of ``pool``; its figures."""
+    workers = pool.n
     n = waves * workers
+    busy0, light0 = _machine_busy(), pool.cpu_seconds()
     with BrokerWatch(storage) as broker, CpuShare() as client:
         value = remote_map(light_task, [(seconds, nbytes)] * n, broker=config, reduce=reduce or None,
                            progress=False)
         returned = time.time()
+    busy, light = _machine_busy() - busy0, pool.cpu_seconds() - light0
     handle = last_map()
     rec = handle.record()
     got = value.nbytes if reduce else sum(v.nbytes for v in value)
@@ -133,6 +143,7 @@ def run_cell(config, storage: Storage, workers: int, seconds: float, nbytes: int
         "client_where": shares,
         "result_wait_s_p99": _quantile(waits, 0.99), "result_wait_s_max": max(waits, default=float("nan")),
         "last_result_to_return_ms": (returned - handle.run.ledger.last_received()) * 1e3,
+        "machine_busy_cores": busy / broker.wall, "light_workers_cores": light / broker.wall,
     }
 
 
@@ -161,7 +172,7 @@ def _size_text(n: int) -> str:
 
 HEADER = (f"{'workers':>7} {'task':>5} {'result':>7} {'tasks/s':>8} {'eff':>7} {'disp med':>8} "
           f"{'disp p99':>8} {'redis us/t':>10} {'redis':>6} {'client':>6} {'verify':>6} {'decode':>6} "
-          f"{'combine':>7} {'I/O':>5} {'books':>5} {'redis MB':>8} {'wait p99':>8} {'return':>7}")
+          f"{'combine':>7} {'I/O':>5} {'books':>5} {'redis MB':>8} {'wait p99':>8} {'return':>7} {'busy':>5} {'light':>5}")
 
 
 def format_row(r: dict) -> str:
@@ -174,7 +185,8 @@ def format_row(r: dict) -> str:
             f"{r['dispatch_ms_p99']:>8.1f} {r['redis_cpu_us_per_task']:>10.0f} {r['redis_cpu_share'] * 100:>5.1f}% "
             f"{r['client_cpu_share'] * 100:>5.1f}% " + " ".join(
                 f"{w[k] * 100:>{n}.0f}%" for k, n in zip(CATEGORIES, (5, 5, 6, 4, 4)))
-            + f" {r['redis_peak_mb']:>8.0f} {r['result_wait_s_p99']:>7.2f}s {r['last_result_to_return_ms']:>6.1f}")
+            + f" {r['redis_peak_mb']:>8.0f} {r['result_wait_s_p99']:>7.2f}s {r['last_result_to_return_ms']:>6.1f}"
+            f" {r['machine_busy_cores']:>5.2f} {r['light_workers_cores']:>5.2f}")
 
 
 @click.command("scale")
@@ -202,7 +214,7 @@ def scale_command(workers_text, seconds_text, sizes_text, waves, processes, memo
         click.echo("times in ms; eff: the timeline's efficiency; disp: dispatch delay (queued -> taken); "
                    "redis: CPU share of one core; client: process CPU share, then where its main thread's "
                    "CPU went; wait: a result's end -> taken by the client; return: last result -> "
-                   "remote_map returned")
+                   "remote_map returned; busy: cores the whole machine used (others' too), light: cores the light workers used")
         click.echo(HEADER)
         for n in counts:
             nproc = processes or max(2, math.ceil(n / 100))
@@ -228,7 +240,7 @@ def scale_command(workers_text, seconds_text, sizes_text, waves, processes, memo
                                               f"budget of {budget / 1e9:.1f} GB (--memory-budget)"}
                         else:
                             try:
-                                row = run_cell(b.config, storage, n, seconds, nbytes, waves, reduce)
+                                row = run_cell(b.config, storage, pool, seconds, nbytes, waves, reduce)
                             except RhtcError as err:       # say it, keep the workers' logs, go on
                                 row = {"workers": n, "seconds": seconds, "bytes": nbytes,
                                        "failed": str(err).splitlines()[0][:300], "worker_logs": pool.log_tail()}

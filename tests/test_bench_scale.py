@@ -28,6 +28,7 @@ def test_bench_scale_small_grid(tmp_path):
         assert c["redis_cpu_us_per_task"] > 0 and c["redis_peak_mb"] > 0
         assert c["client_cpu_share"] > 0 and abs(sum(c["client_where"].values()) - 1) < 1e-6
         assert c["last_result_to_return_ms"] >= 0 and c["result_wait_s_p99"] >= 0
+        assert c["machine_busy_cores"] > 0 and c["light_workers_cores"] > 0
     assert "registered in" in got.output and "skipped: " in got.output
     assert "eff" in got.output.splitlines()[1]
     assert "broker tops out at" in got.output and len(data["ceiling"]) == 2 + 9
