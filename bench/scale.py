@@ -201,8 +201,15 @@ def format_row(r: dict) -> str:
 @click.option("--reduce/--no-reduce", "reduce", default=True, show_default=True,
               help="remote_map(..., reduce=True): results combined with + (else kept as a list).")
 @click.option("--json", "json_path", default=None, help="Write the figures here.")
-def scale_command(workers_text, seconds_text, sizes_text, waves, processes, memory_budget, reduce, json_path):
+@click.option("--ceiling-of", "ceiling_of", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="Only print the paper ceiling of figures saved with --json.")
+def scale_command(workers_text, seconds_text, sizes_text, waves, processes, memory_budget, reduce, json_path,
+                  ceiling_of):
     """One Redis, one client, many light workers: throughput, efficiency, costs."""
+    if ceiling_of:
+        with open(ceiling_of) as fh:
+            click.echo("\n".join(ceiling_lines(json.load(fh))))
+        return None
     counts, durations, sizes = _ints(workers_text), _floats(seconds_text), _sizes(sizes_text)
     budget = parse_size(memory_budget)
     out: dict = {"cores": os.cpu_count(), "waves": waves, "reduce": reduce, "memory_budget": budget,

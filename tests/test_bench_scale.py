@@ -32,3 +32,5 @@ def test_bench_scale_small_grid(tmp_path):
     assert "registered in" in got.output and "skipped: " in got.output
     assert "eff" in got.output.splitlines()[1]
     assert "broker tops out at" in got.output and len(data["ceiling"]) == 2 + 9
+    again = CliRunner().invoke(scale_command, ["--ceiling-of", str(out)])
+    assert again.exit_code == 0 and again.output.splitlines() == data["ceiling"]
