@@ -191,7 +191,9 @@ class Storage(Leases, Pool):
     def drop_maps_of_dead_clients(self, every: float = 1.0) -> list[str]:
         """Drop the maps whose client's beacon expired, with their queued tasks (at most
         once per ``every`` s across all processes). Returns their ids."""
-        got = self._scripts["sweep"](args=[self.keys.ns, int(every * 1000), self.settings.scan_step])
+        if every > 0 and not self.r.set(self.keys.sweep_due, 1, nx=True, px=int(every * 1000)):
+            return []     # swept within `every` by someone (as in reap: a SET, not a script run)
+        got = self._scripts["sweep"](args=[self.keys.ns, 0, self.settings.scan_step])
         return [m.decode() for m in got]
 
     def function_present(self, fn_hash: str) -> bool:
