@@ -1,4 +1,4 @@
-"""``bench overhead | dimuon | compression | make-data | recovery | chaos | agc | merge``"""
+"""``bench overhead | dimuon | compression | make-data | recovery | chaos | agc | pool | merge | scale``"""
 from __future__ import annotations
 
 import importlib
@@ -15,6 +15,7 @@ _COMMANDS = {
     "agc": ("rhtc.bench.agc", "agc_command"),
     "pool": ("rhtc.bench.pool", "pool_command"),
     "merge": ("rhtc.bench.merge", "merge_command"),
+    "scale": ("rhtc.bench.scale", "scale_command"),
 }
 
 

@@ -95,6 +95,7 @@ class EmbeddedBroker:
             instead of TCP.
         maxmemory: e.g. ``"2gb"``; Redis refuses writes beyond it instead of swapping.
         key: signing key for the session (random by default).
+        maxclients: connections Redis accepts (``bench scale``'s thousands of light workers need more).
         appendonly: keep the data in an append-only file, as a production Redis with
             persistence does, so that :meth:`restart` with ``keep_data`` reloads it.
     """
@@ -102,7 +103,8 @@ class EmbeddedBroker:
     def __init__(self, host: str = "127.0.0.1", port: int | None = None,
                  unix_socket: str | bool | None = None, maxmemory: str | None = None,
                  key: bytes | None = None, namespace: str | None = None,
-                 allow_remote: bool = False, password: str | None = None, appendonly: bool = False):
+                 allow_remote: bool = False, password: str | None = None, appendonly: bool = False,
+                 maxclients: int = 4000):
         if host not in ("127.0.0.1", "localhost", "::1") and not allow_remote:
             raise ValueError(f"refusing to bind the broker to {host}: pass allow_remote=True "
                              "(rhtc broker --host ... --allow-remote) to accept workers from other nodes")
@@ -111,6 +113,7 @@ class EmbeddedBroker:
         self.unix_socket = unix_socket
         self.maxmemory = maxmemory
         self.appendonly = appendonly
+        self.maxclients = maxclients
         self.password = password or secrets.token_urlsafe(24)
         self.key = key or new_key()
         self.namespace = namespace or default_namespace()
@@ -128,7 +131,7 @@ class EmbeddedBroker:
         args = [exe, "--save", "", "--appendonly", "yes" if self.appendonly else "no", "--dir", self._dir,
                 "--requirepass", self.password, "--loglevel", "warning",
                 "--logfile", os.path.join(self._dir, "redis.log"), "--daemonize", "no",
-                "--maxclients", "4000"]
+                "--maxclients", str(self.maxclients)]
         if self.maxmemory:
             args += ["--maxmemory", str(self.maxmemory), "--maxmemory-policy", "noeviction"]
         if self.unix_socket:

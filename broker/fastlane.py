@@ -40,6 +40,8 @@ class FastLane:
         self.r = r
         self.conn = None
         self.pending = 0
+        self._out: list[bytes] = []       # packed commands not written yet (send(flush=False))
+        self._health = False              # check the connection before writing them
         self._loaded = set()
         self.lock = threading.RLock()     # for clients with several maps in threads
 
@@ -67,6 +69,7 @@ class FastLane:
         An error reply is raised after all replies are read."""
         last, error = None, None
         try:
+            self._flush()
             while self.pending:
                 try:
                     last = self.conn.read_response()
@@ -80,13 +83,29 @@ class FastLane:
             raise error
         return last
 
-    def send(self, *args) -> None:
-        try:       # (a health-check PING may only go out when no reply is owed)
-            self._connection().send_command(*args, check_health=not self.pending)
+    def send(self, *args, flush: bool = True) -> None:
+        """Send a command without waiting for its reply; ``flush=False`` keeps it to go out
+        with the next command in one write (one wake-up of the broker, not two)."""
+        try:
+            conn = self._connection()
+            if not self._out:      # (a health-check PING may only go out when no reply is owed)
+                self._health = not self.pending
+            self._out.append(conn.pack_command(*args))
+            self.pending += 1
+            if flush:
+                self._flush()
         except BaseException:      # half a command may have gone out: start afresh
             self.reset()
             raise
-        self.pending += 1
+
+    def _flush(self) -> None:
+        if not self._out:
+            return
+        out, self._out = self._out, []
+        chunks = [c for packed in out for c in (packed if isinstance(packed, list) else [packed])]
+        if len(chunks) > 1 and sum(len(c) for c in chunks) <= 1 << 16:
+            chunks = [b"".join(chunks)]
+        self.conn.send_packed_command(chunks, check_health=self._health)
 
     def call(self, *args):
         self.drain()
@@ -108,15 +127,15 @@ class FastLane:
         self.send(*args)
         return self.collect()
 
-    def script(self, script, keys: list, args: list, wait: bool = True):
+    def script(self, script, keys: list, args: list, wait: bool = True, flush: bool = True):
         """Run a Lua script by its hash (loading it if the broker forgot it). With
         ``wait=False`` the reply is read before the next command instead (the script is
-        then loaded first, so that a NOSCRIPT cannot go unnoticed)."""
+        then loaded first, so that a NOSCRIPT cannot go unnoticed); ``flush`` as :meth:`send`."""
         if not wait:
             if script.sha not in self._loaded:
                 self.call("SCRIPT", "LOAD", script.script)
                 self._loaded.add(script.sha)
-            self.send("EVALSHA", script.sha, len(keys), *keys, *args)
+            self.send("EVALSHA", script.sha, len(keys), *keys, *args, flush=flush)
             return None
         try:
             return self.call("EVALSHA", script.sha, len(keys), *keys, *args)
@@ -162,4 +181,5 @@ class FastLane:
                 pass
         self.conn = None
         self.pending = 0
+        self._out = []
         self._loaded = set()

@@ -152,7 +152,11 @@ class ResultMeta:
 
     @classmethod
     def decode(cls, raw: bytes | dict) -> "ResultMeta":
-        d = dict(json.loads(raw)) if isinstance(raw, (bytes, str)) else dict(raw)
+        if isinstance(raw, (bytes, str)):    # (str first: json's encoding sniffing costs more)
+            d = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
+            d = d if type(d) is dict else dict(d)
+        else:
+            d = dict(raw)
         d.pop("bytes_read", None)
         if _META_REQUIRED <= d.keys() <= _META_SET:
             return cls(**d)                  # the common case, once per result: keep it fast

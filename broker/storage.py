@@ -33,6 +33,10 @@ from .leases import Leases
 from .pool import Pool
 
 
+#: what one fetch of results brings at most, roughly (the count follows the last sizes)
+FETCH_BYTES = 64 * 2**20
+
+
 def connect(config: BrokerConfig, **kwargs) -> redis.Redis:
     """A redis-py client for ``config.url`` (redis://, rediss://, unix://)."""
     opts = dict(socket_timeout=30, socket_connect_timeout=10, health_check_interval=15,
@@ -53,16 +57,20 @@ class Storage(Leases, Pool, Keepers):
     alive and which chunks they hold, in :class:`broker.pool.Pool`; what a pool keeper
     publishes, in :class:`broker.keepers.Keepers`."""
 
-    def __init__(self, config: BrokerConfig, settings: Settings | None = None, **redis_kwargs):
+    def __init__(self, config: BrokerConfig, settings: Settings | None = None, *,
+                 client: redis.Redis | None = None, **redis_kwargs):
+        """``client``: share this redis-py client (its connection pool) instead of opening
+        one; the hot path still gets a connection of its own (:class:`FastLane`)."""
         self.config = config
         self.settings = settings or default_settings()
         self.keys = Keys(config.namespace)
-        self.r = connect(config, **redis_kwargs)
+        self.r = client if client is not None else connect(config, **redis_kwargs)
         self._scripts = scripts.load(self.r)
         self._fast = FastLane(self.r)
         self._finished_maps: list[str] = []    # deleted with the next enqueue (or flush)
         self._clock_offset: float | None = None  # broker clock minus ours (ms), from TIME
         self._sent = 0                         # sequence number of the last enqueue call
+        self._result_bytes = FETCH_BYTES / 8    # mean size of the result frames fetched last (a first guess)
 
     # -- connection -----------------------------------------------------------------
     def ping(self) -> bool:
@@ -95,6 +103,13 @@ class Storage(Leases, Pool, Keepers):
         """(used bytes, maxmemory bytes or 0 when unlimited)."""
         info = self.r.info("memory")
         return int(info["used_memory"]), int(info.get("maxmemory", 0))
+
+    def server_load(self) -> tuple[float, int, int]:
+        """(seconds of CPU the broker has used, system and user; used memory bytes; clients
+        connected), from INFO: what ``bench scale`` reads before and after a map."""
+        info = self.r.info()
+        return (float(info["used_cpu_sys"]) + float(info["used_cpu_user"]), int(info["used_memory"]),
+                int(info["connected_clients"]))
 
     def memory_or_none(self) -> tuple[int, int]:
         """:meth:`memory`, or (0, 0) when the broker cannot say (unreachable, refusing)."""
@@ -147,9 +162,10 @@ class Storage(Leases, Pool, Keepers):
             # sent again whole after a broken connection: the calls keep their sequence
             # numbers, so the broker skips those it already ran (see enqueue.lua)
             try:
-                self._fast.send(*set_token)
-                for args in numbered:
-                    self._fast.script(script, [], args, wait=False)
+                self._fast.send(*set_token, flush=False)          # goes with the first call
+                for k, args in enumerate(numbered):             # (a one-call map's with its wait)
+                    self._fast.script(script, [], args, wait=False,
+                                      flush=k > 0 or len(numbered) > 1 or wait_first <= 0)
                 if wait_first <= 0:
                     self._fast.drain()
                     return []
@@ -177,7 +193,9 @@ class Storage(Leases, Pool, Keepers):
     def drop_maps_of_dead_clients(self, every: float = 1.0) -> list[str]:
         """Drop the maps whose client's beacon expired, with their queued tasks (at most
         once per ``every`` s across all processes). Returns their ids."""
-        got = self._scripts["sweep"](args=[self.keys.ns, int(every * 1000), self.settings.scan_step])
+        if every > 0 and not self.r.set(self.keys.sweep_due, 1, nx=True, px=int(every * 1000)):
+            return []     # swept within `every` by someone (as in reap: a SET, not a script run)
+        got = self._scripts["sweep"](args=[self.keys.ns, 0, self.settings.scan_step])
         return [m.decode() for m in got]
 
     def function_present(self, fn_hash: str) -> bool:
@@ -216,15 +234,22 @@ class Storage(Leases, Pool, Keepers):
         self._clock_offset = int(t[0]) * 1000 + int(t[1]) / 1000 - time.time() * 1000
 
     def fetch_results(self, map_id: str, timeout: float, count: int = 1000) -> list[bytes]:
-        """Result frames of a map, waiting up to ``timeout`` seconds for the first one."""
+        """Result frames of a map, waiting up to ``timeout`` seconds for the first one: at
+        most ``count``, and about :data:`FETCH_BYTES` when the last ones were big (one pop
+        of a thousand 8 MB results held Redis, and every heartbeat, for seconds)."""
         key = self.keys.results(map_id)
-        got = self.r.lpop(key, count)
+        got = self.r.lpop(key, max(1, min(count, int(FETCH_BYTES // self._result_bytes))))
         if got:
+            self._result_bytes = max(1.0, sum(len(f) for f in got) / len(got))
             return got
         if timeout <= 0:
             return []
         got = self.r.blpop([key], timeout=timeout)
         return [got[1]] if got else []
+
+    def unread_results(self, map_id: str) -> int:
+        """How many result frames of a map wait for its client."""
+        return int(self.r.llen(self.keys.results(map_id)))
 
     def fetch_dead_tasks(self, map_id: str) -> list[bytes]:
         """Task frames of a map that used up their attempts (poison tasks)."""

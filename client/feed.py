@@ -56,16 +56,11 @@ class MapFeed:
         map's last note, sent as it ends) none on the map's path, a background thread
         sends it a moment after."""
         run = self.run
-        records = []
-        for m in run.ledger.metas(self._sent):
-            self._sent += 1
-            ev, c, f = m.get("events"), m.get("bytes_cache", 0), m.get("bytes_file", 0)
-            self.events += ev or 0
-            self.bytes_cache += c
-            self.bytes_file += f
-            if "start" in m:             # in the order of feed.TASK_FIELDS
-                records.append([m["index"], m.get("worker"), round(m["start"], 3), round(m["stop"], 3), c, f, ev,
-                                int(bool(m.get("error")))])
+        records, events, cache, files = run.ledger.feed_rows(self._sent)
+        self._sent = len(run.ledger)
+        self.events += events
+        self.bytes_cache += cache
+        self.bytes_file += files
         progress = dict(self.progress(), errors=self.errors)
         self.errors = []
         if later:

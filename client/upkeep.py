@@ -282,9 +282,14 @@ class Upkeep:
         killed between taking a task and its lease reaching Redis; a lost connection).
 
         The audit reads every queue, so it runs only when it is cheap (a short shared
-        queue) or needed (no result for a while): a lost task shows at the end of a map."""
+        queue) or needed (no result for a while): a lost task shows at the end of a map.
+        Never while results wait unread: it would copy each into the broker's Lua (8 MB
+        results of 100 workers blocked Redis for 18 s, and with it every heartbeat, so that
+        live workers were reaped); they are read first."""
         run = self.run
         self._next_audit = time.monotonic() + AUDIT_SECONDS
+        if run.storage.unread_results(run.map_id):
+            return []
         stalled = time.monotonic() - run.last_progress > AUDIT_SECONDS
         if not stalled and run.storage.unrouted_depth(run.map_id) > AUDIT_MAX_QUEUE:
             return []

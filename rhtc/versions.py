@@ -9,6 +9,7 @@ why a pickle made on one side does not load on the other.
 """
 from __future__ import annotations
 
+import functools
 import sys
 from importlib import metadata
 
@@ -16,7 +17,13 @@ STACK = ("redis-htcondor", "cloudpickle", "numpy", "awkward", "uproot", "coffea"
 
 
 def stack_versions() -> dict[str, str]:
-    """Python's version and each installed package of :data:`STACK` (absent ones left out)."""
+    """Python's version and each installed package of :data:`STACK` (absent ones left out);
+    read once per process (the bench's light workers start hundreds of workers in one)."""
+    return dict(_read_versions())
+
+
+@functools.lru_cache(maxsize=1)
+def _read_versions() -> dict[str, str]:
     out = {"python": "%d.%d.%d" % sys.version_info[:3]}
     for name in STACK:
         try:

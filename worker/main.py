@@ -52,14 +52,16 @@ class TaskProcess:
     """The loop over one worker's own queue and the shared queue."""
 
     def __init__(self, config: BrokerConfig, name: str, incarnation: str, shared: SharedState,
-                 cache_bytes: int = 4_000_000_000, max_batch: int = 64, settings_: Settings | None = None):
+                 cache_bytes: int = 4_000_000_000, max_batch: int = 64, settings_: Settings | None = None,
+                 storage: Storage | None = None):
         self.config = config
         self.settings = settings_ or settings()
         self.name = name
         self.incarnation = incarnation
         self.shared = shared
         self.key = config.key
-        self.storage = Storage(config, self.settings)
+        self.storage = storage or Storage(config, self.settings)
+        self.dumps = protocol.dumps                 # how a value is packed (bench's light workers memoize it)
         self.cache = BranchCache(cache_bytes, disk=open_disk_tier(self.settings, name))
         self.functions: collections.OrderedDict[str, object] = collections.OrderedDict()
         self.tokens = MapTokens(self.key, name)
@@ -87,6 +89,11 @@ class TaskProcess:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         signal.signal(signal.SIGUSR1, self._on_drain)
+        return self.serve()
+
+    def serve(self) -> int:
+        """Serve tasks until :attr:`stopping` is set (by a signal, or by the caller's thread:
+        the light workers of ``bench scale`` run many task loops in one process)."""
         self._publish()
         backoff = Backoff(f"worker {self.name} (task process {self.pid})")
         while not self.stopping:
@@ -298,7 +305,7 @@ class TaskProcess:
                 return
         if not (status == protocol.OK and isinstance(fn, MergePlan) and self.partials.fold(fn, ref, value, meta)):
             status, payload = pack_result(status, value, meta, arg, self.settings.max_result_bytes,
-                                          self.storage.bulk_limits)
+                                          self.storage.bulk_limits, dumps=self.dumps)
             self._unflushed.append((ref.map_id, tid, protocol.pack_result(self.key, ref.map_id, ref.index,
                                                                           status, payload)))
         self._unflushed += self.partials.due()

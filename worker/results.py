@@ -52,11 +52,13 @@ def result_limit(max_result_bytes: int, broker: BulkLimits) -> ResultLimit:
 
 
 def pack_result(status: int, value, meta: messages.ResultMeta, arg, max_result_bytes: int,
-                broker_limits: Callable[[], BulkLimits]) -> tuple[int, bytes]:
+                broker_limits: Callable[[], BulkLimits], dumps: Callable[[object], bytes] = protocol.dumps,
+                ) -> tuple[int, bytes]:
     """(status, payload); a result that cannot travel becomes an error result. The
-    broker's limits are asked for (``broker_limits()``) only for a result over 1 MiB."""
+    broker's limits are asked for (``broker_limits()``) only for a result over 1 MiB.
+    ``dumps`` packs the value (:func:`broker.protocol.dumps`)."""
     try:
-        packed = protocol.dumps(value)
+        packed = dumps(value)
     except BaseException as err:   # noqa: B036 - a value's __reduce__ may raise anything
         why = safe_text(lambda e: f"{type(e).__name__}: {e}", err, type(err).__name__)
         msg = (f"the function returned a {type(value).__name__} that cannot be pickled "

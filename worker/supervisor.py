@@ -78,7 +78,7 @@ def describe_exit(code: int | None) -> str:
     return f"exit code {code}"
 
 
-def _die_with(parent: int) -> None:
+def die_with(parent: int) -> None:
     """SIGKILL this process when ``parent`` dies (Linux): a task process must never serve
     under a name whose supervisor is gone."""
     try:
@@ -90,7 +90,7 @@ def _die_with(parent: int) -> None:
 
 
 def _run_task_process(config, name, incarnation, shared, cache_bytes, max_batch, st, parent) -> None:
-    _die_with(parent)
+    die_with(parent)
     become_subreaper()          # what a task's children orphan is stopped after the task
     signal.signal(signal.SIGINT, signal.SIG_IGN)       # the supervisor decides when to stop
     code = TaskProcess(config, name, incarnation, shared, cache_bytes, max_batch, st).run()
@@ -102,13 +102,13 @@ class Supervisor:
     """One worker: its name, liveness and the process that runs its tasks."""
 
     def __init__(self, config: BrokerConfig, name: str | None = None, cache_bytes: int = 4_000_000_000,
-                 max_batch: int = 64, settings_: Settings | None = None):
+                 max_batch: int = 64, settings_: Settings | None = None, storage: Storage | None = None):
         self.name = validate_worker_name(name or default_name())
         self.config = config
         self.settings = settings_ or settings()
         self.incarnation = secrets.token_hex(8)
         self.cache_bytes, self.max_batch = cache_bytes, max_batch
-        self.storage = Storage(config, self.settings)
+        self.storage = storage or Storage(config, self.settings)
         self.shared = SharedState.create()
         self.host, self.pid = socket.gethostname(), os.getpid()
         self.started = time.time()
@@ -125,6 +125,7 @@ class Supervisor:
         self.drain_until = 0.0              # ... and until when the task in hand may run
         self._idle_since, self._last_done = time.monotonic(), 0
         self._credential, self._credential_at = {}, -1e9
+        self._next_reconcile = 0.0
         # retry at least once a heartbeat: a longer pause could let the claim expire
         self.backoff = Backoff(f"worker {self.name}", cap=self.settings.heartbeat)
 
@@ -214,7 +215,7 @@ class Supervisor:
         log.info("worker %s (incarnation %s) serving %s (namespace %s)", self.name, self.incarnation,
                  redact(self.config.url), self.config.namespace)
         self._start_task_process()
-        next_beat = next_reconcile = 0.0
+        next_beat = 0.0
         fast_crashes = 0
         while not self.stopping:
             timeout = max(0.0, next_beat - time.monotonic())
@@ -232,13 +233,8 @@ class Supervisor:
                 continue
             next_beat = time.monotonic() + self.settings.heartbeat
             try:
-                if not self.storage.heartbeat(self.name, self.incarnation, self.status()).ok:
+                if not self.beat():
                     return self._superseded()
-                self.storage.reap()
-                self.storage.drop_maps_of_dead_clients()
-                if time.monotonic() >= next_reconcile:
-                    next_reconcile = time.monotonic() + self.settings.reconcile
-                    self._reconcile()
                 self._leave_when_due()
                 self.backoff.ok()
             except BrokerTrouble as err:
@@ -285,6 +281,19 @@ class Supervisor:
                 return "idle"
             self._idle_since = now - 0.75 * timeout       # the pool is at its floor: ask again later
         return ""
+
+    def beat(self) -> bool:
+        """One heartbeat: renew the name and the lease, publish the status, reap dead
+        workers, drop the maps of dead clients, and reconcile the lease once per
+        ``settings.reconcile``. False when another incarnation took the name over."""
+        if not self.storage.heartbeat(self.name, self.incarnation, self.status()).ok:
+            return False
+        self.storage.reap()
+        self.storage.drop_maps_of_dead_clients()
+        if time.monotonic() >= self._next_reconcile:
+            self._next_reconcile = time.monotonic() + self.settings.reconcile
+            self._reconcile()
+        return True
 
     def _on_signal(self, signum, frame) -> None:
         self.stopping = True

@@ -1,0 +1,263 @@
+"""``bench scale``: one Redis and one client against hundreds to thousands of light
+workers (:mod:`bench.lightworkers`: the real protocol, sleeping tasks, results of a given
+size), over a grid of worker counts x task durations x result sizes.
+
+Each cell is one ``remote_map`` of ``waves`` tasks per worker. Printed per cell: tasks/s;
+the timeline's efficiency; the dispatch delay (a task queued -> taken: its start minus the
+later of the map's submission and the end of the worker's previous task), median and p99;
+the broker's CPU per task and its share of one core (INFO used_cpu_sys + used_cpu_user
+over the map); the client's CPU share and where its main thread's CPU went
+(:mod:`bench.cpushare`); Redis's memory peak (sampled); how long results waited between
+their task's end and the client taking them (p99; "the client keeps up" when under one
+task duration); and the time from the last result to ``remote_map`` returning. Per worker
+count: the time to register all workers and the broker's CPU share with them idle
+(heartbeats alone).
+
+A cell whose results could pass ``--memory-budget`` in all (tasks x result size: when the
+client falls behind they wait in Redis; twice that when they are kept as a list) is
+skipped and says so. Redis is not capped: at ``maxmemory`` the workers' retries of
+refused 8 MB hand-ins would be what the bench measures.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import threading
+import time
+
+import click
+import psutil
+
+from ..broker.config import parse_size
+from ..broker.embedded import EmbeddedBroker
+from ..broker.storage import Storage
+from ..client import last_map, remote_map
+from ..client.efficiency import efficiency
+from rhtc.errors import RhtcError
+from .ceiling import ceiling_lines
+from .cpushare import CATEGORIES, CpuShare
+from .lightworkers import LightPool, light_task
+
+IDLE_SECONDS = 3.0          # the broker's CPU with every worker idle is read over this long
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+
+def dispatch_delays(record) -> list[float]:
+    """Per task: its start minus the later of the map's submission and the end of the
+    previous task on its worker (how long a free worker and a queued task waited for each
+    other).
+
+    >>> from rhtc.client.record import RunRecord
+    >>> rec = RunRecord(start=100.0, end=110.0)
+    >>> rec.add_task({"index": 0, "worker": "a", "start": 100.5, "stop": 105})
+    >>> rec.add_task({"index": 1, "worker": "a", "start": 105.25, "stop": 110})
+    >>> dispatch_delays(rec)
+    [0.5, 0.25]
+    """
+    by_worker: dict[str, list] = {}
+    for t in record.tasks:
+        by_worker.setdefault(t.worker, []).append(t)
+    out = []
+    for tasks in by_worker.values():
+        tasks.sort(key=lambda t: t.start)
+        free = record.start
+        for t in tasks:
+            out.append(max(0.0, t.start - max(free, record.start)))
+            free = t.stop
+    return out
+
+
+class BrokerWatch:
+    """The broker's CPU seconds and memory while a block runs (memory sampled every 0.1 s)."""
+
+    def __init__(self, storage: Storage):
+        self.storage = storage
+        self.peak = 0
+        self._stop = threading.Event()
+
+    def __enter__(self) -> "BrokerWatch":
+        self.cpu0, self.peak, _ = self.storage.server_load()
+        self.t0 = time.perf_counter()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        s = Storage(self.storage.config)
+        try:
+            while not self._stop.wait(0.1):
+                self.peak = max(self.peak, s.server_load()[1])
+        finally:
+            s.close()
+        self.own_cpu = time.thread_time()
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        cpu1, mem, self.clients = self.storage.server_load()
+        self.peak = max(self.peak, mem)
+        self.cpu = cpu1 - self.cpu0
+        self.wall = time.perf_counter() - self.t0
+
+
+def _machine_busy() -> float:
+    """Seconds of CPU the whole machine has been busy (every process, every core)."""
+    t = psutil.cpu_times()
+    return sum(t) - t.idle - getattr(t, "iowait", 0.0)
+
+
+def run_cell(config, storage: Storage, pool: LightPool, seconds: float, nbytes: int, waves: int,
+             reduce: bool) -> dict:
+    """One map of ``waves`` light tasks per worker of ``pool``; its figures."""
+    workers = pool.n
+    n = waves * workers
+    busy0, light0 = _machine_busy(), pool.cpu_seconds()
+    with BrokerWatch(storage) as broker, CpuShare() as client:
+        value = remote_map(light_task, [(seconds, nbytes)] * n, broker=config, reduce=reduce or None,
+                           progress=False)
+        returned = time.time()
+    busy, light = _machine_busy() - busy0, pool.cpu_seconds() - light0
+    handle = last_map()
+    rec = handle.record()
+    got = value.nbytes if reduce else sum(v.nbytes for v in value)
+    assert got == (nbytes // 8) * 8 * (1 if reduce else n), "a result is missing or doubled"
+    waits = [m["received"] - m["stop"] for m in handle.run.ledger.metas() if "received" in m and "stop" in m]
+    delays = dispatch_delays(rec)
+    eff = efficiency(rec)
+    shares = client.shares()
+    return {
+        "workers": workers, "seconds": seconds, "bytes": nbytes, "tasks": n, "wall_s": broker.wall,
+        "tasks_per_s": n / broker.wall, "efficiency": eff["efficiency"],
+        "dispatch_ms_median": statistics.median(delays) * 1e3, "dispatch_ms_p99": _quantile(delays, 0.99) * 1e3,
+        "redis_cpu_us_per_task": broker.cpu / n * 1e6, "redis_cpu_share": broker.cpu / broker.wall,
+        "redis_peak_mb": broker.peak / 2**20, "redis_clients": broker.clients,
+        "client_cpu_share": client.process_cpu / client.wall,
+        "client_main_cpu_share": client.main_cpu / client.wall,
+        "client_cpu_us_per_task": client.process_cpu / n * 1e6,
+        "client_where": shares,
+        "result_wait_s_p99": _quantile(waits, 0.99), "result_wait_s_max": max(waits, default=float("nan")),
+        "last_result_to_return_ms": (returned - handle.run.ledger.last_received()) * 1e3,
+        "machine_busy_cores": busy / broker.wall, "light_workers_cores": light / broker.wall,
+    }
+
+
+def idle_broker_share(storage: Storage, seconds: float = IDLE_SECONDS) -> float:
+    """The broker's CPU share (of one core) over ``seconds`` with the workers idle."""
+    cpu0 = storage.server_load()[0]
+    time.sleep(seconds)
+    return (storage.server_load()[0] - cpu0) / seconds
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x]
+
+
+def _sizes(text: str) -> list[int]:
+    return [parse_size(x) for x in text.split(",") if x]
+
+
+def _size_text(n: int) -> str:
+    return f"{n / 1e6:g} MB" if n >= 1e6 else f"{n / 1e3:g} kB"
+
+
+HEADER = (f"{'workers':>7} {'task':>5} {'result':>7} {'tasks/s':>8} {'eff':>7} {'disp med':>8} "
+          f"{'disp p99':>8} {'redis us/t':>10} {'redis':>6} {'client':>6} {'verify':>6} {'decode':>6} "
+          f"{'combine':>7} {'I/O':>5} {'books':>5} {'redis MB':>8} {'wait p99':>8} {'return':>7} {'busy':>5} {'light':>5}")
+
+
+def format_row(r: dict) -> str:
+    """One line of the table (times in ms unless marked)."""
+    head = f"{r['workers']:>7} {r['seconds']:>4g}s {_size_text(r['bytes']):>7}"
+    if "skipped" in r or "failed" in r:
+        return f"{head}  skipped: {r['skipped']}" if "skipped" in r else f"{head}  FAILED: {r['failed']}"
+    w = r["client_where"]
+    return (f"{head} {r['tasks_per_s']:>8.1f} {r['efficiency'] * 100:>6.2f}% {r['dispatch_ms_median']:>8.1f} "
+            f"{r['dispatch_ms_p99']:>8.1f} {r['redis_cpu_us_per_task']:>10.0f} {r['redis_cpu_share'] * 100:>5.1f}% "
+            f"{r['client_cpu_share'] * 100:>5.1f}% " + " ".join(
+                f"{w[k] * 100:>{n}.0f}%" for k, n in zip(CATEGORIES, (5, 5, 6, 4, 4)))
+            + f" {r['redis_peak_mb']:>8.0f} {r['result_wait_s_p99']:>7.2f}s {r['last_result_to_return_ms']:>6.1f}"
+            f" {r['machine_busy_cores']:>5.2f} {r['light_workers_cores']:>5.2f}")
+
+
+@click.command("scale")
+@click.option("--workers", "workers_text", default="100,300,1000,3000", show_default=True,
+              help="Light worker counts, comma-separated.")
+@click.option("--seconds", "seconds_text", default="1,10", show_default=True, help="Task durations (s).")
+@click.option("--sizes", "sizes_text", default="10kB,1MB,8MB", show_default=True, help="Result sizes.")
+@click.option("--waves", default=3, show_default=True, help="Tasks per worker in each map.")
+@click.option("--processes", default=0, help="Light worker processes (default: one per 100 workers, at least 2).")
+@click.option("--memory-budget", default="4GB", show_default=True,
+              help="Skip cells whose results could pass this in all (they wait in Redis when the client lags).")
+@click.option("--reduce/--no-reduce", "reduce", default=True, show_default=True,
+              help="remote_map(..., reduce=True): results combined with + (else kept as a list).")
+@click.option("--json", "json_path", default=None, help="Write the figures here.")
+@click.option("--ceiling-of", "ceiling_of", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="Only print the paper ceiling of figures saved with --json.")
+def scale_command(workers_text, seconds_text, sizes_text, waves, processes, memory_budget, reduce, json_path,
+                  ceiling_of):
+    """One Redis, one client, many light workers: throughput, efficiency, costs."""
+    if ceiling_of:
+        with open(ceiling_of) as fh:
+            click.echo("\n".join(ceiling_lines(json.load(fh))))
+        return None
+    counts, durations, sizes = _ints(workers_text), _floats(seconds_text), _sizes(sizes_text)
+    budget = parse_size(memory_budget)
+    out: dict = {"cores": os.cpu_count(), "waves": waves, "reduce": reduce, "memory_budget": budget,
+                 "pools": [], "cells": []}
+    click.echo(f"bench scale: {os.cpu_count()} cores, {waves} tasks per worker, reduce={reduce}, "
+               f"memory budget {budget / 1e9:.1f} GB", err=True)
+    with EmbeddedBroker(maxclients=max(4000, 3 * max(counts) + 100)) as b:
+        storage = Storage(b.config)
+        click.echo("times in ms; eff: the timeline's efficiency; disp: dispatch delay (queued -> taken); "
+                   "redis: CPU share of one core; client: process CPU share, then where its main thread's "
+                   "CPU went; wait: a result's end -> taken by the client; return: last result -> "
+                   "remote_map returned; busy: cores the whole machine used (others' too), light: cores the light workers used")
+        click.echo(HEADER)
+        for n in counts:
+            nproc = processes or max(2, math.ceil(n / 100))
+            try:
+                pool = LightPool(b.config, n, processes=nproc, prefix=f"w{n}-", start_timeout=300).start()
+            except RuntimeError as err:
+                out["pools"].append({"workers": n, "processes": nproc, "failed": str(err)[:3000]})
+                click.echo(f"-- {n} workers in {nproc} processes: FAILED to register: {str(err).splitlines()[0]}")
+                continue
+            with pool:
+                idle = idle_broker_share(storage)
+                pool_row = {"workers": n, "processes": nproc, "register_s": pool.registered_s,
+                            "redis_idle_share": idle}
+                out["pools"].append(pool_row)
+                click.echo(f"-- {n} workers in {nproc} processes: registered in {pool.registered_s:.2f} s; "
+                           f"Redis idle (heartbeats only): {idle * 100:.1f}% of a core")
+                for seconds in durations:
+                    for nbytes in sizes:
+                        flight = waves * n * nbytes * (1 if reduce else 2)
+                        if flight > budget:
+                            row = {"workers": n, "seconds": seconds, "bytes": nbytes,
+                                   "skipped": f"{flight / 1e9:.1f} GB of results could wait, over the "
+                                              f"budget of {budget / 1e9:.1f} GB (--memory-budget)"}
+                        else:
+                            try:
+                                row = run_cell(b.config, storage, pool, seconds, nbytes, waves, reduce)
+                            except RhtcError as err:       # say it, keep the workers' logs, go on
+                                row = {"workers": n, "seconds": seconds, "bytes": nbytes,
+                                       "failed": str(err).splitlines()[0][:300], "worker_logs": pool.log_tail()}
+                        out["cells"].append(row)
+                        click.echo(format_row(row))
+        storage.close()
+    if any("tasks" in c for c in out["cells"]):
+        out["ceiling"] = ceiling_lines(out)
+        click.echo("\n".join(["", "on paper (bench/ceiling.py):", *out["ceiling"]]))
+    if json_path:
+        with open(json_path, "w") as fh:
+            json.dump(out, fh, indent=2)
+    return out
