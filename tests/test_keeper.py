@@ -55,3 +55,17 @@ def test_a_second_keeper_of_the_same_pool_is_refused(broker, tmp_path):
         assert [k["pool"] for k in s.keepers()] == ["dup"], "the running keeper's state is left alone"
     finally:
         s.close()
+
+
+def test_the_dashboard_shows_the_keepers_size_and_last_replacement(broker):
+    from rhtc.broker.storage import Storage
+    from rhtc.client.dashstate import DashState
+    s = Storage(broker.config)
+    try:
+        assert DashState(s).snapshot()["pool"]["keeper"] is None
+        s.publish_keeper("p7", {"wanted": 3, "serving": 2}, ttl=30)
+        s.keeper_event("p7", {"what": "replaced", "job": "12.1", "why": "held: memory exceeded"})
+        line = DashState(s).snapshot()["pool"]["keeper"]
+        assert line == "p7 wants 3, 2 serving; last replaced 12.1: held: memory exceeded", line
+    finally:
+        s.close()
