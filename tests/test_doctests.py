@@ -16,12 +16,15 @@ from pathlib import Path
 import pytest
 
 import rhtc
+from tests.samples import NANOAOD
 from rhtc._checkout import FOLDERS
 
 OPTIONS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 #: modules whose examples run maps on the default broker: they get one worker on it
 NEEDS_WORKERS = {"rhtc", "rhtc.client", "rhtc.client.api", "rhtc.client.handle", "rhtc.client.handleview"}
-SHARED = Path(rhtc.__file__).resolve().parent.parent.parent / "shared"
+#: what the examples call ``../shared``: the folder that holds the samples (tests/samples.py
+#: finds them beside the checkout, at /work/shared, or at $RHTC_NANOAOD), wherever the checkout is
+SHARED = NANOAOD.parent.parent
 #: modules that cannot be imported without an optional extra that is not installed here
 OPTIONAL = {"rhtc.coffea": "coffea", "rhtc.client.coffea": "coffea", "rhtc.client.coffea_parity": "coffea",
             "rhtc.bench.agc": "coffea", "rhtc.client.dashboard": "tornado", "rhtc.client.dashmetrics": "prometheus_client"}
