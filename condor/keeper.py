@@ -256,6 +256,8 @@ class PoolKeeper:
                     f"{len(ids)} job(s): the pool wants {self.wanted}")
 
     def _idle_check(self, work: int, now: float) -> None:
+        if not self.plan.stop_when_idle:
+            return                       # nothing to decide: no need to read the maps every look
         if work or self.storage.maps_in_flight(tidy=False):
             self.idle_since = time.monotonic()
         elif self.plan.stop_when_idle and time.monotonic() - self.idle_since > self.plan.stop_when_idle:

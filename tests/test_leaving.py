@@ -13,6 +13,8 @@ import pytest
 from rhtc import remote_map
 from rhtc.broker.storage import Storage
 
+from .pools.common import wait_for
+
 
 def _runs_logged(log: str):
     """A task that sleeps, and appends (index, worker, start, stop) to ``log`` when it ends."""
@@ -26,16 +28,6 @@ def _runs_logged(log: str):
             fh.write(json.dumps([x[0], os.environ.get("RHTC_TEST_NAME", "?"), t0, time.time()]) + "\n")
         return x[0]
     return task
-
-
-def _wait(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def test_a_worker_drains_at_the_end_of_its_lifetime_and_loses_nothing(broker, workers, tmp_path):
@@ -90,7 +82,7 @@ def test_an_idle_worker_leaves_only_above_the_pools_floor(broker, workers):
         s.set_pool_floor(2, ttl=120)
         names = workers.start(3, env={"RHTC_IDLE_TIMEOUT": "1.5"})
         # one may leave (3 -> 2), the other two stay at the floor
-        _wait(lambda: sum(workers.procs[n].poll() is not None for n in names) >= 1, 30, "one idle worker to leave")
+        wait_for(lambda: sum(workers.procs[n].poll() is not None for n in names) >= 1, 30, what="one idle worker to leave")
         time.sleep(4.0)
         gone = [n for n in names if workers.procs[n].poll() is not None]
         assert len(gone) == 1, f"only one of three may leave above a floor of 2: {gone}"
@@ -98,7 +90,27 @@ def test_an_idle_worker_leaves_only_above_the_pools_floor(broker, workers):
         assert "leaves (no task for 2 s)" in workers.log(gone[0])
         # without a floor (no keeper), the others leave too
         s.r.delete(s.keys.pool_floor)
-        _wait(lambda: all(workers.procs[n].poll() is not None for n in names), 30, "the others to leave")
+        wait_for(lambda: all(workers.procs[n].poll() is not None for n in names), 30, what="the others to leave")
         assert not s.live_workers()
+    finally:
+        s.close()
+
+
+def test_a_draining_worker_is_routed_nothing(broker, workers):
+    """While it finishes its last task, a leaving worker is still live, but the client's
+    routing (Storage.locate) no longer offers it: a chunk sent there would wait for a
+    worker that takes nothing more."""
+    from rhtc import submit
+    name, = workers.start(1, env={"RHTC_LIFETIME": "4", "RHTC_LIFETIME_STAGGER": "0"})
+    other, = workers.start(1)
+    h = submit(_runs_logged("/dev/null"), [(0, 8.0), (1, 8.0)], broker=broker.config,
+               routing=False)
+    s = Storage(broker.config)
+    try:
+        wait_for(lambda: any(w.name == name and w.leaving for w in s.worker_statuses()), 30,
+                 what=f"{name} to start draining")
+        _, live = s.locate(["uuid:Events:0-100"])
+        assert name not in live and other in live, live
+        assert sorted(h.wait()) == [0, 1]
     finally:
         s.close()
