@@ -4,8 +4,9 @@ size), over a grid of worker counts x task durations x result sizes.
 
 Each cell is one ``remote_map`` of ``waves`` tasks per worker. Printed per cell: tasks/s;
 the timeline's efficiency; the dispatch delay (a task queued -> taken: its start minus the
-later of the map's submission and the end of the worker's previous task), median and p99;
-the broker's CPU per task and its share of one core (INFO used_cpu_sys + used_cpu_user
+later of the map's submission and the end of the worker's previous task), median and p99,
+and apart: the ramp (the last worker's first task started this long after the submission)
+and the steady state's p99 (every task but each worker's first); the broker's CPU per task and its share of one core (INFO used_cpu_sys + used_cpu_user
 over the map); the client's CPU share and where its main thread's CPU went
 (:mod:`bench.cpushare`); Redis's memory peak (sampled); how long results waited between
 their task's end and the client taking them (p99; "the client keeps up" when under one
@@ -13,8 +14,9 @@ task duration); and the time from the last result to ``remote_map`` returning. P
 count: the time to register all workers and the broker's CPU share with them idle
 (heartbeats alone).
 
-A cell whose results could pass ``--memory-budget`` in all (tasks x result size: when the
-client falls behind they wait in Redis; twice that when they are kept as a list) is
+A cell whose results could pass ``--memory-budget`` in all (tasks x result size, or workers x
+result size when the workers merge: when the client falls behind they wait in Redis; twice
+that when they are kept as a list) is
 skipped and says so. Redis is not capped: at ``maxmemory`` the workers' retries of
 refused 8 MB hand-ins would be what the bench measures.
 """
@@ -48,29 +50,30 @@ def _quantile(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
 
-def dispatch_delays(record) -> list[float]:
+def dispatch_delays(record) -> tuple[list[float], list[float]]:
     """Per task: its start minus the later of the map's submission and the end of the
     previous task on its worker (how long a free worker and a queued task waited for each
-    other).
+    other); as (each worker's first task: the map's ramp, which also loads its function
+    and waits for its liveness token; the others: the steady state).
 
     >>> from rhtc.client.record import RunRecord
     >>> rec = RunRecord(start=100.0, end=110.0)
     >>> rec.add_task({"index": 0, "worker": "a", "start": 100.5, "stop": 105})
     >>> rec.add_task({"index": 1, "worker": "a", "start": 105.25, "stop": 110})
     >>> dispatch_delays(rec)
-    [0.5, 0.25]
+    ([0.5], [0.25])
     """
     by_worker: dict[str, list] = {}
     for t in record.tasks:
         by_worker.setdefault(t.worker, []).append(t)
-    out = []
+    first, later = [], []
     for tasks in by_worker.values():
         tasks.sort(key=lambda t: t.start)
         free = record.start
-        for t in tasks:
-            out.append(max(0.0, t.start - max(free, record.start)))
+        for k, t in enumerate(tasks):
+            (later if k else first).append(max(0.0, t.start - max(free, record.start)))
             free = t.stop
-    return out
+    return first, later
 
 
 class BrokerWatch:
@@ -113,14 +116,14 @@ def _machine_busy() -> float:
 
 
 def run_cell(config, storage: Storage, pool: LightPool, seconds: float, nbytes: int, waves: int,
-             reduce: bool) -> dict:
+             reduce: bool, merge: bool = True) -> dict:
     """One map of ``waves`` light tasks per worker of ``pool``; its figures."""
     workers = pool.n
     n = waves * workers
     busy0, light0 = _machine_busy(), pool.cpu_seconds()
     with BrokerWatch(storage) as broker, CpuShare() as client:
         value = remote_map(light_task, [(seconds, nbytes)] * n, broker=config, reduce=reduce or None,
-                           progress=False)
+                           merge=merge, progress=False)
         returned = time.time()
     busy, light = _machine_busy() - busy0, pool.cpu_seconds() - light0
     handle = last_map()
@@ -128,13 +131,16 @@ def run_cell(config, storage: Storage, pool: LightPool, seconds: float, nbytes: 
     got = value.nbytes if reduce else sum(v.nbytes for v in value)
     assert got == (nbytes // 8) * 8 * (1 if reduce else n), "a result is missing or doubled"
     waits = [m["received"] - m["stop"] for m in handle.run.ledger.metas() if "received" in m and "stop" in m]
-    delays = dispatch_delays(rec)
+    first, later = dispatch_delays(rec)
+    delays = first + later
     eff = efficiency(rec)
     shares = client.shares()
     return {
         "workers": workers, "seconds": seconds, "bytes": nbytes, "tasks": n, "wall_s": broker.wall,
         "tasks_per_s": n / broker.wall, "efficiency": eff["efficiency"],
         "dispatch_ms_median": statistics.median(delays) * 1e3, "dispatch_ms_p99": _quantile(delays, 0.99) * 1e3,
+        "ramp_ms": max(first) * 1e3,
+        "steady_dispatch_ms_p99": _quantile(later, 0.99) * 1e3 if later else float("nan"),
         "redis_cpu_us_per_task": broker.cpu / n * 1e6, "redis_cpu_share": broker.cpu / broker.wall,
         "redis_peak_mb": broker.peak / 2**20, "redis_clients": broker.clients,
         "client_cpu_share": client.process_cpu / client.wall,
@@ -171,7 +177,7 @@ def _size_text(n: int) -> str:
 
 
 HEADER = (f"{'workers':>7} {'task':>5} {'result':>7} {'tasks/s':>8} {'eff':>7} {'disp med':>8} "
-          f"{'disp p99':>8} {'redis us/t':>10} {'redis':>6} {'client':>6} {'verify':>6} {'decode':>6} "
+          f"{'disp p99':>8} {'ramp':>6} {'steady99':>8} {'redis us/t':>10} {'redis':>6} {'client':>6} {'verify':>6} {'decode':>6} "
           f"{'combine':>7} {'I/O':>5} {'books':>5} {'redis MB':>8} {'wait p99':>8} {'return':>7} {'busy':>5} {'light':>5}")
 
 
@@ -182,7 +188,8 @@ def format_row(r: dict) -> str:
         return f"{head}  skipped: {r['skipped']}" if "skipped" in r else f"{head}  FAILED: {r['failed']}"
     w = r["client_where"]
     return (f"{head} {r['tasks_per_s']:>8.1f} {r['efficiency'] * 100:>6.2f}% {r['dispatch_ms_median']:>8.1f} "
-            f"{r['dispatch_ms_p99']:>8.1f} {r['redis_cpu_us_per_task']:>10.0f} {r['redis_cpu_share'] * 100:>5.1f}% "
+            f"{r['dispatch_ms_p99']:>8.1f} {r['ramp_ms']:>6.0f} {r['steady_dispatch_ms_p99']:>8.1f} "
+            f"{r['redis_cpu_us_per_task']:>10.0f} {r['redis_cpu_share'] * 100:>5.1f}% "
             f"{r['client_cpu_share'] * 100:>5.1f}% " + " ".join(
                 f"{w[k] * 100:>{n}.0f}%" for k, n in zip(CATEGORIES, (5, 5, 6, 4, 4)))
             + f" {r['redis_peak_mb']:>8.0f} {r['result_wait_s_p99']:>7.2f}s {r['last_result_to_return_ms']:>6.1f}"
@@ -200,11 +207,13 @@ def format_row(r: dict) -> str:
               help="Skip cells whose results could pass this in all (they wait in Redis when the client lags).")
 @click.option("--reduce/--no-reduce", "reduce", default=True, show_default=True,
               help="remote_map(..., reduce=True): results combined with + (else kept as a list).")
+@click.option("--merge/--no-merge", default=True, show_default=True,
+              help="With --reduce: the workers merge their results first (remote_map's merge=).")
 @click.option("--json", "json_path", default=None, help="Write the figures here.")
 @click.option("--ceiling-of", "ceiling_of", default=None, type=click.Path(exists=True, dir_okay=False),
               help="Only print the paper ceiling of figures saved with --json.")
-def scale_command(workers_text, seconds_text, sizes_text, waves, processes, memory_budget, reduce, json_path,
-                  ceiling_of):
+def scale_command(workers_text, seconds_text, sizes_text, waves, processes, memory_budget, reduce, merge,
+                  json_path, ceiling_of):
     """One Redis, one client, many light workers: throughput, efficiency, costs."""
     if ceiling_of:
         with open(ceiling_of) as fh:
@@ -212,13 +221,16 @@ def scale_command(workers_text, seconds_text, sizes_text, waves, processes, memo
         return None
     counts, durations, sizes = _ints(workers_text), _floats(seconds_text), _sizes(sizes_text)
     budget = parse_size(memory_budget)
-    out: dict = {"cores": os.cpu_count(), "waves": waves, "reduce": reduce, "memory_budget": budget,
+    merge = merge and reduce
+    out: dict = {"cores": os.cpu_count(), "waves": waves, "reduce": reduce, "merge": merge, "memory_budget": budget,
                  "pools": [], "cells": []}
-    click.echo(f"bench scale: {os.cpu_count()} cores, {waves} tasks per worker, reduce={reduce}, "
+    click.echo(f"bench scale: {os.cpu_count()} cores, {waves} tasks per worker, reduce={reduce}, merge={merge}, "
                f"memory budget {budget / 1e9:.1f} GB", err=True)
     with EmbeddedBroker(maxclients=max(4000, 3 * max(counts) + 100)) as b:
         storage = Storage(b.config)
         click.echo("times in ms; eff: the timeline's efficiency; disp: dispatch delay (queued -> taken); "
+                   "ramp: the last worker's first task started after the map's submission; steady99: "
+                   "the dispatch p99 of the tasks after each worker's first; "
                    "redis: CPU share of one core; client: process CPU share, then where its main thread's "
                    "CPU went; wait: a result's end -> taken by the client; return: last result -> "
                    "remote_map returned; busy: cores the whole machine used (others' too), light: cores the light workers used")
@@ -240,14 +252,15 @@ def scale_command(workers_text, seconds_text, sizes_text, waves, processes, memo
                            f"Redis idle (heartbeats only): {idle * 100:.1f}% of a core")
                 for seconds in durations:
                     for nbytes in sizes:
-                        flight = waves * n * nbytes * (1 if reduce else 2)
+                        # results that may wait in Redis: one partial per worker with the merge
+                        flight = (1 if merge else waves) * n * nbytes * (1 if reduce else 2)
                         if flight > budget:
                             row = {"workers": n, "seconds": seconds, "bytes": nbytes,
                                    "skipped": f"{flight / 1e9:.1f} GB of results could wait, over the "
                                               f"budget of {budget / 1e9:.1f} GB (--memory-budget)"}
                         else:
                             try:
-                                row = run_cell(b.config, storage, pool, seconds, nbytes, waves, reduce)
+                                row = run_cell(b.config, storage, pool, seconds, nbytes, waves, reduce, merge)
                             except RhtcError as err:       # say it, keep the workers' logs, go on
                                 row = {"workers": n, "seconds": seconds, "bytes": nbytes,
                                        "failed": str(err).splitlines()[0][:300], "worker_logs": pool.log_tail()}

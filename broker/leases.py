@@ -27,6 +27,15 @@ class Claim:
 
     ok: bool
     holder: str = ""
+    duties: int = 0                          # a heartbeat's duties that are due (claim.lua): +1 reap, +2 sweep
+
+    @property
+    def reap_due(self) -> bool:
+        return bool(self.duties & 1)
+
+    @property
+    def sweep_due(self) -> bool:
+        return bool(self.duties & 2)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,26 +70,33 @@ class Leases:
 
     # -- the name and its incarnation ----------------------------------------------------
     def claim(self, worker: str, incarnation: str, status: messages.WorkerStatus,
-              mode: str = "claim", expected: str = "") -> Claim:
+              mode: str = "claim", expected: str = "", duties: float = 0.0) -> Claim:
         """Claim ``worker`` for ``incarnation`` (``mode`` 'claim', or 'force' to take over from
-        ``expected``, a holder seen dead), or renew it ('renew', the heartbeat). A claim
-        requeues what a predecessor held, at once."""
+        ``expected``, a holder seen dead), or renew it ('renew', the heartbeat; with
+        ``duties`` > 0 it also says whether reaping and the dead clients' sweep are due, at
+        most once per ``duties`` s across the pool). A claim requeues what a predecessor
+        held, at once."""
         st = self.settings
         why = f"{worker} was restarted (new incarnation {incarnation}) at {now_text()}"
-        ok, info = self._scripts["claim"](args=[
+        ok, info, *due = self._scripts["claim"](args=[
             self.keys.ns, worker, incarnation, status.encode(self.config.key), int(st.lease * 1000), mode, expected,
-            st.max_attempts, st.result_ttl, why, st.holds_ttl, st.scan_step])
+            st.max_attempts, st.result_ttl, why, st.holds_ttl, st.scan_step, int(duties * 1000)])[:3]
         if not ok:
             return Claim(False, info.decode() if isinstance(info, bytes) else str(info))
+        if mode == "renew":
+            return Claim(True, duties=int(due[0]) if due else 0)
         left = int(info)
         while left:
             left = int(self._scripts["drain"](args=[self.keys.ns, worker, st.scan_step]))
         return Claim(True)
 
-    def heartbeat(self, worker: str, incarnation: str, status: messages.WorkerStatus) -> Claim:
+    def heartbeat(self, worker: str, incarnation: str, status: messages.WorkerStatus,
+                  duties: float = 0.0) -> Claim:
         """Say this incarnation is alive (renews its name and lease) and publish its status;
-        ``ok`` is False when another incarnation took the name over."""
-        return self.claim(worker, incarnation, status, mode="renew")
+        ``ok`` is False when another incarnation took the name over. With ``duties`` (s),
+        the answer also says whether this worker should reap and sweep now (one round
+        trip for all three: :meth:`Supervisor.beat`)."""
+        return self.claim(worker, incarnation, status, mode="renew", duties=duties)
 
     def claim_ms_left(self, worker: str) -> int:
         """Milliseconds until the claim on ``worker`` expires (-2: nobody holds it); a live
@@ -130,19 +146,25 @@ class Leases:
             batch.append((got[i], token))
         return True, int(got[1]), batch
 
-    def wait_for_task(self, worker: str, incarnation: str, timeout: float) -> bytes | None:
+    def wait_for_task(self, worker: str, incarnation: str, timeout: float) -> tuple[bytes | None, bool]:
         """Block until a task arrives in this worker's queue or the shared one; lease it.
+        Returns (the frame, or None after ``timeout`` s; whether some worker's own queue
+        may hold tasks to steal, read in the same round trip: an idle worker with nothing
+        to steal goes back to waiting without a take).
 
         The lease is sent without waiting for its reply; :meth:`leased_token` reads the
         reply (the map's liveness token) while the caller verifies the frame."""
-        got = self._fast.call("BRPOP", self.keys.queue(worker), self.keys.shared_queue, timeout)
+        self._fast.drain()
+        self._fast.send("BRPOP", self.keys.queue(worker), self.keys.shared_queue, timeout, flush=False)
+        self._fast.send("SCARD", self.keys.routed)       # (run once the pop returns)
+        got, routed = self._fast.collect_all()
         if not got:
-            return None
+            return None, bool(routed)
         shared = int(got[0] in (self.keys.shared_queue, self.keys.shared_queue.encode()))
         self._fast.script(self._scripts["lease_one"], [],
                           [self.keys.ns, worker, incarnation, int(self.settings.leases), got[1], shared],
                           wait=False)
-        return got[1]
+        return got[1], bool(routed)
 
     def leased_token(self) -> tuple[bytes, int]:
         """(the liveness token of the map of the task :meth:`wait_for_task` returned, b''

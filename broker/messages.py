@@ -303,10 +303,8 @@ class WorkerStatus:
 
     def encode(self, key: bytes | None = None) -> str:
         """JSON; with ``key`` (what a worker publishes), signed: :func:`status_forgery`."""
-        d = dataclasses.asdict(self)
+        d = {name: getattr(self, name) for name in _STATUS_PUBLISHED}    # (asdict deep-copies: 4x slower)
         d["task"] = list(self.task) if self.task is not None else None
-        d.pop("queued")
-        d.pop("forged")
         text = json.dumps(d)
         return text if key is None else text[:-1] + _SIG_OPEN + _status_mac(key, text) + '"}'
 
@@ -327,6 +325,10 @@ class WorkerStatus:
         d.setdefault("incarnation", "")
         d.setdefault("key_fingerprint", "")
         return cls(**d)
+
+
+_STATUS_PUBLISHED = tuple(f.name for f in dataclasses.fields(WorkerStatus) if f.name not in ("queued", "forged"))
+"""The fields a worker publishes (``queued`` and ``forged`` are the reader's)."""
 
 
 # -- a lost run of a task, as its history keeps it (one line per run) -------------------------

@@ -22,15 +22,15 @@ from ..broker import protocol
 from ..broker import messages
 from ..broker.merge import MergePlan
 from ..broker.config import BrokerConfig, Settings, redact, settings
-from ..broker.errors import BrokerOutOfMemory, BrokerTrouble, BrokerUnavailable
+from ..broker.errors import BrokerTrouble
 from ..broker.storage import Storage
 from .backoff import Backoff
 from .cache import BranchCache
 from .children import end_children
 from .disk import open_disk_tier
 from .memory import tune_malloc
-from .results import (ALWAYS_FITS, REFUSALS, batches_within, describe_error, pack_result,
-                                 refused_by_broker)
+from .outbox import Outbox
+from .results import describe_error, pack_result
 from .merge import Partials
 from .shared import MAX_HELD, SharedState
 from .tokens import MapTokens
@@ -38,6 +38,8 @@ from .tokens import MapTokens
 log = logging.getLogger("rhtc.worker")
 
 BATCH_SECONDS = 0.005      # take as many tasks as fit in this much time (fast tasks only)
+IDLE_WAIT = 1.0            # an idle worker's blocking pop (s): how soon it sees a stop or a drain
+QUIET_RETAKE = 10.0        # with nothing to steal, an idle worker still takes (checks its name) this often (s)
 
 
 class HandBack(BaseException):
@@ -71,11 +73,11 @@ class TaskProcess:
         self.pid = os.getpid()
         self.stopping = False
         self._in_user_code = False
-        self._unflushed: list[tuple[str, bytes, bytes]] = []
+        self.outbox = Outbox(self.storage, name, incarnation, self.key)   # results not handed in yet
         self.partials = Partials(self.key, MAX_HELD - max_batch, self.settings.max_result_bytes,
                                  self.storage.bulk_limits)     # results of maps that merge (reduce=)
-        self._refusals = 0                          # big results refused in a row (see _refused_results)
         self._ewma = 1.0                            # seconds per task, for batch sizing
+        self._quiet_until = 0.0                     # idle with nothing to steal: only pop until then
         self.tasks_done = self.errors = 0
         self.bytes_from_file = self.bytes_from_cache = 0     # totals, for `rhtc status`
         self.ctx = context.TaskContext(worker=self.name, cache=self.cache)
@@ -98,17 +100,22 @@ class TaskProcess:
         backoff = Backoff(f"worker {self.name} (task process {self.pid})")
         while not self.stopping:
             try:
-                holding, batch = self._take()
+                quiet = time.monotonic() < self._quiet_until
+                holding, batch = (True, []) if quiet else self._take()
                 if not holding:     # the name is not ours (yet/any more): the supervisor claims or stops
                     time.sleep(0.2)
                     continue
                 if not batch and not self.stopping:
                     if self.partials:           # the queue ran dry: hand the partials in first
-                        self._unflushed += self.partials.flush()
-                        self._flush()
+                        self.outbox.frames += self.partials.flush()
+                        self.outbox.flush()
                         self._hold([])
-                    frame = self.storage.wait_for_task(self.name, self.incarnation, timeout=1.0)
+                    frame, stealable = self.storage.wait_for_task(self.name, self.incarnation, IDLE_WAIT)
                     batch = [(frame, None)] if frame else []
+                    if frame or stealable:      # (a take per idle second would cost the broker a script
+                        self._quiet_until = 0.0  # run per worker-second: 25 % of a core at 1,000 workers)
+                    elif not quiet:
+                        self._quiet_until = time.monotonic() + QUIET_RETAKE
                 if batch:
                     self._run_batch(batch)
                 backoff.ok()
@@ -120,7 +127,7 @@ class TaskProcess:
                 self.storage.reset_connection()
                 self._hold([])                  # what was leased but not handed in is reconciled
                 self.shared.set_task(None)      # (a lost lease reply after the task ran, too)
-                self._refused_results(err)
+                self.outbox.refused(err)
                 backoff.wait(err, redact(self.config.url))
         self._shutdown()
         return 0
@@ -136,13 +143,13 @@ class TaskProcess:
         self.stopping = True
 
     def _shutdown(self) -> None:
-        self._unflushed += self.partials.flush()
+        self.outbox.frames += self.partials.flush()
         for _ in range(3):
             try:
-                self._flush()
+                self.outbox.flush()
                 break
             except BrokerTrouble:
-                if not self._unflushed:
+                if not self.outbox:
                     break
                 time.sleep(0.5)
         log.info("worker %s: task process stopped after %d tasks", self.name, self.tasks_done)
@@ -152,9 +159,7 @@ class TaskProcess:
         """Hand in finished results and lease the next batch, in one round trip; also says
         whether this incarnation still holds the name."""
         n = 0 if self.stopping else max(1, min(self.max_batch, int(BATCH_SECONDS / max(self._ewma, 1e-6))))
-        self._hand_in_large()
-        holding, self._broker_ms, batch = self.storage.take(self.name, self.incarnation, n, self._unflushed)
-        self._unflushed = []
+        holding, self._broker_ms, batch = self.outbox.take(n)
         if holding:
             self.tokens.saw_clock(self._broker_ms)
         self._hold([])                  # the results are in: the last batch is no longer held
@@ -178,42 +183,6 @@ class TaskProcess:
         merged = self.partials.held()
         self.shared.set_held(batch + merged)
         self.shared.set_counters(merged=len(merged))
-
-    def _hand_in_large(self) -> None:
-        """Results that together exceed what one command to the broker may carry
-        (``client-query-buffer-limit``) go in ahead, in groups that fit; the last group
-        is left for the take."""
-        if sum(len(frame) for _, _, frame in self._unflushed) <= ALWAYS_FITS // 2:
-            return
-        budget = self.storage.bulk_limits().query_buffer // 2
-        for group in batches_within(self._unflushed, budget)[:-1]:
-            self.storage.take(self.name, self.incarnation, 0, group)
-            self._unflushed = self._unflushed[len(group):]
-
-    def _refused_results(self, err: BaseException) -> None:
-        """A result over 1 MiB that the broker refused three times in a row (a limit we
-        could not read, or one lowered since) while the broker answers a ping: it goes in
-        as a ``ResultTooLarge`` error instead, so the worker is never wedged on it."""
-        big = [i for i, (_, _, frame) in enumerate(self._unflushed) if len(frame) > ALWAYS_FITS]
-        if not big or isinstance(err, (BrokerOutOfMemory, BrokerUnavailable)):
-            self._refusals = 0          # memory or a restart: results wait, by design
-            return
-        self._refusals += 1
-        try:
-            if self._refusals < REFUSALS or not self.storage.ping():
-                return
-        except Exception:   # the broker itself is away: keep the results
-            return
-        for i in big:
-            map_id, tid, frame = self._unflushed[i]
-            self._unflushed[i] = (map_id, tid, refused_by_broker(self.key, frame, err))
-        self._refusals = 0
-
-    def _flush(self) -> None:
-        self._hand_in_large()
-        if self._unflushed:
-            self.storage.take(self.name, self.incarnation, 0, self._unflushed)
-            self._unflushed = []
 
     def _run_frame(self, frame: bytes, token: bytes | None) -> None:
         """Verify a frame (signature; its map's liveness token, nonce and expiry; function
@@ -306,9 +275,9 @@ class TaskProcess:
         if not (status == protocol.OK and isinstance(fn, MergePlan) and self.partials.fold(fn, ref, value, meta)):
             status, payload = pack_result(status, value, meta, arg, self.settings.max_result_bytes,
                                           self.storage.bulk_limits, dumps=self.dumps)
-            self._unflushed.append((ref.map_id, tid, protocol.pack_result(self.key, ref.map_id, ref.index,
+            self.outbox.frames.append((ref.map_id, tid, protocol.pack_result(self.key, ref.map_id, ref.index,
                                                                           status, payload)))
-        self._unflushed += self.partials.due()
+        self.outbox.frames += self.partials.due()
         self.tasks_done += 1
         self.errors += status != protocol.OK
         self.bytes_from_file += self.ctx.bytes_from_file
@@ -386,7 +355,7 @@ class TaskProcess:
         if map_id is None or index is None:
             return
         payload = messages.Fault(kind, message, worker=self.name).encode()
-        self._unflushed.append((map_id, tid, protocol.pack_result(self.key, map_id, index,
+        self.outbox.frames.append((map_id, tid, protocol.pack_result(self.key, map_id, index,
                                                                   protocol.SYSTEM_ERROR, payload)))
 
     def _problem(self, message: str) -> None:

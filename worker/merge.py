@@ -32,12 +32,11 @@ from ..broker.config import mib
 from ..broker.leases import BulkLimits
 from ..broker.merge import MergePlan, encode_partial
 from ..broker.messages import ErrorKind, ResultMeta, encode_result
+from .outbox import Outgoing
 from .results import ALWAYS_FITS, NO_ARGUMENT, result_limit, safe_text, task_error
 
 log = logging.getLogger("rhtc.worker")
 
-#: what a worker hands in: (map id, task id(s), signed frame)
-Outgoing = tuple[str, bytes, bytes]
 
 
 @dataclasses.dataclass

@@ -57,6 +57,7 @@ log = logging.getLogger("rhtc.worker")
 _PR_SET_PDEATHSIG = 1
 EXIT_NAME_HELD = 3         # the exit code when another live process holds the name
 EXIT_REFUSED = 2           # the exit code when the broker refuses the password
+DUTIES_EVERY = 1.0         # seconds between two reaps (and two sweeps of dead clients' maps) in a pool
 STOP_GRACE = 10.0          # seconds a task process gets to hand back its task on SIGTERM
 
 
@@ -286,10 +287,13 @@ class Supervisor:
         """One heartbeat: renew the name and the lease, publish the status, reap dead
         workers, drop the maps of dead clients, and reconcile the lease once per
         ``settings.reconcile``. False when another incarnation took the name over."""
-        if not self.storage.heartbeat(self.name, self.incarnation, self.status()).ok:
+        beat = self.storage.heartbeat(self.name, self.incarnation, self.status(), duties=DUTIES_EVERY)
+        if not beat.ok:
             return False
-        self.storage.reap()
-        self.storage.drop_maps_of_dead_clients()
+        if beat.reap_due:             # at most once a second across the pool (claim.lua)
+            self.storage.reap(every=0)
+        if beat.sweep_due:
+            self.storage.drop_maps_of_dead_clients(every=0)
         if time.monotonic() >= self._next_reconcile:
             self._next_reconcile = time.monotonic() + self.settings.reconcile
             self._reconcile()

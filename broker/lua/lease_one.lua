@@ -1,5 +1,9 @@
 -- Lease one task that a worker popped with BRPOP (the idle worker's wake-up).
--- A task popped from the shared queue lets the next one of its map's backlog in (refill).
+-- A task popped from the shared queue lets the next one of its map's backlog in (refill);
+-- two when the shared queue is empty by now: idle workers are waiting (each wake-up is one
+-- of them), so the map's window doubles with each round of wake-ups until they all have a
+-- task (a thousand idle workers get their first in ~7 rounds, not 125 rounds of 8), and
+-- stops growing as soon as a task is left waiting.
 -- ARGV: ns, worker, incarnation, leases on (1/0), frame, popped from the shared queue (1/0).
 -- Returns {the map's signed liveness token, broker time ms}; the token is '' when the map
 -- is gone or its client died (the task is then dropped) or this incarnation does not hold
@@ -13,6 +17,9 @@ if redis.call('GET', K.incarnation(w)) ~= inc then
 end
 local token = map_token(frame_map(frame))
 if not token then return {'', now} end
-if ARGV[6] == '1' then refill(frame_map(frame)) end
+if ARGV[6] == '1' then
+  if redis.call('LLEN', K.shared_queue()) == 0 then refill(frame_map(frame)) end
+  refill(frame_map(frame))
+end
 if leases then redis.call('HSET', K.lease(w), frame_tid(frame), lease_prefix(inc) .. frame) end
 return {token, now}
