@@ -86,11 +86,11 @@ def encode_partial(indices: Sequence[int], metas: Sequence[ResultMeta], packed_v
                      _U32.pack(len(raw)), raw, packed_value])
 
 
-def decode_partial(payload: bytes) -> tuple[list[int], list[ResultMeta], bytes]:
+def decode_partial(payload: bytes | memoryview) -> tuple[list[int], list[ResultMeta], bytes | memoryview]:
     """(indices, metas, packed value) of a verified partial's payload."""
     n = _U32.unpack_from(payload)[0]
     indices = list(struct.unpack_from(f">{n}I", payload, 4))
     at = 4 + 4 * n
     m = _U32.unpack_from(payload, at)[0]
-    metas = [ResultMeta.decode(d) for d in json.loads(payload[at + 4:at + 4 + m])]
+    metas = [ResultMeta.decode(d) for d in json.loads(bytes(payload[at + 4:at + 4 + m]))]
     return indices, metas, payload[at + 4 + m:]

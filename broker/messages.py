@@ -193,10 +193,10 @@ def encode_result(packed_value: bytes, meta: ResultMeta) -> bytes:
     return _META_LEN.pack(len(raw)) + raw + packed_value
 
 
-def decode_result(payload: bytes) -> tuple[ResultMeta, bytes]:
+def decode_result(payload: bytes | memoryview) -> tuple[ResultMeta, bytes | memoryview]:
     """(meta, packed value) of a verified result payload; unpickle the value with :func:`loads`."""
     n = _META_LEN.unpack_from(payload)[0]
-    return ResultMeta.decode(payload[4:4 + n]), payload[4 + n:]
+    return ResultMeta.decode(bytes(payload[4:4 + n])), payload[4 + n:]
 
 
 # -- faults -----------------------------------------------------------------------------
@@ -233,8 +233,8 @@ class Fault:
                            "incarnation": self.incarnation}).encode()
 
     @classmethod
-    def decode(cls, raw: bytes) -> "Fault":
-        d = json.loads(raw)
+    def decode(cls, raw: bytes | memoryview) -> "Fault":
+        d = json.loads(bytes(raw))
         try:
             kind = FaultKind(d.get("kind"))
         except ValueError:
