@@ -173,7 +173,8 @@ class Settings:
     max_result_bytes: int = setting(64 * 1024 * 1024, kind="size", doc="the largest result a task may return")
     broker_patience: float = setting(300.0, doc="the client waits this long for a lost broker (s)")
     scan_step: int = setting(2000, minimum=1, doc="items one Lua call looks at, at most")
-    fair_window: int = setting(8, minimum=1, doc="tasks of one map in the shared queue at a time")
+    fair_window: int = setting(8, minimum=1, doc="tasks of one map in the shared queue at a time (more only while "
+                            "idle workers wait: lease_one.lua)")
     client_ttl: float = setting(10.0, minimum=1.0, doc="a client silent this long is dead, its maps dropped (s)")
     malloc_tuning: bool = setting(True, doc="0 turns the workers' malloc tuning off")
     token_ttl: float = setting(30.0, minimum=2.0, doc="a map's signed liveness token lasts this long "

@@ -57,6 +57,10 @@ key                             type    what / who deletes it
 ``{ns}:maps``                   zset    map ids by start time, for ``rhtc status`` (entries of
                                         maps whose hash is gone are removed by whoever lists them)
 ``{ns}:res:{map}``              list    finished and failed results; expires; deleted when read
+``{ns}:blob:{map}:{random}``    string  a result frame of 256 KiB or more, whose stub is in ``res:``
+                                        (broker/blobs.py); read and deleted by the client (GETDEL),
+                                        deleted by take when its stub is dropped and with its map's
+                                        results list; expires with that list
 ``{ns}:tries:{map}``            hash    task index -> attempt history text (which worker, how it died)
 ``{ns}:attempts:{map}``         hash    task index -> number of runs that killed their worker
 ``{ns}:dead:{map}``             list    task frames that exhausted their attempts (poison tasks)
@@ -140,6 +144,7 @@ TEMPLATES: dict[str, str] = {
     "live": "{ns}:live:{map_id}",
     "maps": "{ns}:maps",
     "results": "{ns}:res:{map_id}",
+    "blob": "{ns}:blob:{map_id}",
     "tries": "{ns}:tries:{map_id}",
     "attempts": "{ns}:attempts:{map_id}",
     "dead": "{ns}:dead:{map_id}",

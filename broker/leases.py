@@ -18,7 +18,7 @@ import dataclasses
 import time
 from typing import Iterable, Sequence
 
-from . import messages
+from . import blobs, messages
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,6 +136,10 @@ class Leases:
         args: list = [self.keys.ns, worker, incarnation, st.result_grace, max_tasks, int(st.leases),
                       st.scan_step, st.steal_min_queue, st.steal_stuck_seconds]
         for map_id, tid, frame in results:
+            if len(frame) >= blobs.BLOB_FROM:      # set as is beside, its stub handed in (blobs.py)
+                key = self.keys.blob(blobs.blob_name(map_id))
+                self._fast.send("SET", key, frame, "EX", st.result_ttl + st.result_grace, flush=False)
+                frame = blobs.stub(frame, key)
             args += [map_id, tid, frame]
         got = self._fast.script(self._scripts["take"], [], args)
         if not got[0]:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import redis
 
-from . import errors, keys, protocol
+from . import blobs, errors, keys, protocol
 
 from . import messages
 
@@ -48,7 +48,7 @@ def prelude() -> str:
              "local NS = ARGV[1]"]
     layout = dict(protocol.lua_layout(), INC_LEN=keys.INCARNATION_LEN, TIME_LEN=keys.LEASE_TIME_LEN,
                   MAP_FN=keys.MAP_FN, MAP_CLIENT=keys.MAP_CLIENT,
-                  MAP_CLIENT_TTL=keys.MAP_CLIENT_TTL, MAP_SENT=keys.MAP_SENT, MAP_REFUSED=keys.MAP_REFUSED,
+                  MAP_CLIENT_TTL=keys.MAP_CLIENT_TTL, BLOB_MAGIC=blobs.MAGIC.decode(), MAP_SENT=keys.MAP_SENT, MAP_REFUSED=keys.MAP_REFUSED,
                   STATUS_TASK_SECONDS=messages.WorkerStatus.task_seconds_field(),
                   **{f"REQUEUED_{r.name}": r.value for r in messages.Requeued})
     for name, value in layout.items():

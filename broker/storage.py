@@ -20,7 +20,7 @@ import time
 
 import redis
 
-from . import protocol, scripts
+from . import blobs, protocol, scripts
 
 from . import messages
 from .config import BrokerConfig, Settings, redact
@@ -176,7 +176,7 @@ class Storage(Leases, Pool, Keepers):
                 for args in numbered:
                     self._fast.script(script, [], args)
                 return []
-            return [got[1]] if got else []
+            return blobs.resolve(self.r, self.keys, map_id, [got[1]], FETCH_BYTES) if got else []
 
         with self._fast.lock:
             numbered = []
@@ -240,12 +240,14 @@ class Storage(Leases, Pool, Keepers):
         key = self.keys.results(map_id)
         got = self.r.lpop(key, max(1, min(count, int(FETCH_BYTES // self._result_bytes))))
         if got:
-            self._result_bytes = max(1.0, sum(len(f) for f in got) / len(got))
+            got = blobs.resolve(self.r, self.keys, map_id, got, FETCH_BYTES)
+            if got:
+                self._result_bytes = max(1.0, sum(len(f) for f in got) / len(got))
             return got
         if timeout <= 0:
             return []
         got = self.r.blpop([key], timeout=timeout)
-        return [got[1]] if got else []
+        return blobs.resolve(self.r, self.keys, map_id, [got[1]], FETCH_BYTES) if got else []
 
     def unread_results(self, map_id: str) -> int:
         """How many result frames of a map wait for its client."""

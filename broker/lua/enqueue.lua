@@ -42,6 +42,7 @@ if register then
   local ndel = tonumber(ARGV[i])
   for j = i + 1, i + ndel do
     local old = ARGV[j]
+    drop_blobs(old)
     redis.call('DEL', unpack(map_keys(old)))
     redis.call('ZREM', K.maps(), old)
   end

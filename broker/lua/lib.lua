@@ -45,7 +45,30 @@ local function lease_frame(v) return string.sub(v, INC_LEN + TIME_LEN + 1) end
 
 -- A map whose client died: delete its keys (its backlog of queued tasks with them) and
 -- its registry entry; its tasks left in other queues are dropped by whoever pops them.
+-- The blob key a stub names (broker/blobs.py: a big result's head as a frame's, a partial's
+-- covered indices too, then the frame's length (8 bytes) and the key), or nil for a frame.
+local function stub_key(item)
+  if string.sub(item, 1, #BLOB_MAGIC) ~= BLOB_MAGIC then return nil end
+  local n = STATUS_AT
+  if string.byte(item, STATUS_AT) == STATUS_MERGED then
+    local b1, b2, b3, b4 = string.byte(item, STATUS_AT + 1, STATUS_AT + 4)
+    n = n + 4 + 4 * (((b1 * 256 + b2) * 256 + b3) * 256 + b4)
+  end
+  local key = string.sub(item, n + 9)
+  if string.sub(key, 1, #NS + 6) ~= NS .. ':blob:' then return nil end
+  return key
+end
+
+-- Delete the blobs of a map's unread results (their stubs are in its results list).
+local function drop_blobs(mid)
+  for _, item in ipairs(redis.call('LRANGE', K.results(mid), 0, 9999)) do
+    local key = stub_key(item)
+    if key then redis.call('UNLINK', key) end
+  end
+end
+
 local function drop_map(mid)
+  drop_blobs(mid)
   redis.call('UNLINK', unpack(map_keys(mid)))  -- a long backlog is freed in the background
   redis.call('ZREM', K.maps(), mid)
 end

@@ -10,7 +10,8 @@
 -- worker reports them.
 -- ARGV: ns, worker, incarnation, result grace (s), n, leases on (1/0), step,
 --       steal's min queue, steal's stuck seconds, then triples: map id, task id (a partial's:
---       the ids of the tasks it covers, end to end), result frame.
+--       the ids of the tasks it covers, end to end), result frame (or a big one's stub,
+--       broker/blobs.py: its blob is kept with the stub or deleted with it).
 -- Returns {held, broker time ms, frame, token, frame, token, ...}; held = 0 when this
 -- incarnation does not hold the name (another took it over, or it expired: nothing is
 -- leased then, the supervisor claims it again or stops); token = the map's signed
@@ -51,10 +52,14 @@ for i = 10, #ARGV, 3 do
     redis.call('HDEL', lease, ARGV[i + 1])
   end
   local left = redis.call('TTL', K.map(ARGV[i]))
+  local blob = stub_key(ARGV[i + 2])         -- a big result: its stub here, its frame in a blob
   if ok and left ~= -2 then
     local res = K.results(ARGV[i])
     redis.call('RPUSH', res, ARGV[i + 2])
     redis.call('EXPIRE', res, math.max(left, 1) + grace)
+    if blob then redis.call('EXPIRE', blob, math.max(left, 1) + grace) end
+  elseif blob then
+    redis.call('DEL', blob)
   end
 end
 if redis.call('GET', K.incarnation(w)) ~= inc then return {0} end

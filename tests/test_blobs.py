@@ -1,0 +1,133 @@
+"""Big results travel beside the results list (broker/blobs.py): a frame of 256 KiB or
+more as a string key of its own, a stub in the list. Nothing is lost or counted twice on
+that path either: a dropped stub takes its blob with it, a blob that expired before the
+client read it costs a rerun, not the task, and a worker killed or frozen while it holds
+a big partial loses nothing and leaves no blob behind. Real redis-server, real workers."""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import uuid
+
+import cloudpickle
+import numpy as np
+
+from rhtc.broker import blobs, protocol
+from rhtc.broker.messages import ResultMeta, WorkerStatus, encode_result
+from rhtc.client.handle import MapHandle
+from rhtc.client.maprun import MapRun
+from rhtc.client.options import MapOptions
+from tests.chaoskit import wait_until
+from tests.test_merge import FAST_LEASE, HOLD, counted, everything_once, runs, start_map, task_pid
+
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+MAP = "0123456789abcdef"
+
+
+def counted_big(args):
+    """:func:`tests.test_merge.counted` with 320 kB of incompressible floats beside it."""
+    return {"c": counted(args), "pad": np.random.default_rng(args[1]).random(40_000)}
+
+
+def big_frame(key: bytes, index: int, nbytes: int = 400_000) -> bytes:
+    meta = ResultMeta(worker="w", host="h", pid=1, start=1.0, stop=2.0)
+    return protocol.pack_result(key, MAP, index, protocol.OK, encode_result(os.urandom(nbytes), meta))
+
+
+def _worker(storage) -> tuple[str, str]:
+    name, inc = f"blob-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex[:12]
+    status = WorkerStatus(name=name, host="h", pid=1, incarnation=inc, key_fingerprint="f")
+    assert storage.claim(name, inc, status).ok
+    return name, inc
+
+
+def _blob_keys(storage) -> list[bytes]:
+    return storage.r.keys(storage.keys.blob("*"))
+
+
+def test_a_big_result_travels_as_a_blob_and_leaves_nothing(storage):
+    name, inc = _worker(storage)
+    storage.r.hset(storage.keys.map(MAP), "fn", "x")
+    storage.r.expire(storage.keys.map(MAP), 600)
+    frame = big_frame(storage.config.key, 3)
+    tid = protocol.TaskRef(MAP, 3).task_id
+    storage.take(name, inc, 0, [(MAP, tid, frame)])
+    (item,) = storage.r.lrange(storage.keys.results(MAP), 0, -1)
+    assert blobs.is_stub(item) and len(item) < 200, "the list holds the 400 kB frame itself"
+    (key,) = _blob_keys(storage)
+    assert blobs.parse_stub(item) == (len(frame), key.decode()) and 0 < storage.r.ttl(key) <= 600 + 30
+    assert storage.fetch_results(MAP, timeout=0) == [frame]
+    assert _blob_keys(storage) == [] and storage.r.llen(storage.keys.results(MAP)) == 0
+
+
+def test_a_stub_the_broker_drops_takes_its_blob_with_it(storage):
+    """Results of a map that is gone are dropped by take: the big one's blob too."""
+    name, inc = _worker(storage)
+    tid = protocol.TaskRef(MAP, 0).task_id
+    storage.take(name, inc, 0, [(MAP, tid, big_frame(storage.config.key, 0))])
+    assert _blob_keys(storage) == [] and storage.r.llen(storage.keys.results(MAP)) == 0
+
+
+def test_stubs_past_a_fetchs_budget_go_back_in_order(storage):
+    name, inc = _worker(storage)
+    storage.r.hset(storage.keys.map(MAP), "fn", "x")
+    storage.r.expire(storage.keys.map(MAP), 600)
+    frames = [big_frame(storage.config.key, i) for i in range(5)]
+    storage.take(name, inc, 0, [(MAP, protocol.TaskRef(MAP, i).task_id, f) for i, f in enumerate(frames)])
+    popped = storage.r.lpop(storage.keys.results(MAP), 5)
+    got = blobs.resolve(storage.r, storage.keys, MAP, popped, budget=2 * len(frames[0]))
+    assert got == frames[:2], "more than the budget was read at once, or out of order"
+    assert storage.fetch_results(MAP, timeout=0) + storage.fetch_results(MAP, timeout=0) == frames[2:]
+    assert _blob_keys(storage) == []
+
+
+def test_a_blob_that_expired_before_it_was_read_costs_a_rerun_not_the_task(broker, storage, workers, tmp_path):
+    run = MapRun(storage, counted_big, [(str(tmp_path), i, 0.0) for i in range(3)], MapOptions(merge=False))
+    run.submit()                                       # nobody reads the results yet
+    workers.start(1)
+    key = storage.keys.results(run.map_id)
+    wait_until(lambda: storage.r.llen(key) == 3, 30, "three stubs in the results list")
+    storage.r.delete(storage.r.keys(storage.keys.blob(f"{run.map_id}:*"))[0])    # one blob expires
+    h = MapHandle(run, reduce=False).start_background()
+    run.last_progress -= 60                            # the audit looks at once
+    got = h.wait(timeout=60)
+    assert [g["c"] for g in got] == [{i: 1} for i in range(3)]
+    assert run.resubmissions == 1 and sorted(len(p) for p in runs(tmp_path).values()) == [1, 1, 2]
+
+
+def test_a_worker_killed_holding_a_big_partial_loses_nothing(broker, workers, storage, tmp_path):
+    a, b = workers.start(2, env=FAST_LEASE)
+    pid = task_pid(storage, a)
+    n = 60
+    h = start_map(broker, counted_big, [(str(tmp_path), i, 0.05) for i in range(n)], **HOLD)
+    wait_until(lambda: sum(pid in p for p in runs(tmp_path).values()) >= 5, 30, f"{a} ran 5 tasks")
+    workers.signal(a, signal.SIGKILL)
+    assert h.wait(timeout=90)["c"] == everything_once(n)
+    assert h.run.partials_accepted >= 1
+    assert _blob_keys(storage) == []
+
+
+def test_a_frozen_workers_big_partial_is_refused_and_its_blob_deleted(broker, workers, storage, tmp_path):
+    names = workers.start(3, env=FAST_LEASE)
+    n = 40
+    args = [(str(tmp_path), 0, "wait")] + [(str(tmp_path), i, 0.05) for i in range(1, n)]
+    h = start_map(broker, counted_big, args, **HOLD)
+    wait_until(lambda: 0 in runs(tmp_path), 30, "the waiting task started")
+    waiting = runs(tmp_path)[0][0]
+    a = next(name for name in names if task_pid(storage, name) != waiting)
+    pids = [workers.procs[a].pid, task_pid(storage, a)]
+    wait_until(lambda: sum(pids[1] in p for p in runs(tmp_path).values()) >= 3, 30, f"{a} ran 3 tasks")
+    for p in pids:
+        os.kill(p, signal.SIGSTOP)
+    try:
+        wait_until(lambda: all(h.run.tasks.is_final(i) for i in range(1, n)), 60,
+                   "the frozen worker's tasks ran elsewhere and were counted")
+    finally:
+        for p in reversed(pids):
+            os.kill(p, signal.SIGCONT)
+    wait_until(lambda: storage.partials_refused(h.map_id) >= 1, 30, "the broker refused the stale partial")
+    (tmp_path / "go").touch()
+    assert h.wait(timeout=60)["c"] == everything_once(n)
+    assert _blob_keys(storage) == [], "a refused partial left its blob"
