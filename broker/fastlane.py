@@ -67,28 +67,21 @@ class FastLane:
     def collect(self):
         """Read the replies of every command sent without waiting; return the last one.
         An error reply is raised after all replies are read."""
-        replies = self.collect_all()
-        return replies[-1] if replies else None
-
-    def collect_all(self) -> list:
-        """Read the replies of every command sent without waiting, in order. An error
-        reply is raised after all replies are read."""
-        replies, error = [], None
+        last, error = None, None
         try:
             self._flush()
             while self.pending:
                 try:
-                    replies.append(self.conn.read_response())
+                    last = self.conn.read_response()
                 except redis.ResponseError as err:
                     error = error or err
-                    replies.append(err)
                 self.pending -= 1
         except BaseException:      # a lost connection, or an interrupt between two replies:
             self.reset()           # never leave a reply behind for the next command to read
             raise
         if error is not None:
             raise error
-        return replies
+        return last
 
     def send(self, *args, flush: bool = True) -> None:
         """Send a command without waiting for its reply; ``flush=False`` keeps it to go out

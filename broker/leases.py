@@ -150,25 +150,25 @@ class Leases:
             batch.append((got[i], token))
         return True, int(got[1]), batch
 
-    def wait_for_task(self, worker: str, incarnation: str, timeout: float) -> tuple[bytes | None, bool]:
+    def wait_for_task(self, worker: str, incarnation: str, timeout: float) -> bytes | None:
         """Block until a task arrives in this worker's queue or the shared one; lease it.
-        Returns (the frame, or None after ``timeout`` s; whether some worker's own queue
-        may hold tasks to steal, read in the same round trip: an idle worker with nothing
-        to steal goes back to waiting without a take).
+        None after ``timeout`` s.
 
         The lease is sent without waiting for its reply; :meth:`leased_token` reads the
         reply (the map's liveness token) while the caller verifies the frame."""
-        self._fast.drain()
-        self._fast.send("BRPOP", self.keys.queue(worker), self.keys.shared_queue, timeout, flush=False)
-        self._fast.send("SCARD", self.keys.routed)       # (run once the pop returns)
-        got, routed = self._fast.collect_all()
+        got = self._fast.call("BRPOP", self.keys.queue(worker), self.keys.shared_queue, timeout)
         if not got:
-            return None, bool(routed)
+            return None
         shared = int(got[0] in (self.keys.shared_queue, self.keys.shared_queue.encode()))
         self._fast.script(self._scripts["lease_one"], [],
                           [self.keys.ns, worker, incarnation, int(self.settings.leases), got[1], shared],
                           wait=False)
-        return got[1], bool(routed)
+        return got[1]
+
+    def stealable(self) -> bool:
+        """Whether some worker's own queue may hold tasks to steal (an idle worker with
+        nothing to steal goes back to waiting without a take: see ``take.lua``)."""
+        return bool(self._fast.call("SCARD", self.keys.routed))
 
     def leased_token(self) -> tuple[bytes, int]:
         """(the liveness token of the map of the task :meth:`wait_for_task` returned, b''

@@ -110,11 +110,11 @@ class TaskProcess:
                         self.outbox.frames += self.partials.flush()
                         self.outbox.flush()
                         self._hold([])
-                    frame, stealable = self.storage.wait_for_task(self.name, self.incarnation, IDLE_WAIT)
+                    frame = self.storage.wait_for_task(self.name, self.incarnation, IDLE_WAIT)
                     batch = [(frame, None)] if frame else []
-                    if frame or stealable:      # (a take per idle second would cost the broker a script
-                        self._quiet_until = 0.0  # run per worker-second: 25 % of a core at 1,000 workers)
-                    elif not quiet:
+                    if frame or self.storage.stealable():   # (a take per idle second costs the broker a
+                        self._quiet_until = 0.0             # script run per worker-second: 25 % of a core
+                    elif not quiet:                         # at 1,000 workers; a SCARD, ~1 %)
                         self._quiet_until = time.monotonic() + QUIET_RETAKE
                 if batch:
                     self._run_batch(batch)
