@@ -42,7 +42,8 @@ from .ceiling import ceiling_lines
 from .cpushare import CATEGORIES, CpuShare
 from .lightworkers import LightPool, light_task
 
-IDLE_SECONDS = 3.0          # the broker's CPU with every worker idle is read over this long
+IDLE_SECONDS = 3.0          # the broker's CPU with every worker idle is read over this long ...
+SETTLE_SECONDS = 3.0        # ... once they have settled this long after registering (first takes, reaps)
 
 
 def _quantile(xs: list[float], q: float) -> float:
@@ -154,7 +155,9 @@ def run_cell(config, storage: Storage, pool: LightPool, seconds: float, nbytes: 
 
 
 def idle_broker_share(storage: Storage, seconds: float = IDLE_SECONDS) -> float:
-    """The broker's CPU share (of one core) over ``seconds`` with the workers idle."""
+    """The broker's CPU share (of one core) over ``seconds`` with the workers idle (after
+    :data:`SETTLE_SECONDS`)."""
+    time.sleep(SETTLE_SECONDS)
     cpu0 = storage.server_load()[0]
     time.sleep(seconds)
     return (storage.server_load()[0] - cpu0) / seconds
