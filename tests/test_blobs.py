@@ -19,7 +19,8 @@ from rhtc.client.handle import MapHandle
 from rhtc.client.maprun import MapRun
 from rhtc.client.options import MapOptions
 from tests.chaoskit import wait_until
-from tests.test_merge import FAST_LEASE, HOLD, counted, everything_once, runs, start_map, task_pid
+from tests.test_merge import (FAST_LEASE, HOLD, counted, everything_once, freeze_a_worker_holding_a_partial,
+                              runs, start_map, task_pid)
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -110,24 +111,6 @@ def test_a_worker_killed_holding_a_big_partial_loses_nothing(broker, workers, st
 
 
 def test_a_frozen_workers_big_partial_is_refused_and_its_blob_deleted(broker, workers, storage, tmp_path):
-    names = workers.start(3, env=FAST_LEASE)
-    n = 40
-    args = [(str(tmp_path), 0, "wait")] + [(str(tmp_path), i, 0.05) for i in range(1, n)]
-    h = start_map(broker, counted_big, args, **HOLD)
-    wait_until(lambda: 0 in runs(tmp_path), 30, "the waiting task started")
-    waiting = runs(tmp_path)[0][0]
-    a = next(name for name in names if task_pid(storage, name) != waiting)
-    pids = [workers.procs[a].pid, task_pid(storage, a)]
-    wait_until(lambda: sum(pids[1] in p for p in runs(tmp_path).values()) >= 3, 30, f"{a} ran 3 tasks")
-    for p in pids:
-        os.kill(p, signal.SIGSTOP)
-    try:
-        wait_until(lambda: all(h.run.tasks.is_final(i) for i in range(1, n)), 60,
-                   "the frozen worker's tasks ran elsewhere and were counted")
-    finally:
-        for p in reversed(pids):
-            os.kill(p, signal.SIGCONT)
-    wait_until(lambda: storage.partials_refused(h.map_id) >= 1, 30, "the broker refused the stale partial")
-    (tmp_path / "go").touch()
-    assert h.wait(timeout=60)["c"] == everything_once(n)
+    got = freeze_a_worker_holding_a_partial(broker, workers, storage, tmp_path, counted_big, 40)
+    assert got["c"] == everything_once(40)
     assert _blob_keys(storage) == [], "a refused partial left its blob"

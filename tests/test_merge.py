@@ -122,11 +122,14 @@ def test_a_worker_killed_holding_a_partial_loses_nothing_and_counts_nothing_twic
     assert h.run.partials_accepted >= 1 and h.run.resubmissions == 0    # its leases brought them back
 
 
-def test_a_frozen_workers_partial_is_refused_after_its_tasks_ran_elsewhere(broker, workers, storage, tmp_path):
+def freeze_a_worker_holding_a_partial(broker, workers, storage, tmp_path, fn, n: int):
+    """Three workers run ``fn`` (:func:`counted` or a variant) over ``n`` tasks, task 0
+    waiting for ``go``; one of the others is frozen (SIGSTOP) while its partial holds 3
+    tasks, until they ran elsewhere and were counted, then thawed: its partial must be
+    refused. Returns the map's result."""
     names = workers.start(3, env=FAST_LEASE)
-    n = 80
     args = [(str(tmp_path), 0, "wait")] + [(str(tmp_path), i, 0.05) for i in range(1, n)]
-    h = start_map(broker, counted, args, **HOLD)
+    h = start_map(broker, fn, args, **HOLD)
     wait_until(lambda: 0 in runs(tmp_path), 30, "the waiting task started")
     waiting = runs(tmp_path)[0][0]
     a = next(name for name in names if task_pid(storage, name) != waiting)     # not the one waiting
@@ -143,7 +146,11 @@ def test_a_frozen_workers_partial_is_refused_after_its_tasks_ran_elsewhere(broke
             os.kill(p, signal.SIGCONT)
     wait_until(lambda: storage.partials_refused(h.map_id) >= 1, 30, "the broker refused the stale partial")
     (tmp_path / "go").touch()
-    assert h.wait(timeout=60) == everything_once(n)
+    return h.wait(timeout=60)
+
+
+def test_a_frozen_workers_partial_is_refused_after_its_tasks_ran_elsewhere(broker, workers, storage, tmp_path):
+    assert freeze_a_worker_holding_a_partial(broker, workers, storage, tmp_path, counted, 80) == everything_once(80)
 
 
 def test_a_straggler_with_a_partial_is_backed_up_with_the_tasks_it_holds(broker, workers, tmp_path):
