@@ -41,6 +41,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import hmac
+import io
 import pickle
 import secrets
 import struct
@@ -136,10 +137,30 @@ def dumps(obj) -> bytes:
     if type(obj) in _PLAIN:
         raw = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     else:
-        raw = cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        with io.BytesIO() as out:
+            _Pickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+            raw = out.getvalue()
     if len(raw) > 8 * WIRE_SAMPLE and not _shrinks(memoryview(raw)):
         return RAW + raw
     return lz4.block.compress(raw)
+
+
+class _Pickler(cloudpickle.Pickler):
+    """cloudpickle, and a read-only numpy array (a view of what a worker's cache serves)
+    arrives writable, as any other array does: pickle keeps a read-only buffer read-only,
+    and what comes back from a task is the analyst's own to change.
+
+    >>> import numpy as np
+    >>> served = np.arange(3.0); served.flags.writeable = False
+    >>> loads(dumps({"h": served}))["h"].flags.writeable
+    True
+    """
+
+    def reducer_override(self, obj):
+        if type(obj).__name__ == "ndarray" and type(obj).__module__ == "numpy" \
+                and not obj.flags.writeable and obj.dtype.hasobject is False:
+            return obj.copy().__reduce_ex__(self.proto)
+        return super().reducer_override(obj)
 
 
 def _shrinks(view: memoryview) -> bool:

@@ -123,10 +123,15 @@ def remote_map(fn: Callable, args: Iterable, *, broker=None, reduce: bool | Call
         broker: URL, BrokerConfig or LocalCluster; default: $RHTC_BROKER, the config
             file, else a local cluster started for the session.
         reduce: ``True`` to combine the results with ``+`` as they arrive (histograms,
-            numbers, arrays, dicts of them) and return one value; or a function of two results.
+            numbers, arrays, dicts of them) and return one value; or a function of two
+            results, which may change and return its first argument (``a += b; return a``:
+            the first is always a value the reduction owns, never what a task returned or
+            a cache holds) but not its second.
         progress: show a progress bar (notebook-aware).
         errors: ``"raise"``: after the other results are in, raise the first
-            :class:`RemoteError` (the others in ``.more``); ``"return"``: put them in the list.
+            :class:`RemoteError` (the others in ``.more``); ``"return"``: put them in the
+            list; with ``reduce``, return the reduction of the tasks that succeeded and warn
+            (:class:`rhtc.TasksFailedWarning`) naming the tasks left out of it.
         timeout: seconds to wait before cancelling and raising TimeoutError.
         options: a :class:`~client.options.MapOptions` to start from (the keywords below
             override it).

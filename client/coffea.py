@@ -369,6 +369,7 @@ class RedisExecutor(ExecutorBase):
         try:                      # Ctrl-C at any instant, from the submission on, cancels the map
             handle = submit(_RunItem(function, self.keep_files_open), tasks, broker=self.broker, reduce=_fold,
                             errors="return", options=self.map_options())
+            handle.warn_failures = False      # a failed item raises below (WorkItemFailed), never left out
             with rich_bar() as bar:
                 bar_id = bar.add_task(self.desc, total=len(tasks), unit=self.unit, disable=not self.status)
                 while not handle.done():

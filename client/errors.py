@@ -197,3 +197,33 @@ def undecodable_error(index: int, meta: "ResultMeta", err: BaseException,
             "(`rhtc status` shows the workers' versions), or return plain Python types."
     return RemoteError(index, ErrorKind.UNDECODABLE_RESULT, text, worker=meta.worker, host=meta.host,
                        argument=argument)
+
+
+class TasksFailedWarning(UserWarning):
+    """A reduced map (``reduce=``) run with ``errors="return"`` returned the reduction of
+    the tasks that succeeded; the tasks that failed are left out of it. The warning names
+    them; every failure is on the map's handle (``rhtc.last_map().failures``)."""
+
+
+def failed_tasks_left_out(failures: list[RemoteError], n: int, map_id: str, label: str) -> str:
+    """The text of :class:`TasksFailedWarning` for ``failures`` out of ``n`` tasks.
+
+    >>> e = RemoteError(2, "ValueError", "bad", worker="w1", argument="Chunk('a.root', 'Events', 0-10)")
+    >>> print(failed_tasks_left_out([e], 3, "m1", "f"))  # doctest: +NORMALIZE_WHITESPACE
+    map m1 (f): 1 of 3 tasks failed and are NOT in the reduction (errors='return'): task 2
+    (Chunk('a.root', 'Events', 0-10)) on worker w1: ValueError: bad. All failures:
+    rhtc.last_map().failures; errors='raise' (the default) raises the first instead.
+    """
+    failures = sorted(failures, key=lambda e: e.index)
+    shown = "; ".join(f"task {e.index}" + (f" ({e.argument})" if e.argument else "")
+                      + (f" on worker {e.worker}" if e.worker else "")
+                      + f": {e.remote_type}: {_short(e.message)}" for e in failures[:3])
+    more = f" and {len(failures) - 3} more" if len(failures) > 3 else ""
+    return (f"map {map_id} ({label}): {len(failures)} of {n} tasks failed and are NOT in the reduction "
+            f"(errors='return'): {shown}{more}. All failures: rhtc.last_map().failures; "
+            "errors='raise' (the default) raises the first instead.")
+
+
+def _short(message: str, limit: int = 120) -> str:
+    line = str(message).strip().splitlines()[0] if str(message).strip() else ""
+    return line if len(line) <= limit else line[:limit - 3] + "..."

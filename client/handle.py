@@ -3,11 +3,13 @@ the run record and its timeline), made by :func:`client.api.submit` and friends.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
+import warnings
 from typing import Any
 
-from .errors import MapCancelled, RemoteError
+from .errors import MapCancelled, RemoteError, TasksFailedWarning, failed_tasks_left_out
 from .handleview import html_view, live_display, text_view
 from .maprun import MapRun
 from .tasks import TaskResult
@@ -31,6 +33,7 @@ class MapHandle:
         self.reducer = Reducer(None if reduce is True else reduce) if reduce else None
         self.values: list[Any] | None = None if self.reducer else [None] * run.n
         self.failures: list[RemoteError] = []
+        self.warn_failures = True     # a reduction that leaves failed tasks out says so
         self.received = 0
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -132,6 +135,9 @@ class MapHandle:
             first = failures[0]
             first.more = failures[1:]
             raise first
+        if self.failures and self.reducer is not None and self.warn_failures:   # never silent
+            warnings.warn(failed_tasks_left_out(self.failures, self.run.n, self.map_id, self.run.label),
+                          TasksFailedWarning, stacklevel=_outside_rhtc())
         return self.reducer.value if self.reducer is not None else self.values
 
     def cancel(self) -> int:
@@ -161,6 +167,15 @@ class MapHandle:
 
     def _ipython_display_(self) -> None:
         live_display(self)          # the same view, redrawn until the map is done
+
+
+def _outside_rhtc() -> int:
+    """The ``stacklevel`` of the first caller outside this package (a warning points at the
+    analyst's line, however many of our frames are between)."""
+    frame, level = sys._getframe(2), 2
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("rhtc."):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _folding_failed(err: Exception, run: MapRun, index: int) -> Exception:

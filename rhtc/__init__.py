@@ -37,11 +37,12 @@ _API = {
     "RemoteError": "rhtc.client.errors", "MapCancelled": "rhtc.client.errors",
     "BrokerLost": "rhtc.client.errors", "BrokerFull": "rhtc.client.errors",
     "KeyMismatch": "rhtc.client.errors", "WorkItemFailed": "rhtc.client.errors",
+    "TasksFailedWarning": "rhtc.client.errors",
     "ChunkFileError": "rhtc.client.chunks", "BranchNotFound": "rhtc.client.chunks",
     "BrokerNotConfigured": "rhtc.broker.config",
     "make_chunks": "rhtc.client.chunks", "Chunk": "rhtc.client.chunks",
     "BrokerConfig": "rhtc.broker.config",
-    "RhtcError": "rhtc.errors",
+    "RhtcError": "rhtc.errors", "ReadOnlyArrayError": "rhtc.errors",
     "make_nanoaod": "rhtc.bench.datagen:make_data",  # synthetic NanoAOD files to try things on
 }
 __all__ = sorted(_API) + ["__version__"]

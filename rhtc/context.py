@@ -27,6 +27,9 @@ class TaskContext:
     bytes_from_file: int = 0
     files_opened: int = 0                    # files this task had to open (not already open)
     routing_keys: set = dataclasses.field(default_factory=set)  # chunks this task cached
+    # (cache key, chunk, cached value) of every array the cache handed this task: a write
+    # into one is explained by name (worker/frozen.py)
+    handed: list = dataclasses.field(default_factory=list)
 
     def begin_task(self) -> None:
         self.bytes_from_cache = 0
@@ -34,6 +37,7 @@ class TaskContext:
         self.bytes_from_file = 0
         self.files_opened = 0
         self.routing_keys = set()
+        self.handed = []
 
 
 current: TaskContext | None = None

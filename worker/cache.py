@@ -5,7 +5,9 @@ each branch up under a key made of the file's UUID, the tree, the branch, its
 interpretation and the entry range, and stores what it had to read. This module only
 supplies the mapping: a byte-capped LRU that also remembers which *chunk* each entry
 belongs to (so the worker can advertise which chunks it holds and withdraw them when
-they are evicted) and counts the bytes served from memory.
+they are evicted) and counts the bytes served from memory. What it holds is read-only,
+and what it hands out is a view or a new wrapper (:mod:`worker.frozen`): no task can
+change what a later task reads.
 
     >>> c = BranchCache(limit_bytes=100)
     >>> v = c.view("chunk-A")
@@ -21,7 +23,7 @@ import sys
 from typing import Any, Iterator, MutableMapping
 
 from rhtc import context
-
+from .frozen import freeze, hand_out
 
 
 def nbytes_of(value: Any) -> int:
@@ -48,7 +50,8 @@ class BranchCache(MutableMapping):
     def __getitem__(self, key: str) -> Any:
         value = self._data[key]
         self._data.move_to_end(key)
-        return value[0]
+        _handed(key, value[2], value[0])
+        return hand_out(value[0])
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.get_counted(key, default)
@@ -64,7 +67,8 @@ class BranchCache(MutableMapping):
         self.hits += 1
         if context.current is not None:
             context.current.bytes_from_cache += entry[1]
-        return entry[0]
+        _handed(key, entry[2], entry[0])
+        return hand_out(entry[0])
 
     def _from_disk(self, key: str, default: Any, tag: str | None) -> Any:
         """A RAM miss looked up in the node's disk tier; a hit goes back into memory under
@@ -73,26 +77,28 @@ class BranchCache(MutableMapping):
         if value is None:
             self.misses += 1
             return default
-        self.put(key, value, tag)
+        value = self.put(key, value, tag)
         self.disk_hits += 1
         if context.current is not None:
             context.current.bytes_from_disk += nbytes_of(value)
             if tag is not None:
                 context.current.routing_keys.add(tag)
-        return value
+        return hand_out(value)
 
     def __setitem__(self, key: str, value: Any) -> None:
         self.put(key, value, None)
 
-    def put(self, key: str, value: Any, tag: str | None) -> None:
-        if key in self._data:          # uproot re-stores what it just got from us
-            old = self._data[key]
-            self._data[key] = (value, old[1], old[2])
+    def put(self, key: str, value: Any, tag: str | None) -> Any:
+        """Keep ``value`` (made read-only: the task that read it holds it too) under ``key``
+        for the chunk ``tag``; returns what the cache keeps (or would have kept)."""
+        freeze(value)
+        _handed(key, tag, value)
+        if key in self._data:          # uproot re-stores what it just got from us: keep ours
             self._data.move_to_end(key)
-            return
+            return self._data[key][0]
         value, size = self._share_offsets(value, tag) if tag is not None else (value, nbytes_of(value))
         if size > self.limit_bytes:
-            return                      # larger than the whole cache: don't thrash it
+            return value                # larger than the whole cache: don't thrash it
         self._data[key] = (value, size, tag)
         self.nbytes += size
         if tag is not None:
@@ -100,6 +106,7 @@ class BranchCache(MutableMapping):
             self.evicted_tags.discard(tag)
         while self.nbytes > self.limit_bytes:
             self._evict_oldest()
+        return value
 
     def _share_offsets(self, value: Any, tag: str) -> tuple[Any, int]:
         """Jagged branches of one collection (Muon_pt, Muon_eta, ...) carry identical
@@ -169,6 +176,29 @@ class BranchCache(MutableMapping):
     def holds(self, key: str) -> bool:
         """True when ``key`` is in memory or in the node's disk tier (nothing is read)."""
         return key in self._data or (self.disk is not None and self.disk.has(key))
+
+
+def _handed(key: str, tag: str | None, value: Any) -> None:
+    """Note that the running task holds ``value`` (so a write into it is explained by name)."""
+    if context.current is not None:
+        context.current.handed.append((key, tag, value))
+
+
+def branch_label(key: str, tag: str | None) -> str:
+    """The branch and chunk a cache key names, in words (for errors).
+
+    >>> branch_label("v1|u1:Events:0-10|Muon_pt|ak", "u1:Events:0-10")
+    "'Muon_pt' of chunk u1:Events:0-10"
+    >>> branch_label("v1|u1:/Events;1:Muon_pt:AsDtype(Bf4(),Lf4()):0-10:np", "u1:Events:0-10")
+    "'Muon_pt' of chunk u1:Events:0-10"
+    """
+    parts = key.split("|")
+    if len(parts) == 4:
+        return f"{parts[2]!r} of chunk {parts[1]}"
+    found = branch_of(parts[-1], tag) if tag else None
+    if found is not None:
+        return f"{found[0]!r} of chunk {tag}"
+    return f"{parts[-1]!r}" + (f" of chunk {tag}" if tag else "")
 
 
 def chunk_key(version: str, tag: str, branch: str, library: str) -> str:

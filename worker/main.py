@@ -25,8 +25,9 @@ from ..broker.config import BrokerConfig, Settings, redact, settings
 from ..broker.errors import BrokerTrouble
 from ..broker.storage import Storage
 from .backoff import Backoff
-from .cache import BranchCache
+from .cache import BranchCache, branch_label
 from .children import end_children
+from .frozen import explain
 from .disk import open_disk_tier
 from .memory import tune_malloc
 from .outbox import Outbox
@@ -259,7 +260,9 @@ class TaskProcess:
             self.shared.set_task(None)
             raise
         except BaseException as err:  # the user's error, whatever it is, goes back to them
+            err = explain(err, [(branch_label(key, tag), v) for key, tag, v in self.ctx.handed])
             status, value = protocol.USER_ERROR, describe_error(err, arg)
+        self.ctx.handed = []               # an evicted array is not kept alive by an idle worker
         t1 = time.time()
         self._ewma = 0.8 * self._ewma + 0.2 * (t1 - t0)
         meta = messages.ResultMeta(worker=self.name, host=self.host, pid=self.pid, start=t0, stop=t1,

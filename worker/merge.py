@@ -22,6 +22,7 @@ here.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 import time
@@ -55,6 +56,21 @@ class Partial:
         return [protocol.TaskRef(self.map_id, i).task_id for i in self.indices]
 
 
+def owned(value: Any) -> Any:
+    """A deep copy of a task's result, for a partial to fold into. An in-place ``reduce``
+    (``a += b; return a``) writes into its first argument: never into what a task returned
+    (it may be an array a cache serves, or an object the task keeps), only into a value the
+    partial owns, so the merge gives what ``merge=False`` gives, cold and warm.
+
+    >>> import numpy as np
+    >>> served = np.arange(3.0); served.flags.writeable = False
+    >>> mine = owned(served)
+    >>> mine += 1; mine.tolist(), served.tolist()
+    ([1.0, 2.0, 3.0], [0.0, 1.0, 2.0])
+    """
+    return copy.deepcopy(value)
+
+
 class Partials:
     """The running partials of one task process (one per map that merges)."""
 
@@ -72,12 +88,18 @@ class Partials:
         """Fold task ``ref``'s OK ``value`` into its map's partial; False when the reduce
         function raised on it (the partial so far is made ready, the value must go alone)."""
         part = self.open.get(ref.map_id)
-        if part is None:
-            self.open[ref.map_id] = Partial(plan, ref.map_id, value, time.monotonic(), [ref.index], [meta])
-            return True
         try:
-            part.value = plan.fold(part.value, value)
+            if part is None:           # the partial starts from a value of its own (see owned)
+                self.open[ref.map_id] = Partial(plan, ref.map_id, owned(value), time.monotonic(),
+                                                [ref.index], [meta])
+                return True
+            folded = plan.fold(part.value, value)
+            part.value = owned(folded) if folded is value else folded
         except Exception as err:     # the client's fold will say it; ours must not lose the partial
+            if part is None:
+                log.warning("map %s: task %d's result cannot be copied to start a partial (%s); it goes "
+                            "alone", ref.map_id, ref.index, safe_text(lambda e: f"{type(e).__name__}: {e}", err, "?"))
+                return False
             log.warning("map %s: the reduce function raised folding task %d on the worker (%s); "
                         "its result goes alone", ref.map_id, ref.index,
                         safe_text(lambda e: f"{type(e).__name__}: {e}", err, "?"))

@@ -135,7 +135,7 @@ def describe_error(err: BaseException, arg) -> dict:  # a TaskError's wire form
     kind = safe_text(lambda e: type(e).__name__, err, "BaseException")
     message = safe_text(str, err, f"<the {kind}'s message could not be formatted: its __str__ raised>")
     try:
-        tb = traceback.format_exc()
+        tb = "".join(traceback.format_exception(type(err), err, err.__traceback__))
     except BaseException:   # noqa: B036
         tb = safe_text(lambda e: "".join(traceback.format_tb(e.__traceback__)), err, "")
         tb = f"Traceback (most recent call last):\n{tb}{kind}: {message}\n"
