@@ -82,7 +82,10 @@ def hand_out(value: Any) -> Any:
         return value.view()
     if _is_awkward(value):
         import awkward as ak
-        return ak.Array(value.layout, behavior=value.behavior, attrs=value.attrs)
+        attrs = getattr(value, "_attrs", None)          # awkward >= 2.5; older ones have none
+        if attrs:
+            return ak.Array(value.layout, behavior=value.behavior, attrs=attrs)
+        return ak.Array(value.layout, behavior=value.behavior)
     return value
 
 
