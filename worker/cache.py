@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import sys
+import urllib.parse
 from typing import Any, Iterator, MutableMapping
 
 from rhtc import context
@@ -191,6 +192,8 @@ def branch_label(key: str, tag: str | None) -> str:
     "'Muon_pt' of chunk u1:Events:0-10"
     >>> branch_label("v1|u1:/Events;1:Muon_pt:AsDtype(Bf4(),Lf4()):0-10:np", "u1:Events:0-10")
     "'Muon_pt' of chunk u1:Events:0-10"
+    >>> branch_label("v1|u1/%2FEvents%3B1/0-10/data/Muon_pt%2C%21load%2C%21content", "u1:Events:0-10")
+    "'Muon_pt' of chunk u1:Events:0-10 (coffea buffer u1//Events;1/0-10/data/Muon_pt,!load,!content)"
     """
     parts = key.split("|")
     if len(parts) == 4:
@@ -198,7 +201,12 @@ def branch_label(key: str, tag: str | None) -> str:
     found = branch_of(parts[-1], tag) if tag else None
     if found is not None:
         return f"{found[0]!r} of chunk {tag}"
-    return f"{parts[-1]!r}" + (f" of chunk {tag}" if tag else "")
+    where = f" of chunk {tag}" if tag else ""
+    if "/" in parts[-1]:               # coffea's NanoEvents buffer: .../0-50/data/Muon_pt%2C%21load...
+        column = urllib.parse.unquote(parts[-1].rsplit("/", 1)[1]).split(",")[0]
+        if column:
+            return f"{column!r}{where} (coffea buffer {urllib.parse.unquote(parts[-1])})"
+    return f"{parts[-1]!r}{where}"
 
 
 def chunk_key(version: str, tag: str, branch: str, library: str) -> str:
