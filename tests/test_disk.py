@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from rhtc.client import imap_unordered, make_chunks
-from rhtc.worker.disk import DiskTier, decode, encode
+from rhtc.worker.disk import DiskTier, Seal, decode, encode
 from tests.conftest import NANOAOD, ROOT, needs_nanoaod
 
 REAL = [str(NANOAOD / "nano_dimuon.root"), str(NANOAOD / "nano_dy.root")]
@@ -93,10 +93,11 @@ def test_a_truncated_or_corrupt_entry_is_dropped_and_read_again(tmp_path):
     assert d.get("v|k") is None and d.dropped == 1        # dropped: a plain miss now
     assert d.put("v|k", value) and np.array_equal(d.get("v|k"), value)
     d.close()
-    good = encode(value)
+    seal = Seal(bytes(32))
+    good = encode(value, "v|k", seal)
     flipped = bytearray(good)
     flipped[len(good) // 2] ^= 0xFF
-    assert decode(bytes(flipped)) is None
+    assert decode(bytes(flipped), "v|k", seal) is None
 
 
 def test_the_tier_is_capped_in_bytes_across_its_writers(tmp_path):

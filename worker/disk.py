@@ -9,13 +9,20 @@ committed only after the value's file is written, so a reader never sees a half-
 entry; a writer killed mid-write leaves an orphan file that diskcache ignores), caps the
 directory in bytes and evicts across all its users. We add what it does not do:
 
+* **a private directory** (:mod:`worker.tierdir`): owned by the worker's user, writable by
+  nobody else, under parents nobody else can replace; otherwise :class:`DiskTierRefused`
+  and the worker runs on its RAM cache;
 * a **checksum** and length over every entry (a file truncated or corrupted after a node
   crash is dropped and re-read from the input file: costs a read, never an error or a
-  wrong value);
+  wrong value), and a **tag** under the tier's secret over the entry and its key: an
+  entry not written by the analyst's workers, or moved to another key, is refused
+  (counted in :attr:`DiskTier.refused`), never served;
 * **no pickle**: arrays are stored as their raw buffers (numpy) or awkward's
   ``to_buffers``, behind a small JSON header (:mod:`worker.entries`: raw, or LZ4 where it
   shrinks a buffer to a quarter; a disk hit must cost much less than decompressing the
-  ROOT basket again);
+  ROOT basket again); diskcache is given a :func:`bytes_only_disk` that stores and
+  returns bytes and str keys only: an index row of any other kind (a pickle planted in
+  the SQLite index) is refused, never decoded;
 * **free space**: nothing is written when the disk's free space would fall under
   ``min_free`` (the cap is not the only limit: other jobs share the disk);
 * keys are the RAM cache's: the file's version stamp, then the chunk (file UUID, tree,
@@ -39,17 +46,19 @@ a node never queue for SQLite's write lock to *read*.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import mmap
 import os
 import queue
+import re
 import shutil
 import threading
 import time
-import uuid
 from typing import Any
 
-from .entries import decode, encode  # noqa: F401  (the entry format; tests read it here)
+from .entries import NotOurs, Seal, decode, encode  # noqa: F401  (the entry format; tests read it here)
+from .tierdir import DiskTierRefused, private_directory, tier_id, tier_secret
 
 log = logging.getLogger("rhtc.worker")
 
@@ -63,25 +72,25 @@ class DiskTier:
 
     def __init__(self, directory: str | os.PathLike, size_limit: int, min_free: int = MIN_FREE):
         import diskcache
-        self.directory = os.fspath(directory)
-        os.makedirs(self.directory, mode=0o700, exist_ok=True)
+        self.directory = private_directory(directory)      # DiskTierRefused when not the analyst's own
         self.size_limit, self.min_free = int(size_limit), int(min_free)
-        self._store = diskcache.Cache(self.directory, size_limit=self.size_limit,
+        self.tier, self._seal = tier_id(self.directory), Seal(tier_secret(self.directory))
+        self._store = diskcache.Cache(self.directory, disk=bytes_only_disk(), size_limit=self.size_limit,
                                       eviction_policy="least-recently-stored", timeout=5,
                                       cull_limit=20)
-        self.tier = tier_id(self.directory)
         self.hits = self.misses = self.dropped = self.written = self.skipped = 0
+        self.refused = 0              # entries not written by this tier's workers, or moved to another key
         self._volume, self._volume_at = 0, -1.0
         self._pending: queue.Queue = queue.Queue(maxsize=WRITE_QUEUE)
         self._writer: threading.Thread | None = None
 
     # -- reading -------------------------------------------------------------------------
     def get(self, key: str) -> Any | None:
-        """The array stored under ``key``; None when absent, corrupt or unreadable (a
-        corrupt entry is deleted: the caller reads the input file instead)."""
+        """The array stored under ``key``; None when absent, corrupt, unreadable or not
+        authentic (such an entry is deleted: the caller reads the input file instead)."""
         try:
             raw = self._store.get(key, default=None, read=True, retry=True)
-            if raw is not None and not isinstance(raw, bytes):
+            if raw is not None and raw is not REFUSED and not isinstance(raw, bytes):
                 raw = mapped(raw)              # an entry in a file of its own (not a small one)
         except Exception as err:           # a broken index, a disk error: a miss, said once
             self._say(f"cannot read the disk cache {self.directory}: {type(err).__name__}: {err}")
@@ -89,9 +98,18 @@ class DiskTier:
         if raw is None:
             self.misses += 1
             return None
-        value = decode(raw)
-        if value is None:
-            self.dropped += 1
+        try:
+            value = REFUSED if raw is REFUSED else decode(raw, key, self._seal)
+        except NotOurs:
+            value = REFUSED
+        if value is None or value is REFUSED:
+            if value is None:
+                self.dropped += 1
+            else:
+                self.refused += 1
+                self._say(f"the disk cache {self.directory} holds entries that its workers did not write "
+                          f"(an index row that is not bytes, an entry without the tier's key, or one "
+                          f"moved to another key): refused")
             self.misses += 1
             self.discard(key)
             return None
@@ -109,7 +127,7 @@ class DiskTier:
     def put(self, key: str, value: Any) -> bool:
         """Store ``value`` (numpy or awkward); False when it cannot be stored (a kind of
         value we don't keep, larger than a tenth of the cap, or too little free disk)."""
-        raw = encode(value)
+        raw = encode(value, key, self._seal)
         if raw is None or len(raw) > self.size_limit // 10 or not self._room(len(raw)):
             self.skipped += 1
             return False
@@ -216,39 +234,57 @@ def mapped(fh) -> mmap.mmap | bytes:
             return fh.read()
 
 
-TIER_ID_FILE = "rhtc-tier-id"
+#: what :func:`bytes_only_disk` hands back for an index row that is not one of ours
+REFUSED = type("Refused", (), {"__repr__": lambda self: "REFUSED", "__slots__": ()})()
+#: the names diskcache gives the files of large entries (``ab/cd/<28 hex>.val``, in the tier)
+ENTRY_FILE = re.compile(r"[0-9a-f]{2}/[0-9a-f]{2}/[0-9a-f]{28}\.val")
 
 
-def tier_id(directory: str) -> str:
-    """The identity of the disk tier in ``directory``, made by its first user: what the
-    broker calls the node (the workers that share the directory share it). A directory
-    wiped clean gets a new one, so what the broker knew of the old contents is not used.
+@functools.cache
+def bytes_only_disk() -> type:
+    """A ``diskcache.Disk`` that stores bytes under str keys and never decodes anything
+    else: diskcache's own ``Disk`` unpickles a value of mode PICKLE and a key stored
+    pickled, so a row planted in the SQLite index would run code in the worker. Here a
+    row that is not raw bytes or a file of bytes in the tier (:data:`ENTRY_FILE`) reads as
+    :data:`REFUSED`; a key that is not a raw str reads as None, and a non-str key is never
+    written (so never matched: ``get`` looks up ``(key, raw=1)``).
 
-    >>> import tempfile; d = tempfile.mkdtemp()
-    >>> tier_id(d) == tier_id(d) and len(tier_id(d)) == 12
-    True
+    >>> import tempfile, diskcache
+    >>> c = diskcache.Cache(tempfile.mkdtemp(), disk=bytes_only_disk())
+    >>> c.set("k", b"value"), c.get("k")
+    (True, b'value')
+    >>> _ = c._sql("UPDATE Cache SET mode = 4"); c.get("k")          # a PICKLE row
+    REFUSED
     """
-    path = os.path.join(directory, TIER_ID_FILE)
-    try:
-        with open(path) as fh:
-            known = fh.read().strip()
-        if known:
-            return known
-    except FileNotFoundError:
-        pass
-    os.makedirs(directory, mode=0o700, exist_ok=True)
-    mine = uuid.uuid4().hex[:12]
-    tmp = f"{path}.{os.getpid()}"
-    with open(tmp, "w") as fh:
-        fh.write(mine)
-    try:
-        os.link(tmp, path)                     # atomic: the first writer's id wins
-    except FileExistsError:
-        pass
-    finally:
-        os.unlink(tmp)
-    with open(path) as fh:
-        return fh.read().strip() or mine
+    import diskcache
+    from diskcache.core import MODE_BINARY, MODE_RAW, UNKNOWN
+
+    class BytesOnlyDisk(diskcache.Disk):
+        def put(self, key):
+            if type(key) is not str:
+                raise TypeError(f"the disk tier's keys are str, not {type(key).__name__}")
+            return key, True
+
+        def get(self, key, raw):                    # keys read back (iteration): never unpickled
+            return key if raw and type(key) is str else None
+
+        def store(self, value, read, key=UNKNOWN):
+            if type(value) is not bytes:
+                raise TypeError(f"the disk tier stores bytes, not {type(value).__name__}")
+            return super().store(value, read, key=key)
+
+        def fetch(self, mode, filename, value, read):
+            if mode == MODE_RAW and type(value) is bytes:
+                return value
+            if mode == MODE_BINARY and value is None and type(filename) is str and ENTRY_FILE.fullmatch(filename):
+                return super().fetch(mode, filename, value, read)
+            return REFUSED                          # PICKLE, TEXT, a path out of the tier: never read
+
+        def remove(self, file_path):
+            if type(file_path) is str and ENTRY_FILE.fullmatch(file_path):
+                super().remove(file_path)           # only an entry's file, never a path an index row names
+
+    return BytesOnlyDisk
 
 
 def expand(directory: str) -> str:
@@ -261,18 +297,21 @@ def disk_tier_of(settings) -> str:
     if not settings.disk_cache:
         return ""
     try:
-        return tier_id(expand(settings.disk_cache))
-    except OSError:
+        return tier_id(private_directory(expand(settings.disk_cache)))
+    except (OSError, DiskTierRefused):       # the task process says why (open_disk_tier)
         return ""
 
 
 def open_disk_tier(settings, worker: str) -> DiskTier | None:
     """The disk tier ``settings.disk_cache`` names, or None (off, or it cannot be used:
-    said once, and the worker runs on with its RAM cache only)."""
+    said once, and the worker runs on with its RAM cache only; a directory that is not
+    private to the worker's user is an error, logged as one)."""
     if not settings.disk_cache:
         return None
     try:
         return DiskTier(expand(settings.disk_cache), settings.disk_cache_size)
+    except DiskTierRefused as err:
+        log.error("worker %s: %s", worker, err)
     except ImportError:
         log.warning("worker %s: RHTC_DISK_CACHE=%s but the diskcache package is not installed "
                     "(pip install 'redis-htcondor[disk]'): no disk tier", worker, settings.disk_cache)
