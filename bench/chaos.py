@@ -1,10 +1,12 @@
 """``bench chaos``: one map through a real fault-injecting proxy, against the same map
 without faults.
 
-Workers reach Redis through toxiproxy (the client does not). While the map runs, a
-seeded injector cuts the workers' connections, drops Redis's replies, adds latency,
-resets peers, and SIGKILLs workers and restarts them under the same names; one task
-holds the GIL for three leases. Every result is checked: correct, delivered exactly
+Workers reach Redis through toxiproxy (the client does not). While the map runs, an
+injector fires the seed's plan of faults (:mod:`bench.chaosfaults`), each once the map
+has received so many results: it cuts the workers' connections, drops Redis's replies,
+adds latency, resets peers, and SIGKILLs workers and restarts them under the same names;
+the map's last task waits until the whole plan has fired, so every planned fault hits a
+running map. One task holds the GIL for three leases. Every result is checked: correct, delivered exactly
 once, in order. Then a day of short maps (:mod:`bench.chaosday`): connections killed,
 the broker out of memory for a while, the input file rewritten, between and during maps.
 ``tests/test_chaos.py`` runs the same scenarios and asserts on them.
@@ -26,24 +28,26 @@ import json
 import os
 import random
 import statistics
-import threading
 import time
 
 import click
 
 from .chaosday import describe_day, run_day
+from .chaosfaults import FAULT_KINDS, Injector, plan_faults, wait_at_gate
 from .chaospool import ChaosPool, outliving
 from ..broker.protocol import task_name
 
-FAULT_KINDS = ("cut", "lost replies", "latency", "reset peer", "sigkill + restart")
 TASK_SECONDS = 0.001
 
 
-def chaos_task(arg: tuple[int, int, str]) -> tuple[int, int]:
-    """The map's function: ``(i, hold, marker)`` -> ``(i, i * i)``; with ``hold``, notes
-    the run in the file ``marker`` and holds the GIL ``hold`` seconds (libc ``sleep``
-    through ``ctypes.PyDLL`` does not release it)."""
-    i, hold, marker = arg
+def chaos_task(arg: tuple[int, int, str, str]) -> tuple[int, int]:
+    """The map's function: ``(i, hold, marker, gate)`` -> ``(i, i * i)``; with ``hold``,
+    notes the run in the file ``marker`` and holds the GIL ``hold`` seconds (libc ``sleep``
+    through ``ctypes.PyDLL`` does not release it); with ``gate``, waits until the fault
+    injector has fired its whole plan (:func:`bench.chaosfaults.wait_at_gate`)."""
+    i, hold, marker, gate = arg
+    if gate:
+        wait_at_gate(gate)
     if hold:
         with open(marker, "a") as fh:
             fh.write(f"{os.getpid()}\n")
@@ -55,7 +59,7 @@ def chaos_task(arg: tuple[int, int, str]) -> tuple[int, int]:
     return i, i * i
 
 
-def chaos_counted(arg: tuple[int, int, str]) -> collections.Counter:
+def chaos_counted(arg: tuple[int, int, str, str]) -> collections.Counter:
     """:func:`chaos_task`'s result as ``Counter({i: 1})`` when it is right (``{-1 - i: 1}``
     when wrong): summed by a map that reduces (merged on the workers), each index must
     read 1, so a task counted twice or lost shows."""
@@ -74,6 +78,7 @@ class ChaosResult:
     with_faults: bool
     seconds: float = 0.0
     faults: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    planned: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     delivered: int = 0
     correct: int = 0
     gil_task: int | None = None
@@ -98,95 +103,37 @@ def _as_list(counts: collections.Counter, failures: list, tasks: int, problems: 
     return out
 
 
-class Injector(threading.Thread):
-    """Injects faults at random (seeded) until stopped; counts them by kind. The first
-    five are one of each kind, in a random order. Each network outage lasts under a
-    quarter of a 2 s lease and outages are 0.3 s apart or more, so a worker that keeps
-    heartbeating through them is never rightly taken for dead."""
-
-    def __init__(self, pool: ChaosPool, rng: random.Random, spare: str, gil_marker: str):
-        super().__init__(name="chaos-injector", daemon=True)
-        self.pool, self.rng, self.spare, self.gil_marker = pool, rng, spare, gil_marker
-        self.stop = threading.Event()
-        self.counts: collections.Counter = collections.Counter()
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        kinds = list(FAULT_KINDS)
-        self.rng.shuffle(kinds)
-        try:
-            while not self.stop.wait(self.rng.uniform(0.3, 0.8)):
-                kind = kinds.pop() if kinds else self.rng.choice(FAULT_KINDS)
-                if self._inject(kind):
-                    self.counts[kind] += 1
-        except BaseException as err:           # handed to the caller
-            self.error = err
-
-    def _inject(self, kind: str) -> bool:
-        proxy, rng = self.pool.proxy, self.rng
-        if kind == "cut":
-            proxy.cut()
-            self.stop.wait(rng.uniform(0.2, 0.5))
-            proxy.restore()
-        elif kind == "lost replies":            # replies stop; connections close after `timeout`
-            toxic = proxy.add_toxic("timeout", stream="downstream", timeout=int(rng.uniform(100, 400)))
-            self.stop.wait(rng.uniform(0.2, 0.5))
-            proxy.remove_toxic(toxic)
-        elif kind == "latency":
-            toxic = proxy.add_toxic("latency", stream="downstream", latency=int(rng.uniform(10, 80)),
-                                    jitter=10)
-            self.stop.wait(rng.uniform(0.5, 2.0))
-            proxy.remove_toxic(toxic)
-        elif kind == "reset peer":
-            toxic = proxy.add_toxic("reset_peer", stream="upstream", timeout=0)
-            self.stop.wait(rng.uniform(0.05, 0.3))
-            proxy.remove_toxic(toxic)
-        else:
-            # the worker running the GIL task is spared: that task tests the lease, not
-            # the retry limit (no kill while it runs somewhere not yet known)
-            spared = self.pool.running(self.spare)
-            if not spared and self._gil_running():
-                return False
-            victims = sorted(n for n, p in self.pool.procs.items() if p.poll() is None and n not in spared)
-            if not victims:
-                return False
-            name = rng.choice(victims)
-            self.pool.kill(name)
-            self.pool.start(name)
-        return True
-
-    def _gil_running(self) -> bool:
-        try:
-            with open(self.gil_marker) as fh:
-                lines = fh.read().split()
-        except FileNotFoundError:
-            return False
-        return lines.count("done") < len(lines) - lines.count("done")
-
-
 def run_chaos(tasks: int = 5000, workers: int = 4, lease: float = 2.0, seed: int | None = None,
               faults: bool = True, timeout: float = 300.0, log_dir: str | None = None,
-              merge: bool = False) -> ChaosResult:
-    """Run one map of ``tasks`` tasks on ``workers`` workers behind toxiproxy, with faults
-    injected at random (``seed``) or none, and check every result. ``merge``: the map
-    reduces (:func:`chaos_counted`, merged on the workers) and every task must count once.
+              merge: bool = False, extra_faults: int = 25) -> ChaosResult:
+    """Run one map of ``tasks`` tasks on ``workers`` workers behind toxiproxy, with the
+    faults the ``seed`` plans (:func:`bench.chaosfaults.plan_faults`: one of each kind and
+    ``extra_faults`` more, fired on the map's progress; its last task waits until all have
+    fired) or none, and check every result. ``merge``: the map reduces
+    (:func:`chaos_counted`, merged on the workers) and every task must count once.
 
     One task (chosen by the seed) holds the GIL for three leases plus a second."""
     from ..client import RemoteError, submit
     seed = random.randrange(1 << 30) if seed is None else seed
     rng = random.Random(seed)
-    gil_task = rng.randrange(tasks)
+    plan = plan_faults(seed, tasks, extra_faults) if faults else []
+    gil_task = rng.randrange(tasks - 1)             # the last task is the gate
     hold = int(3 * lease + 1)
-    result = ChaosResult(seed, tasks, workers, lease, faults, gil_task=gil_task)
+    result = ChaosResult(seed, tasks, workers, lease, faults, gil_task=gil_task,
+                         planned=collections.Counter(f.kind for f in plan))
     with ChaosPool(workers, lease, log_dir) as pool:
         marker = os.path.join(pool.log_dir, f"gil-task-runs-{seed}")
-        args = [(i, hold, marker) if i == gil_task else (i, 0, "") for i in range(tasks)]
+        gate = os.path.join(pool.log_dir, f"faults-done-{seed}") if faults else ""
+        args = [(i, hold if i == gil_task else 0, marker if i == gil_task else "", gate if i == tasks - 1 else "")
+                for i in range(tasks)]
         t0 = time.monotonic()
         # no backup copies of stragglers: the GIL task must run once, unless taken for dead
         h = submit(chaos_counted if merge else chaos_task, args, broker=pool.config, errors="return",
                    label="chaos", stragglers=None, reduce=True if merge else None)
-        injector = Injector(pool, rng, task_name(h.map_id, gil_task), marker) if faults else None
-        if injector is not None:
+        injector = None
+        if faults:
+            spared = {task_name(h.map_id, gil_task): marker, task_name(h.map_id, tasks - 1): gate + ".runs"}
+            injector = Injector(pool, plan, lambda: h.progress()[0], gate, spared)
             injector.start()
         try:
             values = h.wait(timeout=timeout)
@@ -230,6 +177,9 @@ def run_chaos(tasks: int = 5000, workers: int = 4, lease: float = 2.0, seed: int
                 result.problems.append(f"task {i} {kind}: {v!s:.300}")
     if result.delivered != tasks:
         result.problems.append(f"{result.delivered} results delivered for {tasks} tasks")
+    if result.faults != result.planned:
+        result.problems.append(f"faults injected {dict(result.faults)}, planned {dict(result.planned)}: "
+                               "the map ended before its plan (it should wait at its gate)")
     return result
 
 
@@ -239,11 +189,13 @@ def run_chaos(tasks: int = 5000, workers: int = 4, lease: float = 2.0, seed: int
 @click.option("--lease", default=2.0, show_default=True, help="RHTC_LEASE of the workers (s).")
 @click.option("--repeats", default=3, show_default=True, help="Maps with faults, and as many without.")
 @click.option("--seed", default=None, type=int, help="First seed (default: random); repeat k uses seed + k.")
+@click.option("--extra-faults", default=25, show_default=True,
+              help="Faults drawn at random after one of each kind, per map with faults.")
 @click.option("--day-maps", default=12, show_default=True,
               help="Short maps of the day (faults between them); 0 skips the day.")
 @click.option("--oom-seconds", default=7.0, show_default=True, help="How long each OOM window of the day lasts (s).")
 @click.option("--json", "json_path", default=None, help="Write the figures here.")
-def chaos_command(tasks, workers, lease, repeats, seed, day_maps, oom_seconds, json_path):
+def chaos_command(tasks, workers, lease, repeats, seed, extra_faults, day_maps, oom_seconds, json_path):
     """One map through a fault-injecting proxy (cuts, lost replies, latency, resets,
     SIGKILL + restart, a task holding the GIL), against the same map without faults; then
     a day of short maps with connection kills, OOM windows and a rewritten file."""
@@ -251,7 +203,7 @@ def chaos_command(tasks, workers, lease, repeats, seed, day_maps, oom_seconds, j
     calm, rough = [], []
     for k in range(repeats):
         calm.append(run_chaos(tasks, workers, lease, seed + k, faults=False))
-        rough.append(run_chaos(tasks, workers, lease, seed + k, faults=True))
+        rough.append(run_chaos(tasks, workers, lease, seed + k, faults=True, extra_faults=extra_faults))
         click.echo(f"  repeat {k + 1}: without faults {calm[-1].seconds:.2f} s, with faults "
                    f"{rough[-1].seconds:.2f} s ({sum(rough[-1].faults.values())} faults, seed {seed + k})")
     faults = sum((r.faults for r in rough), collections.Counter())

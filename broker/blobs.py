@@ -90,7 +90,12 @@ def resolve(r, keys, map_id: str, items: list[bytes], budget: int) -> list[bytes
     for k, item in enumerate(items):
         key = None
         if is_stub(item):
-            size, key = parse_stub(item)
+            try:
+                size, key = parse_stub(item)
+            except (struct.error, UnicodeDecodeError, ValueError, IndexError) as err:   # not ours
+                log.warning("map %s: dropped a malformed result stub in %s (%s: %s); its task runs "
+                            "again if it was one", map_id, keys.results(map_id), type(err).__name__, err)
+                continue
             if kept and total + size > budget:
                 r.lpush(keys.results(map_id), *reversed(items[k:]))
                 break
@@ -113,3 +118,18 @@ def resolve(r, keys, map_id: str, items: list[bytes], budget: int) -> list[bytes
             continue
         out.append(frame)
     return out
+
+
+def resolve_or_put_back(r, keys, map_id: str, items: list[bytes], budget: int) -> list[bytes]:
+    """:func:`resolve`; when it is interrupted (Ctrl-C, a broken connection), ``items`` go
+    back to the head of the list first: the next fetch reads them, or the map's end finds
+    their stubs and deletes their blobs (popped stubs would leave them behind)."""
+    try:
+        return resolve(r, keys, map_id, items, budget)
+    except BaseException:         # noqa: B036 - KeyboardInterrupt above all
+        if any(is_stub(item) for item in items):
+            try:
+                r.lpush(keys.results(map_id), *reversed(items))
+            except Exception:     # the broker is away: the blobs expire with their list
+                pass
+        raise

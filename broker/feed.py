@@ -24,6 +24,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from . import records
+
 if TYPE_CHECKING:  # pragma: no cover
     from .storage import Storage
 
@@ -31,8 +33,8 @@ if TYPE_CHECKING:  # pragma: no cover
 BATCH = 2000
 #: the field of a stream entry holding its JSON: {"map": progress, "tasks": [records]}
 FIELD = b"j"
-#: a task record is a list: these fields, in this order
-TASK_FIELDS = ("index", "worker", "start", "stop", "bytes_cache", "bytes_file", "events", "error")
+#: a task record is a list: these fields, in this order (their types: records.FEED_TASK)
+TASK_FIELDS = tuple(records.FEED_TASK)
 
 
 def publish(storage: "Storage", progress: dict, tasks: list[list]) -> None:
@@ -59,19 +61,24 @@ def read_feed(storage: "Storage", after: str, count: int = 1000) -> tuple[str, l
     ``count``; returns the id of the last one read (``after`` if none) and them."""
     got = storage.r.xrange(storage.keys.feed, min=f"({after}" if after != "0" else "-", count=count)
     out: list[dict] = []
+    malformed = []
     for entry_id, fields in got:
         after = entry_id.decode()
         try:
-            entry = json.loads(fields.get(FIELD, b"{}"))
-        except ValueError:
-            continue                      # not ours: skip it, never fail the page
-        if isinstance(entry, dict) and isinstance(entry.get("map"), dict):
-            out.append(entry)
+            out.append(records.feed_entry(fields.get(FIELD, b"{}"), f"{storage.keys.feed} entry {after}"))
+        except records.MalformedRecord as err:        # not ours: skipped and named, never fails the page
+            malformed.append(err)
+    if malformed:
+        storage.malformed.read((), malformed)
     return after, out
 
 
 def announce_dashboard(storage: "Storage", url: str, ttl: int = 30) -> None:
-    """Say a dashboard serves this namespace at ``url`` (renew it within ``ttl`` s)."""
+    """Say a dashboard serves this namespace at ``url`` (renew it within ``ttl`` s). Anyone
+    with the Redis password reads it: never put the dashboard's token in it."""
+    if "token=" in url:
+        raise ValueError(f"announce_dashboard: {url.split('token=')[0]}token=... carries the dashboard's token; "
+                         "announce the address without it (Dashboard.address)")
     storage.r.set(storage.keys.dashboard, url, ex=ttl)
 
 

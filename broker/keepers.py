@@ -1,6 +1,7 @@
 """What a pool keeper (condor/keeper.py) tells the broker, and what ``rhtc status`` reads
 back: its state (wanted and actual size, jobs by state), a capped log of what it did and
-why, the pool's floor (the keeper's minimum, under which no idle worker leaves), the stop
+why, which workers have reached the broker (even those that left since), the pool's floor
+(the keeper's minimum, under which no idle worker leaves), the stop
 request of ``rhtc pool stop``, and the workers that leave on their own terms. Mixed into
 :class:`broker.storage.Storage` (uses its connection, keys, scripts and settings).
 
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 import json
 import time
+
+from .records import KEEPER_EVENT, MalformedRecord, checked, keeper_state
 
 #: what the keeper's log keeps, at most, and how long after its last entry
 KEEPER_LOG_ENTRIES = 200
@@ -72,18 +75,33 @@ class Keepers:
         pipe = self.r.pipeline(transaction=False)
         for p in pools:
             pipe.hgetall(self.keys.keeper(p))
-        out, gone = [], []
+        out, gone, malformed = [], [], []
         for p, raw in zip(pools, pipe.execute()):
             if not raw:
                 gone.append(p)
                 continue
-            out.append({k.decode(): json.loads(v) for k, v in raw.items()})
+            try:
+                out.append(keeper_state(raw, self.keys.keeper(p)))
+            except MalformedRecord as err:         # skipped, named in rhtc status and the page
+                malformed.append(err)
+        self.malformed.read([self.keys.keeper(p) for p in pools] if self.malformed else (), malformed)
         if gone:
             self.r.zrem(self.keys.keepers, *gone)
         return out
 
     def keeper_events(self, pool: str, n: int = 20) -> list[dict]:
-        return [json.loads(x) for x in self.r.lrange(self.keys.keeper_log(pool), 0, n - 1)]
+        key = self.keys.keeper_log(pool)
+        return checked(self, key, self.r.lrange(key, 0, n - 1), KEEPER_EVENT)
+
+    def workers_joined(self, since: float = 0.0) -> dict[str, float]:
+        """Worker names whose latest incarnation claimed its name at ``since`` or later, with
+        when (this machine's clock, s): the broker's record of who reached it, which stays
+        after the worker left (``joined`` in broker/keys.py), so a job whose worker served
+        between two of the keeper's looks is known to have started."""
+        offset = self.broker_ms() / 1000 - time.time()          # the broker's clock - ours
+        low = "-inf" if since <= 0 else int((since + offset) * 1000)
+        rows = self.r.zrangebyscore(self.keys.joined, low, "+inf", withscores=True)
+        return {name.decode(): ms / 1000 - offset for name, ms in rows}
 
     def request_keeper_stop(self, pool: str, by: str, ttl: float = 600) -> None:
         self.r.set(self.keys.keeper_stop(pool), by, ex=int(ttl))

@@ -78,6 +78,11 @@ key                             type    what / who deletes it
 ``{ns}:pool-floor``             string  the least number of workers the pool keeps (its keeper's
                                         minimum): an idle worker leaves only above it; expires
                                         unless the keeper renews it
+``{ns}:joined``                 zset    worker name -> when (broker ms) an incarnation last claimed it
+                                        (claim.lua): a worker that served and left stays known, so a
+                                        pool keeper never takes its job's end for a failed start-up
+                                        (condor/keeper.py); capped at ``JOINED_CAP`` names, expires a
+                                        day after the last claim
 ``{ns}:keepers``                zset    pool keepers by start time (entries whose ``keeper`` hash is
                                         gone are removed by whoever lists them)
 ``{ns}:keeper:{pool}``          hash    a pool keeper's state (wanted, min, max, jobs by state, host,
@@ -154,6 +159,7 @@ TEMPLATES: dict[str, str] = {
     "dashboard": "{ns}:dashboard",
     "leaving": "{ns}:leaving",
     "pool_floor": "{ns}:pool-floor",
+    "joined": "{ns}:joined",
     "keepers": "{ns}:keepers",
     "keeper": "{ns}:keeper:{pool}",
     "keeper_log": "{ns}:keeper-log:{pool}",
@@ -176,6 +182,9 @@ MAP_SENT = "sent"
 #: the map's field counting the partials the broker refused (a task they cover was no longer
 #: leased to their worker: see lua/take.lua); read by the tests and the run's invariants
 MAP_REFUSED = "partials_refused"
+#: the ``joined`` record keeps this many names at most (the newest), for this many seconds
+JOINED_CAP = 10_000
+JOINED_TTL = 86400
 #: lease values: incarnation (this many chars) | taken-at ms (this many digits) | task frame
 INCARNATION_LEN = 16
 LEASE_TIME_LEN = 13

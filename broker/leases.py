@@ -18,7 +18,8 @@ import dataclasses
 import time
 from typing import Iterable, Sequence
 
-from . import blobs, messages
+from . import blobs, messages, protocol
+from .records import MalformedRecord
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,8 +106,13 @@ class Leases:
 
     def holder_status(self, worker: str) -> messages.WorkerStatus | None:
         """The published status of whoever holds ``worker`` now (None if nobody)."""
-        raw = self.r.get(self.keys.heartbeat(worker))
-        return messages.WorkerStatus.decode(raw) if raw else None
+        key = self.keys.heartbeat(worker)
+        raw = self.r.get(key)
+        try:
+            return messages.WorkerStatus.decode(raw, key) if raw else None
+        except MalformedRecord as err:           # said where it is read; the holder is unknown
+            self.malformed.read([key], [err])
+            return None
 
     # -- taking tasks ----------------------------------------------------------------------
     def bulk_limits(self) -> BulkLimits:
@@ -132,9 +138,18 @@ class Leases:
         stolen from the tail of a backed-up, stuck or dead worker's queue. One round trip.
         Returns (still holding the name, the broker's clock in ms,
         [(frame, its map's signed liveness token)])."""
+        return self.take_watching(worker, incarnation, max_tasks, results)[:3]
+
+    def take_watching(self, worker: str, incarnation: str, max_tasks: int,
+                      results: Sequence[tuple[str, bytes, bytes]] = (), watch: Sequence[str] = ()
+                      ) -> tuple[bool, int, list[tuple[bytes, bytes]], set[str]]:
+        """:meth:`take`, also saying which maps still have tasks in their backlog, of those
+        in ``watch`` (a worker's open partials) and of the tasks taken: (held, clock ms,
+        batch, those map ids). A worker hands a partial in once its map's backlog is empty
+        and its next task is another map's (:mod:`worker.merge`)."""
         st = self.settings
         args: list = [self.keys.ns, worker, incarnation, st.result_grace, max_tasks, int(st.leases),
-                      st.scan_step, st.steal_min_queue, st.steal_stuck_seconds]
+                      st.scan_step, st.steal_min_queue, st.steal_stuck_seconds, len(watch), *watch]
         for map_id, tid, frame in results:
             if len(frame) >= blobs.BLOB_FROM:      # set as is beside, its stub handed in (blobs.py)
                 key = self.keys.blob(blobs.blob_name(map_id))
@@ -143,12 +158,13 @@ class Leases:
             args += [map_id, tid, frame]
         got = self._fast.script(self._scripts["take"], [], args)
         if not got[0]:
-            return False, 0, []
+            return False, 0, [], set()
         batch, token = [], b""
-        for i in range(2, len(got), 2):
+        for i in range(3, len(got), 2):
             token = got[i + 1] or token           # '': the previous frame's token (or foreign bytes)
             batch.append((got[i], token))
-        return True, int(got[1]), batch
+        ids, n = got[2], protocol.MAP_ID_LEN
+        return True, int(got[1]), batch, {ids[j:j + n].decode("ascii", "replace") for j in range(0, len(ids), n)}
 
     def wait_for_task(self, worker: str, incarnation: str, timeout: float) -> bytes | None:
         """Block until a task arrives in this worker's queue or the shared one; lease it.

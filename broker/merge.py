@@ -4,8 +4,9 @@ one result frame (status :data:`~broker.protocol.MERGED`) that stands for severa
 
 A worker running a map whose function is a :class:`MergePlan` folds each OK result into
 a running partial of that map (with the map's reduce function) instead of sending it,
-and hands the partial in when it covers ``tasks`` tasks, is ``seconds`` old, or when the
-worker's queue runs dry. The tasks of a partial stay leased until it is handed in; the
+and hands the partial in when it covers ``tasks`` tasks, is ``seconds`` old, when the
+worker's queue runs dry, or as soon as its next task is another map's while the map's
+backlog is empty (``lua/take.lua`` says which maps still have one). The tasks of a partial stay leased until it is handed in; the
 broker accepts it only while every task it covers is still leased to that worker
 (``lua/take.lua``), and the client only when none of them is counted yet. Errors always
 travel alone, one frame per task.

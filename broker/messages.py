@@ -13,9 +13,10 @@ import dataclasses
 import enum
 import hmac
 import json
-import re
 import struct
 
+from . import records
+from .history import lost_run_line, parse_lost_run  # noqa: F401  (imported from here too)
 from .protocol import TaskRef, key_fingerprint
 
 # -- a cancel request (`rhtc cancel MAP`) -------------------------------------------------
@@ -310,15 +311,22 @@ class WorkerStatus:
 
 
     @classmethod
-    def decode(cls, raw: bytes | str) -> "WorkerStatus":
-        d = json.loads(raw)
-        names = {f.name for f in dataclasses.fields(cls)}
-        d = {k: v for k, v in d.items() if k in names}
-        task = d.get("task")
-        if isinstance(task, str):                  # the ``map:index`` label of :meth:`to_dict`
-            map_id, _, index = task.partition(":")
-            task = [map_id, index]
-        d["task"] = TaskRef(str(task[0]), int(task[1])) if task else None
+    def decode(cls, raw: bytes | str, key: str = "a heartbeat") -> "WorkerStatus":
+        """The status in ``raw`` (read from ``key``), checked against the fields' types
+        (missing fields take their defaults, unknown ones are ignored); a record that does
+        not match raises :class:`~broker.records.MalformedRecord` naming ``key`` and the field
+        (``{"task": ["x"]}``: field 'task' is ["x"], not a [map id, task index] pair)."""
+        d = records.check(records.loads(raw, key), _STATUS_TYPES, key)
+        d = {k: v for k, v in d.items() if k in _STATUS_TYPES}
+        d["task"] = _task_ref(d.get("task"), key)
+        records.check_items(d.get("versions", {}), (str,), key, "versions")
+        metrics = d.get("metrics", {})
+        records.check_items(metrics, (float, None), key, "metrics")
+        if not metrics.keys().isdisjoint(_STATUS_TYPES):
+            raise records.MalformedRecord(key, "metrics", f"names a field of the status ({sorted(metrics.keys() & _STATUS_TYPES)[0]})")
+        records.check_items(d.get("credential", {}), (dict,), key, "credential")
+        for kind, c in d.get("credential", {}).items():
+            records.check(c, _CREDENTIAL, key)
         d.setdefault("name", "?")
         d.setdefault("host", "?")
         d.setdefault("pid", 0)
@@ -327,35 +335,28 @@ class WorkerStatus:
         return cls(**d)
 
 
+def _task_ref(task, key: str) -> TaskRef | None:
+    """A status's ``task``: null, ``[map id, index]`` or the ``map:index`` label of :meth:`WorkerStatus.to_dict`."""
+    if not task:
+        return None
+    if isinstance(task, str):
+        map_id, _, index = task.partition(":")
+        task = [map_id, int(index) if index.isdigit() else index]
+    if not (isinstance(task, list) and len(task) == 2 and isinstance(task[0], str) and type(task[1]) is int):
+        raise records.field_error(key, "task", task, ("a [map id, task index] pair",))
+    return TaskRef(task[0], task[1])
+
+
+_TYPE_NAMES = {"str": str, "int": int, "float": float, "dict": dict, "None": None, "TaskRef": list}
+#: each field of a status and the JSON types it takes (from the dataclass's annotations)
+_STATUS_TYPES = {f.name: tuple(_TYPE_NAMES[t.strip()] for t in f.type.split("|"))
+                 for f in dataclasses.fields(WorkerStatus)} | {"task": (list, str, None)}
+#: a data credential's description (rhtc.credentials.Credential.summary)
+_CREDENTIAL = {"kind": (str,), "file": (str,), "mode": (str,), "expires": (float,)}
+
+
 _STATUS_PUBLISHED = tuple(f.name for f in dataclasses.fields(WorkerStatus) if f.name not in ("queued", "forged"))
 """The fields a worker publishes (``queued`` and ``forged`` are the reader's)."""
-
-
-# -- a lost run of a task, as its history keeps it (one line per run) -------------------------
-_LOST_RUN = re.compile(r"\s*\[worker (?P<worker>\S+) ran (?P<start>[0-9.]+)-(?P<stop>[0-9.]+)\]\s*$")
-
-
-def lost_run_line(why: str, worker: str, start: float, stop: float) -> str:
-    """A line of a task's attempt history: why one run was lost, who ran it and when (the
-    run record and the timeline draw it).
-
-    >>> line = lost_run_line("died with exit code 9", "w1", 10.0, 12.5)
-    >>> parse_lost_run(line)
-    {'why': 'died with exit code 9', 'worker': 'w1', 'start': 10.0, 'stop': 12.5}
-    >>> parse_lost_run("w2 stopped heartbeating at 12:00:01")["worker"]
-    'w2'
-    """
-    return f"{why} [worker {worker} ran {start:.3f}-{stop:.3f}]"
-
-
-def parse_lost_run(line: str) -> dict:
-    """``why``, ``worker`` and, when the line says, ``start``/``stop`` of one lost run."""
-    m = _LOST_RUN.search(line)
-    if m:
-        return {"why": line[:m.start()].strip(), "worker": m["worker"], "start": float(m["start"]),
-                "stop": float(m["stop"])}
-    first = line.split(" ", 1)[0] if line.strip() else ""
-    return {"why": line.strip(), "worker": first or "?"}
 
 
 # -- signed heartbeats ------------------------------------------------------------------

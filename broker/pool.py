@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from . import messages
+from . import messages, records
 
 
 class Pool:
@@ -32,13 +32,18 @@ class Pool:
             for n in names:
                 pipe.llen(self.keys.queue(n))
             depths = pipe.execute()
-        out = []
+        out, malformed = [], []
         for name, blob, depth in zip(names, raw, depths):
             if blob:
-                status = messages.WorkerStatus.decode(blob)
+                try:
+                    status = messages.WorkerStatus.decode(blob, self.keys.heartbeat(name))
+                except records.MalformedRecord as err:     # skipped, named in rhtc status and the page
+                    malformed.append(err)
+                    continue
                 status.forged = messages.status_forgery(self.config.key, blob, name, status)
                 status.name, status.queued = name, depth
                 out.append(status)
+        self.malformed.read([self.keys.heartbeat(n) for n in names] if self.malformed else (), malformed)
         return out
 
     def live_workers(self, queue_depths: bool = True) -> list[dict]:

@@ -22,6 +22,8 @@ Bodies:
   (13 ascii digits: ms of the broker's clock). The client signs a fresh one every upkeep
   tick; a worker runs a task only under a token of its map and nonce that has not expired
   by the broker's clock, so frames copied from a live map are dead soon after it ends.
+  A map's signed *end*: tagged ``rhtc-map-ended``, put in the token's place when the map
+  ends; a worker that sees it refuses the map's frames, and remembers (:mod:`worker.tokens`).
 
 The map id sits at a fixed offset in every version, so a worker can always say which
 map sent it a frame it cannot read.
@@ -328,42 +330,46 @@ def unpack_task(key: bytes, frame: bytes) -> Task:
 
 
 # -- map liveness tokens -------------------------------------------------------------------
-TOKEN_TAG = b"rhtc-map-live:"
+TOKEN_TAG, END_TAG = b"rhtc-map-live:", b"rhtc-map-ended"     # same length
 UNTIL_LEN = 13
 TOKEN_BODY_LEN = len(TOKEN_TAG) + MAP_ID_LEN + NONCE_LEN + UNTIL_LEN
 
 
 class MapToken(NamedTuple):
-    """A verified map liveness token: the map, its nonce, and until when (ms of the
-    broker's clock) it says the map is alive.
+    """A verified map token: the map, its nonce, until when (ms of the broker's clock) it
+    says the map is alive; ``ended``: the map's signed end (:func:`pack_map_token`).
 
-    >>> key = b"k" * 32
-    >>> unpack_map_token(key, pack_map_token(key, "0123456789abcdef", "n" * 16, 1700000000000))
-    MapToken(map_id='0123456789abcdef', nonce='nnnnnnnnnnnnnnnn', valid_until_ms=1700000000000)
+    >>> key, m, n = b"k" * 32, "0123456789abcdef", "n" * 16
+    >>> unpack_map_token(key, pack_map_token(key, m, n, 1700000000000))
+    MapToken(map_id='0123456789abcdef', nonce='nnnnnnnnnnnnnnnn', valid_until_ms=1700000000000, ended=False)
+    >>> unpack_map_token(key, pack_map_token(key, m, n, 1700000000000, ended=True)).ended
+    True
     """
 
     map_id: str
     nonce: str
     valid_until_ms: int
+    ended: bool = False
 
 
-def pack_map_token(key: bytes, map_id: str, nonce: str, valid_until_ms: int) -> bytes:
-    """A signed token saying map ``map_id`` (with ``nonce``) is alive until ``valid_until_ms``."""
+def pack_map_token(key: bytes, map_id: str, nonce: str, valid_until_ms: int, ended: bool = False) -> bytes:
+    """A signed token saying map ``map_id`` (with ``nonce``) is alive until ``valid_until_ms``
+    (``ended``: that it ended, and none of its live tokens is valid after that)."""
     if len(map_id) != MAP_ID_LEN or len(nonce) != NONCE_LEN:
         raise ValueError(f"map token of {map_id}: map id and nonce must be {MAP_ID_LEN} and {NONCE_LEN} characters")
-    return sign(key, TOKEN_TAG + map_id.encode("ascii") + nonce.encode("ascii")
+    return sign(key, (END_TAG if ended else TOKEN_TAG) + map_id.encode("ascii") + nonce.encode("ascii")
                 + b"%013d" % int(valid_until_ms))
 
 
 def unpack_map_token(key: bytes, frame: bytes) -> MapToken:
-    """Verify a map token; raise :class:`BadFrame` if it is not one signed with ``key``."""
+    """Verify a map token (or end); raise :class:`BadFrame` if it is not one signed with ``key``."""
     body = verify(key, frame)
-    if len(body) != TOKEN_BODY_LEN or not body.startswith(TOKEN_TAG):
-        raise BadFrame("a signed frame that is not a map liveness token was stored as one")
     at = len(TOKEN_TAG)
+    if len(body) != TOKEN_BODY_LEN or body[:at] not in (TOKEN_TAG, END_TAG):
+        raise BadFrame("a signed frame that is not a map liveness token was stored as one")
     return MapToken(body[at:at + MAP_ID_LEN].decode("ascii"),
                     body[at + MAP_ID_LEN:at + MAP_ID_LEN + NONCE_LEN].decode("ascii"),
-                    int(body[at + MAP_ID_LEN + NONCE_LEN:]))
+                    int(body[at + MAP_ID_LEN + NONCE_LEN:]), body[:at] == END_TAG)
 
 
 # -- functions --------------------------------------------------------------------------

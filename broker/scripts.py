@@ -49,6 +49,7 @@ def prelude() -> str:
     layout = dict(protocol.lua_layout(), INC_LEN=keys.INCARNATION_LEN, TIME_LEN=keys.LEASE_TIME_LEN,
                   MAP_FN=keys.MAP_FN, MAP_CLIENT=keys.MAP_CLIENT,
                   MAP_CLIENT_TTL=keys.MAP_CLIENT_TTL, BLOB_MAGIC=blobs.MAGIC.decode(), MAP_SENT=keys.MAP_SENT, MAP_REFUSED=keys.MAP_REFUSED,
+                  JOINED_CAP=keys.JOINED_CAP, JOINED_TTL=keys.JOINED_TTL,
                   STATUS_TASK_SECONDS=messages.WorkerStatus.task_seconds_field(),
                   **{f"REQUEUED_{r.name}": r.value for r in messages.Requeued})
     for name, value in layout.items():

@@ -23,6 +23,7 @@ import redis
 from . import blobs, protocol, scripts
 
 from . import messages
+from .records import PROBLEM, MalformedLog, MalformedRecord, checked, map_entry
 from .config import BrokerConfig, Settings, redact
 from .config import settings as default_settings
 from .errors import PARSER, ConnectionProblem
@@ -67,6 +68,7 @@ class Storage(Leases, Pool, Keepers):
         self.r = client if client is not None else connect(config, **redis_kwargs)
         self._scripts = scripts.load(self.r)
         self._fast = FastLane(self.r)
+        self.malformed = MalformedLog()        # what its readers skipped (broker/records.py)
         self._finished_maps: list[str] = []    # deleted with the next enqueue (or flush)
         self._clock_offset: float | None = None  # broker clock minus ours (ms), from TIME
         self._sent = 0                         # sequence number of the last enqueue call
@@ -176,7 +178,7 @@ class Storage(Leases, Pool, Keepers):
                 for args in numbered:
                     self._fast.script(script, [], args)
                 return []
-            return blobs.resolve(self.r, self.keys, map_id, [got[1]], FETCH_BYTES) if got else []
+            return blobs.resolve_or_put_back(self.r, self.keys, map_id, [got[1]], FETCH_BYTES) if got else []
 
         with self._fast.lock:
             numbered = []
@@ -223,6 +225,13 @@ class Storage(Leases, Pool, Keepers):
         return protocol.pack_map_token(self.config.key, map_id, nonce,
                                        self.broker_ms() + int(self.settings.token_ttl * 1000))
 
+    def sign_map_end(self, map_id: str, nonce: str) -> None:
+        """Put a map's signed end in its liveness token's place (kept as long as its last
+        token could be valid): workers refuse its frames from now on (worker/tokens.py)."""
+        ttl = int(self.settings.token_ttl * 1000)
+        self.r.set(self.keys.live(map_id), protocol.pack_map_token(
+            self.config.key, map_id, nonce, self.broker_ms() + ttl, ended=True), px=ttl)
+
     def broker_ms(self) -> int:
         """The broker's clock (ms), estimated from ours and the offset last seen by TIME, so
         that tokens do not depend on the clocks of the client's and the workers' nodes."""
@@ -240,14 +249,14 @@ class Storage(Leases, Pool, Keepers):
         key = self.keys.results(map_id)
         got = self.r.lpop(key, max(1, min(count, int(FETCH_BYTES // self._result_bytes))))
         if got:
-            got = blobs.resolve(self.r, self.keys, map_id, got, FETCH_BYTES)
+            got = blobs.resolve_or_put_back(self.r, self.keys, map_id, got, FETCH_BYTES)
             if got:
                 self._result_bytes = max(1.0, sum(len(f) for f in got) / len(got))
             return got
         if timeout <= 0:
             return []
         got = self.r.blpop([key], timeout=timeout)
-        return blobs.resolve(self.r, self.keys, map_id, [got[1]], FETCH_BYTES) if got else []
+        return blobs.resolve_or_put_back(self.r, self.keys, map_id, [got[1]], FETCH_BYTES) if got else []
 
     def unread_results(self, map_id: str) -> int:
         """How many result frames of a map wait for its client."""
@@ -275,15 +284,14 @@ class Storage(Leases, Pool, Keepers):
         return int(self.r.hget(self.keys.map(map_id), MAP_REFUSED) or 0)
 
     def end_map(self, map_id: str, lazy: bool = False) -> None:
-        """Delete every key a map owns. ``lazy``: with this client's next command instead
-        (the keys expire anyway); its queued tasks are dropped by whoever takes them."""
+        """Delete every key a map owns, and the blobs of its unread results (a late hand-in
+        after the end finds the map gone: take.lua deletes its blob). ``lazy``: with this
+        client's next command instead (the keys expire anyway); its queued tasks are
+        dropped by whoever takes them."""
         if lazy:
             self._finished_maps.append(map_id)
             return
-        pipe = self.r.pipeline(transaction=True)
-        pipe.delete(*self.keys.map_keys(map_id))
-        pipe.zrem(self.keys.maps, map_id)
-        pipe.execute()
+        self._scripts["sweep"](args=[self.keys.ns, 0, self.settings.scan_step, map_id])
 
     def flush(self) -> None:
         """Delete the keys of maps ended lazily."""
@@ -323,10 +331,9 @@ class Storage(Leases, Pool, Keepers):
         """End a map and remove its queued tasks from every queue (in bounded steps);
         returns how many were removed."""
         pipe = self.r.pipeline(transaction=True)
-        pipe.llen(self.keys.backlog(map_id))          # deleted with the map's keys
-        pipe.unlink(*self.keys.map_keys(map_id))      # a long backlog is freed in the background
-        pipe.zrem(self.keys.maps, map_id)
-        removed = int(pipe.execute()[0])
+        pipe.llen(self.keys.backlog(map_id))          # deleted with the map's keys (unlinked: a long
+        self._scripts["sweep"](args=[self.keys.ns, 0, self.settings.scan_step, map_id], client=pipe)
+        removed = int(pipe.execute()[0])              # backlog is freed in the background), blobs too
         return removed + self._purge(map_id)
 
     def request_cancel(self, map_id: str, by: str) -> int | None:
@@ -374,12 +381,16 @@ class Storage(Leases, Pool, Keepers):
             ref = protocol.frame_ref(frame)
             if ref is not None:
                 in_shared[ref.map_id] = in_shared.get(ref.map_id, 0) + 1
-        out, gone = [], []
+        out, gone, malformed = [], [], []
         for m, info, nres, nback in zip(ids, raw[0::3], raw[1::3], raw[2::3]):
             if not info:
                 gone.append(m)
                 continue
-            d = {a.decode(): b.decode() for a, b in info.items()}
+            try:
+                d = map_entry(info, self.keys.map(m))
+            except MalformedRecord as err:
+                malformed.append(err)
+                continue
             d.pop(MAP_NONCE, None)
             d.pop(MAP_SENT, None)
             d.pop(MAP_REFUSED, None)
@@ -393,6 +404,7 @@ class Storage(Leases, Pool, Keepers):
                     d["client_alive"] = alive[d[MAP_CLIENT]] is not None
         if gone and tidy:
             self.r.zrem(self.keys.maps, *gone)
+        self.malformed.read([self.keys.map(m) for m in ids] if self.malformed else (), malformed)
         return out
 
     def report(self, message: str) -> None:
@@ -404,7 +416,7 @@ class Storage(Leases, Pool, Keepers):
         pipe.execute()
 
     def recent_problems(self, n: int = 20) -> list[dict]:
-        return [json.loads(x) for x in self.r.lrange(self.keys.log, 0, n - 1)]
+        return checked(self, self.keys.log, self.r.lrange(self.keys.log, 0, n - 1), PROBLEM)
 
     def count_keys(self) -> int:
         """How many keys exist under this namespace (for tests and `rhtc status`)."""

@@ -108,7 +108,7 @@ def pool(ctx):
 @main.command(context_settings=_PASSTHROUGH)
 @click.pass_context
 def pack(ctx):
-    """Pack the worker environment for batch nodes: rhtc pack [--python 3.11] [-o FILE]."""
+    """Pack the worker environment for batch nodes: rhtc pack [--python-version 3.11] [-o FILE]."""
     os.execv(sys.executable, [sys.executable, "-m", "rhtc.condor", "pack", *ctx.args])
 
 

@@ -9,7 +9,10 @@ never sends anything that runs code and never unpickles anything.
 
 By default it binds 127.0.0.1 with a random token in the URL, as Jupyter does (the page
 shows arguments and tracebacks). From a laptop: ``ssh -L 8787:127.0.0.1:8787 login-node``
-and open the printed URL; behind ``jupyter-server-proxy`` every link is relative.
+and open the printed URL; behind ``jupyter-server-proxy`` every link is relative. The token
+stays in the process that serves the page (and in the browser's cookie once it opened the
+URL): the broker, which anyone with the Redis password reads, holds the address without
+it, and the access log prints ``token=***``.
 
     >>> from rhtc import LocalCluster
     >>> with LocalCluster(2) as c, Dashboard(c.config) as d:
@@ -23,6 +26,7 @@ import hmac
 import importlib.util
 import json
 import logging
+import re
 import secrets
 import threading
 from pathlib import Path
@@ -36,9 +40,20 @@ log = logging.getLogger("rhtc.client")
 
 STATIC = Path(__file__).with_name("static")
 COOKIE = "rhtc_dashboard_token"
+_TOKEN_IN_URL = re.compile(r"(token=)[^&\s]*")
 #: how often a running dashboard renews its address in the broker (s); it lives 3x that
 ANNOUNCE_SECONDS = 10
 _running: dict[tuple[str, str], "Dashboard"] = {}     # (broker url, namespace) -> dashboard of this process
+
+
+def _log_request(handler) -> None:
+    """tornado's access log line, with any token in the URL replaced by ``***``."""
+    from tornado.log import access_log
+    status = handler.get_status()
+    say = access_log.info if status < 400 else (access_log.warning if status < 500 else access_log.error)
+    req = handler.request
+    say("%d %s %s (%s) %.2fms", status, req.method, _TOKEN_IN_URL.sub(r"\1***", req.uri), req.remote_ip,
+        1000.0 * req.request_time())
 
 
 def _app(state: DashState, token: str):
@@ -52,7 +67,7 @@ def _app(state: DashState, token: str):
                 self.set_status(403)
                 self.set_header("Content-Type", "text/plain; charset=utf-8")
                 self.finish("403: wrong or missing token. Open the URL that `rhtc dashboard` printed "
-                            "(it ends in ?token=...), or pass the token as ?token= or 'Authorization: "
+                            "(it ends in ?token=...; the broker keeps the address without it), or pass the token as ?token= or 'Authorization: "
                             "Bearer <token>' (Prometheus: authorization.credentials).\n")
                 return
             if self.get_query_argument("token", None):
@@ -100,7 +115,7 @@ def _app(state: DashState, token: str):
 
     return tornado.web.Application([
         (r"/", Page), (r"/static/([a-z]+\.(?:js|css))", Asset), (r"/api/state", State), (r"/metrics", Metrics),
-    ])
+    ], log_function=_log_request)
 
 
 class Dashboard:
@@ -124,9 +139,15 @@ class Dashboard:
         self._error: BaseException | None = None
 
     @property
-    def url(self) -> str:
+    def address(self) -> str:
+        """The page's address without the token: what the broker holds for other processes."""
         host = self.host if self.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
-        return f"http://{host}:{self.port}/?token={self.token}"
+        return f"http://{host}:{self.port}/"
+
+    @property
+    def url(self) -> str:
+        """The address with the token: only this process knows it (print it, open it)."""
+        return f"{self.address}?token={self.token}"
 
     def start(self) -> "Dashboard":
         """Serve in a daemon thread; returns once it listens."""
@@ -170,7 +191,7 @@ class Dashboard:
 
     def _announce(self) -> None:
         try:
-            feed.announce_dashboard(self.storage, self.url, ttl=3 * ANNOUNCE_SECONDS)
+            feed.announce_dashboard(self.storage, self.address, ttl=3 * ANNOUNCE_SECONDS)
         except Exception as err:                # the broker is away: the page says so
             log.debug("dashboard: could not announce its address: %s", err)
 
@@ -181,7 +202,7 @@ class Dashboard:
             self._loop.add_callback(self._loop.stop)
             self._thread.join(10)
         try:
-            feed.withdraw_dashboard(self.storage, self.url)
+            feed.withdraw_dashboard(self.storage, self.address)
         except Exception:
             pass
         self.storage.close()
@@ -193,12 +214,13 @@ class Dashboard:
         self.stop()
 
     def __repr__(self) -> str:
-        return f"<Dashboard {self.url.split('?')[0]} of {self.config!r}>"
+        return f"<Dashboard {self.address} of {self.config!r}>"
 
 
 def address_for(storage: Storage) -> str | None:
-    """The address of a dashboard serving ``storage``'s namespace: one in this process,
-    else one announced in the broker; None when none runs."""
+    """The address of a dashboard serving ``storage``'s namespace: one in this process
+    (with its token), else one announced in the broker (without: a browser that opened the
+    dashboard's URL once has the token as a cookie); None when none runs."""
     own = _running.get((storage.config.url, storage.config.namespace))
     if own is not None:
         return own.url

@@ -20,12 +20,13 @@ from ..broker import feed
 from ..broker.protocol import key_fingerprint
 from ..broker.storage import Storage
 from rhtc.versions import stack_versions
-from .status import misfits
+from .status import MALFORMED_NOTE, misfits
 
 #: recent task records kept for the task stream; gone workers kept this long (s);
 #: throughput samples kept (one a snapshot); maps kept this long after their last word (s)
 MAX_TASKS = 20_000
 MAX_ERRORS = 10
+MAX_MALFORMED = 100
 GONE_SECONDS = 600
 MAX_SAMPLES = 600
 ENDED_MAP_SECONDS = 600
@@ -95,6 +96,7 @@ class DashState:
                          "note": "no pool keeper runs for this broker (rhtc pool start): held or replaced jobs "
                                  "are not known here (see condor_q)"},
                 "throughput": list(self.samples), "problems": st.recent_problems(20),
+                "malformed": st.malformed.lines()[:MAX_MALFORMED], "malformed_note": MALFORMED_NOTE,
                 "last_task": self._seq}
 
     def _take(self, entry: dict, now: float) -> None:

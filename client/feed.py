@@ -4,12 +4,15 @@ map's progress, its new errors and the tasks that finished since. The client has
 result's metadata already; nothing here is read back by the map.
 
 Publishing is best-effort: a broker that refuses it costs the dashboard a second, never
-the map its results.
+the map its results. A map's last note is sent a moment after it ends (with the other
+maps ending then), and at the latest when the process exits: a script whose map ends
+within a second and exits still shows its map on the page, for as long as the feed keeps
+it (``feed_ttl``).
 """
 from __future__ import annotations
 
+import atexit
 import logging
-import queue
 import threading
 import time
 
@@ -64,7 +67,9 @@ class MapFeed:
         progress = dict(self.progress(), errors=self.errors)
         self.errors = []
         if later:
-            _pending.put((run.storage, run.map_id, progress, records))
+            with _lock:
+                _waiting.append((run.storage, progress, records))
+            _wake.set()
             _start_publisher()
         else:
             _publish(run.storage, f"map {run.map_id}", [(progress, records)])
@@ -82,7 +87,10 @@ def _publish(storage, what: str, notes: list) -> None:
 #: the maps' last notes wait this long (s) to go together: a stream of short maps costs
 #: the broker a round trip per interval, not one per map
 PUBLISH_EVERY = 0.5
-_pending: queue.SimpleQueue = queue.SimpleQueue()
+_waiting: list[tuple] = []            # (storage, progress, records) of ended maps, not sent yet
+_lock = threading.Lock()              # guards _waiting
+_sending = threading.Lock()           # one sender at a time: the thread, or the process's exit
+_wake = threading.Event()
 _publisher: threading.Thread | None = None
 _publisher_lock = threading.Lock()
 
@@ -96,14 +104,24 @@ def _start_publisher() -> None:
 
 
 def _publish_pending() -> None:
-    """The background thread: every PUBLISH_EVERY s, what the ended maps left, per broker."""
+    """The background thread: every PUBLISH_EVERY s, what the ended maps left."""
     while True:
-        batch = [_pending.get()]
+        _wake.wait()
         time.sleep(PUBLISH_EVERY)
-        while not _pending.empty():
-            batch.append(_pending.get())
+        _wake.clear()
+        publish_waiting()
+
+
+@atexit.register
+def publish_waiting() -> None:
+    """Send the ended maps' last notes now, one round trip per broker (the background
+    thread calls it; so does the process's exit, which would otherwise drop them)."""
+    with _sending:
+        with _lock:
+            batch = _waiting[:]
+            _waiting.clear()
         by_storage: dict[int, tuple] = {}
-        for storage, map_id, progress, records in batch:
+        for storage, progress, records in batch:
             by_storage.setdefault(id(storage), (storage, []))[1].append((progress, records))
         for storage, notes in by_storage.values():
             _publish(storage, f"{len(notes)} map(s)", notes)

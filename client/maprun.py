@@ -85,7 +85,7 @@ class MapRun(Checked):
         self.retry_queue = RetryQueue()
         self.delivered = 0                              # results handed to the caller
         self.cancelled = self.closed = False
-        self._sent = False                              # something may be queued in Redis
+        self._sent = self._end_signed = False           # something may be queued in Redis; its end signed
         self.cancelled_by: str | None = None            # who asked, when not this client
         self._fn_uploaded = False
         self._outbox: list[TaskResult] = []
@@ -265,6 +265,7 @@ class MapRun(Checked):
             out += self._take()
             if self.end is None:
                 self.end = time.time()
+                self._sign_end()
                 if self.settings.check_invariants:
                     self.validate()
                 if self.end - self.start > 0.5:     # a task process restart takes longer
@@ -368,6 +369,7 @@ class MapRun(Checked):
                     removed = self.storage.cancel_map(self.map_id)
             except BrokerTrouble:                # unreachable, or refusing (out of memory):
                 pass                             # the keys expire by themselves
+        self._sign_end()
         self.closed = True
         return removed
 
@@ -382,6 +384,16 @@ class MapRun(Checked):
                 else:
                     self.storage.end_map(self.map_id, lazy=True)
             except ConnectionProblem:
+                pass
+            self._sign_end()
+
+    def _sign_end(self) -> None:
+        """Sign the map's end in its token's place: workers refuse its frames from now on."""
+        if self._sent and not self._end_signed:
+            self._end_signed = True
+            try:
+                self.storage.sign_map_end(self.map_id, self.nonce)
+            except BrokerTrouble:
                 pass
 
     @property

@@ -5,7 +5,8 @@ several tasks in one frame.
 A partial counts all of its tasks or none: it is accepted only when none of the tasks
 it covers has been counted yet (a straggler's backup, or a rerun after a worker froze
 past its lease, may have answered one already). A refused partial's tasks that are still
-owed an answer are sent again. An accepted partial yields one
+owed an answer are sent again, and so are those of a malformed one (a task covered twice,
+indices outside the map): it costs its own tasks, never the map. An accepted partial yields one
 :class:`~client.tasks.TaskResult` per task it covers (each with its own meta, for the
 ledger and the timeline): the first carries the merged value, the others are marked
 ``merged`` (their value is in it).
@@ -48,7 +49,11 @@ def accept_partial(run, payload: bytes) -> None:
     tasks = run.tasks
     if len(metas) != len(indices) or len(set(indices)) != len(indices) or \
             not all(0 <= i < run.n for i in indices):
-        log.warning("map %s: dropped a malformed partial (tasks %s)", run.map_id, indices[:20])
+        again = sorted({i for i in indices if 0 <= i < run.n and not tasks.is_final(i)})
+        log.warning("map %s: dropped a malformed partial (tasks %s: %s); sending its %d uncounted "
+                    "task(s) again", run.map_id, indices[:20], _malformed(indices, metas, run.n), len(again))
+        if again:                     # it costs its own tasks, nothing more
+            run.requeue(again, route=False)
         return
     counted = [i for i in indices if tasks.is_final(i)]
     if counted:
@@ -75,3 +80,12 @@ def accept_partial(run, payload: bytes) -> None:
         run._outbox.append(TaskResult(i, value if k == 0 else None, meta, merged=k > 0))
     run.partials_accepted += 1
     run.last_progress = time.monotonic()
+
+
+def _malformed(indices: list[int], metas: list, n: int) -> str:
+    """What is wrong with a partial's list of tasks."""
+    if len(metas) != len(indices):
+        return f"{len(indices)} task indices but {len(metas)} task metadata"
+    if len(set(indices)) != len(indices):
+        return f"task(s) {sorted({i for i in indices if indices.count(i) > 1})[:10]} covered twice"
+    return f"indices outside the map's {n} tasks"

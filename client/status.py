@@ -194,4 +194,17 @@ def render_status(storage: Storage, max_workers: int = 60) -> str:
         lines += ["", "recent problems:"]
         for p in problems:
             lines.append(f"  {datetime.fromtimestamp(p['t']):%H:%M:%S} {p['message'][:150]}")
-    return "\n".join(lines)
+    return "\n".join(lines + malformed_lines(storage, max_workers))
+
+
+#: what ``rhtc status`` and the page say above the malformed records they skipped
+MALFORMED_NOTE = ("malformed records, skipped (rhtc does not write these: something else with the Redis "
+                  "password did; delete them, and change the password if it was not you):")
+
+
+def malformed_lines(storage: Storage, at_most: int = 60) -> list[str]:
+    """The records its readers skipped because they do not match their schema
+    (:mod:`broker.records`), each naming its key and field."""
+    bad = storage.malformed.lines()
+    more = [f"  ... and {len(bad) - at_most} more"] if len(bad) > at_most else []
+    return (["", MALFORMED_NOTE] + [f"  {line[:300]}" for line in bad[:at_most]] + more) if bad else []

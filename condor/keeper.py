@@ -41,8 +41,8 @@ from ..broker.config import BrokerConfig
 from ..broker.errors import BrokerTrouble
 from ..broker.storage import Storage
 from .batch import Job, batch_for, job_of_worker, startup_error
-from .keeper_rules import (KeeperPlan, Tracked, active, replace_ahead, shrink_victims, systematic,
-                           wanted_size)
+from .keeper_rules import (KeeperPlan, Tracked, active, mark_served, replace_ahead, shrink_victims,
+                           systematic, verdict, wanted_size)
 from .schedd import SchedulerUnavailable
 from rhtc.errors import RhtcError
 
@@ -77,6 +77,7 @@ class PoolKeeper:
         self.log_path = log_dir / f"keeper-{self.pool_id}.log"
         self.tracked: dict[str, Tracked] = {}
         self.latencies: list[float] = []          # submission -> serving, of the jobs seen serve
+        self.joined_read = 0.0                    # the broker's record of workers read up to (s; 0: never)
         self.failures: list[str] = []             # start-up failures in a row (none served since)
         self.counts = {"submitted": 0, "replaced": 0, "evicted": 0, "left": 0, "removed": 0}
         self.backoff_until = 0.0
@@ -153,45 +154,49 @@ class PoolKeeper:
             self._stop.set()
             return
         jobs = self.batch.jobs()
+        for jid, job in jobs.items():
+            if jid not in self.tracked:                 # ours, submitted by an earlier keeper of this pool
+                self.tracked[jid] = Tracked(jid, job.queued or now, starts=job.starts)
         statuses = {job_of_worker(s.name): s for s in self.storage.worker_statuses(queue_depths=False)
                     if not s.forged and job_of_worker(s.name)}
+        self._note_served(statuses, now)
         for jid in [j for j in self.tracked if j not in jobs]:
             self._gone(self.tracked.pop(jid))
         for jid, job in jobs.items():
-            t = self.tracked.get(jid)
-            if t is None:                               # ours, submitted by an earlier keeper of this pool
-                t = self.tracked[jid] = Tracked(jid, job.queued or now, starts=job.starts)
-            self._look(t, job, statuses.get(jid), now)
+            self._look(self.tracked[jid], job, statuses.get(jid), now)
         message = systematic(self.failures, self.plan.max_failures)
         if message:
             raise PoolFailing(f"pool {self.pool_id}: {message}")
         self._resize(statuses, now)
         self._publish(jobs, statuses, now)
 
+    def _note_served(self, statuses: dict, now: float) -> None:
+        """Which tracked jobs' workers reached the broker: the broker's record of their
+        claims (it stays after a worker left, so a job that served and was held or removed
+        between two looks still counts as started), or a heartbeat seen now."""
+        joined = self.storage.workers_joined(since=self.joined_read - 5.0 if self.joined_read else 0.0)
+        self.joined_read = now
+        when = {job_of_worker(name): t for name, t in joined.items() if job_of_worker(name)}
+        for jid, t in self.tracked.items():
+            seen = when.get(jid) or (now if jid in statuses else 0.0)
+            if mark_served(t, seen):
+                self.latencies = (self.latencies + [max(0.0, t.served - t.submitted)])[-50:]
+                self.failures = []
+
     def _look(self, t: Tracked, job: Job, status, now: float) -> None:
         if status is not None:
-            if not t.served:
-                t.served = now
-                self.latencies = (self.latencies + [now - t.submitted])[-50:]
-                self.failures = []
             t.worker, t.leaving, t.leaves_at = status.name, status.leaving, status.leaves_at
             t.cache_bytes = status.cache_bytes
             t.idle_since = 0.0 if status.task is not None else (t.idle_since or now)
         if t.ending:
             return
-        if job.state == "held":
-            self._replace(t, f"held: {job.reason}", failure=not t.served)
-        elif job.state == "idle" and t.state == "running":
+        v = verdict(t, job.state, job.reason, job.starts, job.since, now, self.plan)
+        if v is not None and v.action == "evicted":
             self.counts["evicted"] += 1
             self._event("evicted", t.id, f"vacated from {job.host or 'its node'}; {self.batch.name} runs it again "
                         "(its worker handed back its task)")
-        elif job.starts > self.plan.max_starts:
-            self._replace(t, f"started {job.starts} times")
-        elif job.state == "idle" and not t.served and now - t.submitted > self.plan.idle_limit:
-            self._replace(t, f"idle in the queue for {now - t.submitted:.0f} s")
-        elif job.state == "running" and not t.served and job.since and now - job.since > self.plan.startup_limit:
-            self._replace(t, f"running for {now - job.since:.0f} s but its worker never reached the broker",
-                          failure=True)
+        elif v is not None:
+            self._replace(t, v.why, failure=v.failure)
         t.starts, t.state = max(t.starts, job.starts), job.state
 
     def _gone(self, t: Tracked) -> None:

@@ -44,7 +44,7 @@ class Tracked:
 
     id: str
     submitted: float
-    served: float = 0.0               # when its worker was first seen serving
+    served: float = 0.0               # when its worker first reached the broker (the broker's record)
     worker: str = ""
     starts: int = 0
     leaving: str = ""                 # its worker said it leaves (lifetime, idle)
@@ -53,6 +53,58 @@ class Tracked:
     state: str = ""                   # its state at the last look (idle, running, held)
     idle_since: float = 0.0           # its worker has had no task since (0: busy or unknown)
     cache_bytes: int = 0
+
+
+def mark_served(t: Tracked, when: float) -> bool:
+    """Note that ``t``'s worker reached the broker at ``when`` (0: not known to have). The
+    broker says so (its record of the worker's claim, which outlives the worker), not
+    whether a look of the keeper fell while the worker ran. True the first time: then the
+    job counts as started, whatever becomes of it.
+
+    >>> t = Tracked("7.0", submitted=100.0)
+    >>> mark_served(t, 0.0), mark_served(t, 103.5), mark_served(t, 110.0), t.served
+    (False, True, False, 103.5)
+    """
+    if not when or t.served:
+        return False
+    t.served = when
+    return True
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """What one look decides about a job: ``replace`` it (a start-up ``failure`` or not),
+    or note it was ``evicted``; ``why`` is the log's reason."""
+
+    action: str
+    why: str
+    failure: bool = False
+
+
+def verdict(t: Tracked, state: str, reason: str, starts: int, since: float, now: float,
+            plan: KeeperPlan) -> Verdict | None:
+    """The keeper's decision about a job in the queue (``state``, hold ``reason``, how often
+    it ``starts``, in that state ``since``), or None: leave it. Only a job whose worker
+    never reached the broker (:func:`mark_served`) fails at start-up.
+
+    >>> plan = KeeperPlan(1, 1)
+    >>> verdict(Tracked("7.0", 100.0, served=103.5), "held", "via condor_hold", 1, 104.0, 105.0, plan)
+    Verdict(action='replace', why='held: via condor_hold', failure=False)
+    >>> verdict(Tracked("7.1", 100.0), "held", "memory", 1, 104.0, 105.0, plan).failure
+    True
+    """
+    if state == "held":
+        return Verdict("replace", f"held: {reason}", failure=not t.served)
+    if state == "idle" and t.state == "running":
+        return Verdict("evicted", "")
+    if starts > plan.max_starts:
+        return Verdict("replace", f"started {starts} times")
+    if state == "idle" and not t.served and now - t.submitted > plan.idle_limit:
+        return Verdict("replace", f"idle in the queue for {now - t.submitted:.0f} s")
+    if state == "running" and not t.served and since and now - since > plan.startup_limit:
+        return Verdict("replace", f"running for {now - since:.0f} s but its worker never reached the broker",
+                       failure=True)
+    return None
 
 
 def wanted_size(plan: KeeperPlan, busy: int, pending: int) -> int:

@@ -111,7 +111,8 @@ def stop(pool_ids, url, wait):
     try:
         running = {k["pool"]: k for k in s.keepers()}
         if not running:
-            raise click.ClickException("no pool keeper runs for this broker (`rhtc pool status` lists them)")
+            raise click.ClickException("no pool keeper runs for this broker: `rhtc status` lists the pools "
+                                       "that run; start one with `rhtc pool start`")
         wanted = [p for p in running if not pool_ids or any(p.startswith(x) for x in pool_ids)]
         if not wanted:
             raise click.ClickException(f"no keeper named {', '.join(pool_ids)}; running: {', '.join(running)}")

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -22,6 +24,7 @@ pytest.importorskip("prometheus_client")
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from rhtc.broker import feed  # noqa: E402
+from rhtc.broker.storage import Storage  # noqa: E402
 from rhtc.client.dashboard import Dashboard  # noqa: E402
 
 REAL = [str(NANOAOD / "nano_dimuon.root"), str(NANOAOD / "nano_dy.root")]
@@ -206,7 +209,7 @@ def test_local_cluster_and_map_handle_show_the_dashboard():
         from rhtc.broker.storage import Storage
         other = Storage(c.config)
         try:
-            assert feed.dashboard_address(other) == link     # what another process finds
+            assert feed.dashboard_address(other) == link.split("?")[0]   # another process: no token (issue 29)
         finally:
             other.r.close()
         h = submit(abs, [-1, -2, -4, -8, -16], broker=c)
@@ -326,3 +329,76 @@ def test_a_map_handle_redraws_itself_in_jupyter(broker, workers, tmp_path, monke
     # the cell's output was redrawn after the map ended: it says so now
     assert "6 / 6 results (100 %)" in shown[0]["data"]["text/html"], shown[0]["data"]["text/html"]
     assert "<MapHandle" in shown[0]["data"]["text/plain"]
+
+
+SHORT_MAP_SCRIPT = """
+from rhtc.client import submit
+h = submit(abs, range(-20, 0), broker=None, label="short-script")
+assert len(h.wait(60)) == 20
+print(h.map_id, flush=True)
+"""
+
+
+def test_a_short_map_of_a_script_that_exits_at_once_shows_on_the_page(broker, workers, chrome, tmp_path):
+    """Issue 29, item 4: a script whose 20-task map ends within a second and exits. The
+    page is opened only after the script has exited, so what it shows came from the feed."""
+    workers.start(2)
+    with Dashboard(broker.config) as d:
+        env = dict(os.environ, **broker.config.env())
+        done = subprocess.run([sys.executable, "-c", SHORT_MAP_SCRIPT], env=env, capture_output=True, text=True,
+                              timeout=120, cwd=str(tmp_path))
+        assert done.returncode == 0, done.stderr
+        map_id = done.stdout.split()[-1]
+        chrome.get(d.url)
+        row = f'#maps tr[data-map="{map_id}"]'
+        _until("the script's ended map at 100 %", lambda: [e.get_attribute("data-progress") for e in
+                                                          chrome.find_elements("css selector", row)] == ["100.0"])
+        text = chrome.find_element("css selector", row).text
+        assert "short-script" in text and "20 / 20" in text, text
+
+
+def test_the_broker_holds_the_dashboards_address_without_its_token(broker, storage):
+    """Issue 29, item 7: anyone with the Redis password reads the announced address; the
+    token stays in the analyst's process (and in the browser that opened its URL)."""
+    from rhtc.client.dashboard import address_for
+    with Dashboard(broker.config) as d:
+        stored = storage.r.get(storage.keys.dashboard).decode()
+        assert d.token not in stored and "token" not in stored, stored
+        assert stored == d.url.split("?")[0]
+        assert address_for(storage) == d.url                       # this process knows its token
+        assert feed.dashboard_address(Storage(broker.config)) == stored
+    assert storage.r.get(storage.keys.dashboard) is None           # withdrawn when it stops
+
+
+def test_the_access_log_never_prints_the_token(broker, caplog):
+    import logging
+    with Dashboard(broker.config) as d, caplog.at_level(logging.INFO, logger="tornado.access"):
+        assert _get(d.url)[0] == 200
+        assert _get(d.url.split("?")[0] + f"api/state?since=0&token={d.token}")[0] == 200
+        assert _get(d.url.split("?")[0] + "?token=wrong-token-123")[0] == 403
+        deadline = time.monotonic() + 10
+        while len([r for r in caplog.records if r.name == "tornado.access"]) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    lines = [r.getMessage() for r in caplog.records if r.name == "tornado.access"]
+    assert len(lines) >= 3, lines
+    assert not [line for line in lines if d.token in line or "wrong-token-123" in line], lines
+    assert any("token=***" in line for line in lines), lines
+
+
+def test_the_page_names_a_malformed_record(broker, workers, storage, chrome):
+    """Issue 29, item 3, on the page: a heartbeat written with the password alone."""
+    workers.start(1)
+    r = storage.r
+    r.sadd(storage.keys.workers, "ghost-1")
+    r.set(storage.keys.incarnation("ghost-1"), "0" * 16, ex=600)
+    r.set(storage.keys.heartbeat("ghost-1"), '{"name": "ghost-1", "task": ["x"]}', ex=600)
+    with Dashboard(broker.config) as d:
+        chrome.get(d.url)
+        _until("the malformed heartbeat named on the page",
+               lambda: "field 'task'" in chrome.find_element("id", "malformed").text)
+        assert storage.keys.heartbeat("ghost-1") in chrome.find_element("id", "malformed").text
+        assert chrome.find_element("id", "malformed-box").is_displayed()
+        _until("the live worker in the table",
+               lambda: chrome.find_elements("css selector", "#workers tbody tr[data-name]"))
+        errors = [e for e in chrome.get_log("browser") if e["level"] == "SEVERE"]
+        assert errors == [], f"the page logged errors in the browser: {errors}"

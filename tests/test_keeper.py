@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+import signal
+import time
+
+from rhtc.condor.batch import job_of_worker
 from rhtc.condor.keeper import PoolFailing, PoolKeeper
-from rhtc.condor.keeper_rules import (KeeperPlan, Tracked, active, fix_for, replace_ahead, shrink_victims,
-                                      systematic, wanted_size)
+from rhtc.condor.keeper_rules import (KeeperPlan, Tracked, active, fix_for, mark_served, replace_ahead,
+                                      shrink_victims, systematic, verdict, wanted_size)
 
 
 def test_a_fixed_pool_wants_its_size_and_an_adaptive_one_follows_the_work():
@@ -40,6 +44,50 @@ def test_failures_in_a_row_make_one_message_with_the_cause_and_the_fix():
     message = systematic(["cannot unpack x.tar.gz into /s"] * 3, 3)
     assert "3 in a row" in message and "cannot unpack" in message and "rhtc pack --rebuild" in message
     assert "rhtc broker --host 0.0.0.0" in fix_for("worker w: waiting for the broker at redis://h:6379 (...)")
+
+
+def test_a_job_whose_worker_served_between_two_looks_is_replaced_as_no_start_up_failure():
+    """Issue 29: a job held after its worker served, though no look of the keeper fell
+    while it ran, is replaced at once and never counted toward --max-failures; a job whose
+    worker never reached the broker is a failed start."""
+    plan = KeeperPlan(1, 1, interval=5, max_failures=3)
+    failures = []
+    for k in range(3):                                    # three such holds in a row
+        t = Tracked(f"7.{k}", submitted=100.0)
+        assert mark_served(t, 103.0), "the broker's record of its worker's claim, read after it left"
+        v = verdict(t, "held", "via condor_hold (by user rhtc)", 1, 104.0, 105.0, plan)
+        assert (v.action, v.failure) == ("replace", False), v
+        failures += [v.why] if v.failure else []
+    assert systematic(failures, plan.max_failures) is None
+    never = verdict(Tracked("8.0", submitted=100.0), "held", "memory exceeded", 1, 104.0, 105.0, plan)
+    assert (never.action, never.why, never.failure) == ("replace", "held: memory exceeded", True)
+    stuck = verdict(Tracked("8.1", submitted=0.0), "running", "", 1, 10.0, 10.0 + plan.startup_limit + 1, plan)
+    assert stuck.failure and "never reached the broker" in stuck.why
+
+
+def test_the_broker_remembers_a_worker_that_served_and_left(broker, workers):
+    """Whether a job served comes from the broker: a worker named as a batch job's, that
+    ran a task and left (its heartbeat gone), is still in the broker's record of claims."""
+    from rhtc.broker.storage import Storage
+    from rhtc.client import remote_map
+    t0 = time.time()
+    name = workers.start(names=["condor-4242.0@node1"])[0]
+    assert remote_map(abs, [-3], broker=broker, progress=False) == [3]
+    workers.signal(name, signal.SIGTERM)                  # as condor_hold does: it retires and exits 0
+    assert workers.procs[name].wait(30) == 0
+    s = Storage(broker.config)
+    try:
+        assert name not in {w.name for w in s.worker_statuses(queue_depths=False)}, "its heartbeat is gone"
+        joined = s.workers_joined()
+        assert name in joined and t0 - 1 <= joined[name] <= time.time() + 1, joined
+        assert job_of_worker(name) == "4242.0"
+        assert s.workers_joined(since=time.time() + 60) == {}, "a later look reads only newer claims"
+        assert s.r.ttl(s.keys.joined) > 0, "the record expires"
+    finally:
+        s.close()
+    t = Tracked("4242.0", submitted=t0)
+    assert mark_served(t, joined[name])
+    assert verdict(t, "held", "via condor_hold", 1, time.time(), time.time(), KeeperPlan(1, 1)).failure is False
 
 
 def test_a_second_keeper_of_the_same_pool_is_refused(broker, tmp_path):

@@ -4,13 +4,15 @@ analyst runs it, a process on the submit node that looks every second; the fault
 batch system's own commands (condor_hold, condor_rm, condor_vacate_job, scancel, scontrol).
 
 Bounds stated here: on these pools a held, removed or vacated worker job is replaced (the
-pool is back at N serving) within 120 s; a broken environment stops the keeper after
+pool is back at N serving) within 120 s, and a job held after its worker served is never a
+failed start-up, even when no look of the keeper fell while it ran; a broken environment stops the keeper after
 ``--max-failures`` start-up failures, within 180 s.
 """
 from __future__ import annotations
 
 import gzip
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -182,6 +184,56 @@ def test_a_job_idle_in_the_queue_past_the_limit_is_replaced(condor_pool, pool_br
         storage.close()
     assert code == 0, out.read_text()
     _wait(lambda: not condor_pool.jobs('RhtcPool == "idlejobs"'), 60, "the keeper's jobs to leave the queue")
+
+
+def test_a_job_held_after_its_first_task_between_two_looks_is_replaced_as_no_failed_start(
+        condor_pool, pool_broker, condor_env_pack, pool_analyst, monkeypatch):
+    """Issue 29: whether a job served comes from the broker, not from the keeper's looks. The
+    keeper is paused (SIGSTOP) from the moment it has submitted its job until that job's
+    worker has served a task, been held (condor_hold) and left the broker: its next look
+    finds a held job and no heartbeat. With ``--max-failures 1``, one start-up failure would
+    stop the pool; the job is replaced at once instead, and counted as no failure."""
+    from rhtc.condor.batch import CondorBatch, job_of_worker
+    monkeypatch.setenv("CONDOR_CONFIG", str(condor_pool.host_condor_config))
+    work = condor_pool.workdir("keeper_held_served")
+    cfg = write_pool_config(pool_broker, work)
+    logs = make_owned_dir(work / "logs")
+    env = condor_pool.host_env(rhtc_env())
+    out = work / "keeper.out"
+    proc = _keeper(["--workers", "1", "--name", "heldserved", "--max-failures", "1", "--config", str(cfg),
+                    "--env", str(condor_env_pack), "--log-dir", str(logs)], env, work, out)
+    storage = Storage(pool_broker.config)
+    batch = CondorBatch("heldserved", {})
+
+    def status_of(job: str):
+        return next((s for s in storage.worker_statuses(queue_depths=False) if job_of_worker(s.name) == job), None)
+    try:
+        first = _wait(lambda: sorted(batch.jobs()), REPLACED_WITHIN, "the keeper to submit its job", proc, out)[0]
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            _wait(lambda: status_of(first), REPLACED_WITHIN, f"job {first}'s worker to serve")
+            assert pool_analyst(cfg, "sleeps", str(work / "runs.jsonl"), "1", "0.1")["values"] == [0]
+            _wait(lambda: getattr(status_of(first), "tasks_done", 0) >= 1, 30,
+                  "its worker's heartbeat to count the map's task")
+            condor_pool.run(["condor_hold", first])
+            _wait(lambda: batch.jobs().get(first) and batch.jobs()[first].state == "held"
+                  and status_of(first) is None, 60, f"job {first} held and its worker gone from the broker")
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        _wait(lambda: [j for j in batch.jobs() if j != first and status_of(j)], REPLACED_WITHIN,
+              "the replacement's worker to serve", proc, out)
+        events = storage.keeper_events("heldserved", 50)
+        whys = " | ".join(f"{e['what']} {e['job']} {e['why']}" for e in events)
+        assert any(e["what"] == "replaced" and e["job"] == first and e["why"].startswith("held: via condor_hold")
+                   for e in events), whys
+        assert not [e for e in events if e["what"] == "failed"], f"a job that served failed at start-up: {whys}"
+        state = next(k for k in storage.keepers() if k["pool"] == "heldserved")
+        assert state["failures"] == 0 and state["backoff"] == 0, state
+    finally:
+        code = _stop(proc, storage, "heldserved")
+        storage.close()
+    assert code == 0, out.read_text()
+    _wait(lambda: not condor_pool.jobs('RhtcPool == "heldserved"'), 60, "the keeper's jobs to leave the queue")
 
 
 def test_slurm_pool_replaces_cancelled_and_held_jobs(slurm_pool, pool_broker, tmp_path):

@@ -10,15 +10,27 @@ nothing leaks from one task into the next or outlives the worker.
     >>> become_subreaper()                 # doctest: +SKIP
     >>> end_children()                     # after the task: nothing left   # doctest: +SKIP
     []
+
+A function the analyst defined in their script or notebook (``__main__``) reaches the
+worker pickled by value; the task process's ``__main__`` is the worker's, so the standard
+pickle that ``multiprocessing`` uses (a ``Pool.map(square, ...)`` inside the task) cannot
+find it by name. :func:`pickle_main_by_value` has ``multiprocessing`` send such functions
+and classes by value (cloudpickle), as the client's process sends them by name: it works
+with the fork, forkserver and spawn start methods alike.
 """
 from __future__ import annotations
 
 import ctypes
 import logging
+import multiprocessing.reduction
 import multiprocessing.util
 import os
 import signal
+import sys
 import time
+import types
+
+import cloudpickle
 
 log = logging.getLogger("rhtc.worker")
 
@@ -72,11 +84,40 @@ def children(exclude: frozenset[int] = frozenset()) -> list[int]:
 def _close_pools() -> None:
     """Terminate the ``multiprocessing`` pools and managers this process still has open
     (what their finalizers do at exit): a live Pool would start new workers in place of
-    the ones stopped."""
+    the ones stopped. Then stop multiprocessing's own helpers (:func:`_stop_helpers`)."""
     try:
         multiprocessing.util._run_finalizers(0)
     except Exception as err:    # a user's finalizer: say so, then stop the processes anyway
         log.warning("closing the task's leftover multiprocessing pools failed: %s: %s", type(err).__name__, err)
+    _stop_helpers()
+
+
+def _helpers() -> list:
+    from multiprocessing import forkserver, resource_tracker
+    return [forkserver._forkserver, resource_tracker._resource_tracker]
+
+
+def _helper_pids() -> set[int]:
+    """The pids of the forkserver and resource tracker that a task started (not leftovers)."""
+    fs, rt = _helpers()
+    return {pid for pid in (fs._forkserver_pid, rt._pid) if pid is not None}
+
+
+def _stop_helpers() -> None:
+    """Stop the forkserver and the resource tracker (a forkserver Pool's helpers) through
+    their own stop: what they started is then stopped with the rest, and the next task's
+    forkserver Pool starts them afresh (killed, they were remembered as running, and that
+    Pool failed with ChildProcessError)."""
+    fs, rt = _helpers()
+    for helper in (fs, rt):
+        try:
+            helper._stop()
+        except ChildProcessError:          # it died and was reaped already: forget it
+            if helper is fs:
+                fs._forkserver_pid = fs._forkserver_address = None
+        except Exception as err:
+            log.warning("stopping multiprocessing's %s failed: %s: %s", type(helper).__name__,
+                        type(err).__name__, err)
 
 
 def end_children(exclude: frozenset[int] = frozenset(), grace: float = GRACE_SECONDS,
@@ -86,8 +127,11 @@ def end_children(exclude: frozenset[int] = frozenset(), grace: float = GRACE_SEC
     ``close_pools``: first terminate the pools this process left open. Returns the
     pids stopped."""
     if not _reap_zombies(exclude):
+        if close_pools:
+            _stop_helpers()                # none runs; one that died may still be remembered
         return []
-    before = children(exclude)
+    helpers = _helper_pids() if close_pools else set()
+    before = [pid for pid in children(exclude) if pid not in helpers]
     if close_pools:
         _close_pools()
     termed: dict[int, float] = {}
@@ -115,4 +159,56 @@ def end_children(exclude: frozenset[int] = frozenset(), grace: float = GRACE_SEC
             except ProcessLookupError:
                 pass
         time.sleep(0.02)
-    return sorted(set(termed) | set(before))
+    return sorted((set(termed) | set(before)) - helpers)
+
+
+def default_signals_in_children() -> None:
+    """A process this one forks (a Pool's workers) starts with Python's default handling
+    of SIGTERM, SIGUSR1 and SIGINT, as it would in the analyst's own process: stopping a
+    pool then never raises the task process's hand-back inside it."""
+    def reset() -> None:
+        for sig in (signal.SIGTERM, signal.SIGUSR1):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    os.register_at_fork(after_in_child=reset)
+
+
+
+def main_by_value(obj):
+    """How ``multiprocessing`` sends a function or class of ``__main__`` that this process's
+    ``__main__`` does not hold by that name (the analyst's, rebuilt here by cloudpickle):
+    by value; None for everything else (pickled as before).
+
+    >>> ns = {"__name__": "__main__"}; exec("def square(x): return x * x", ns)
+    >>> square = cloudpickle.loads(cloudpickle.dumps(ns["square"]))    # as a task receives it
+    >>> load, args = main_by_value(square); load(*args)(7)
+    49
+    >>> main_by_value(len) is None, main_by_value(7) is None
+    (True, True)
+    """
+    if isinstance(obj, (types.FunctionType, type)) and getattr(obj, "__module__", None) == "__main__" \
+            and getattr(sys.modules.get("__main__"), obj.__qualname__, None) is not obj:
+        return cloudpickle.loads, (cloudpickle.dumps(obj),)
+    return None
+
+
+def pickle_main_by_value() -> None:
+    """Have ``multiprocessing`` (pools, executors, queues) in this process pickle with
+    :func:`main_by_value` (once; a reducer set before stays in force for the rest).
+
+    (not run by the tests: it changes how this process's multiprocessing pickles)
+    >>> pickle_main_by_value()             # doctest: +SKIP
+    """
+    pickler = multiprocessing.reduction.ForkingPickler
+    if getattr(pickler, "_rhtc_main_by_value", False):
+        return
+    earlier = getattr(pickler, "reducer_override", None)
+
+    def reducer_override(self, obj):
+        got = main_by_value(obj)
+        if got is not None:
+            return got
+        return earlier(self, obj) if earlier is not None else NotImplemented
+
+    pickler.reducer_override = reducer_override
+    pickler._rhtc_main_by_value = True

@@ -31,6 +31,7 @@ from .frozen import explain
 from .disk import open_disk_tier
 from .memory import tune_malloc
 from .outbox import Outbox
+from .preload import Preload, names as preload_names
 from .results import describe_error, pack_result
 from .merge import Partials
 from .shared import MAX_HELD, SharedState
@@ -82,6 +83,7 @@ class TaskProcess:
         self.tasks_done = self.errors = 0
         self.bytes_from_file = self.bytes_from_cache = 0     # totals, for `rhtc status`
         self.ctx = context.TaskContext(worker=self.name, cache=self.cache)
+        self.preload = Preload([])                  # run() imports the analysis stack while idle
         context.current = self.ctx
         if self.settings.malloc_tuning:
             tune_malloc()
@@ -92,6 +94,7 @@ class TaskProcess:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
         signal.signal(signal.SIGUSR1, self._on_drain)
+        self.preload = Preload(preload_names(self.settings.preload))
         return self.serve()
 
     def serve(self) -> int:
@@ -111,7 +114,8 @@ class TaskProcess:
                         self.outbox.frames += self.partials.flush()
                         self.outbox.flush()
                         self._hold([])
-                    frame = self.storage.wait_for_task(self.name, self.incarnation, IDLE_WAIT)
+                    with self.preload.idle():
+                        frame = self.storage.wait_for_task(self.name, self.incarnation, IDLE_WAIT)
                     batch = [(frame, None)] if frame else []
                     if frame or self.storage.stealable():   # (a take per idle second costs the broker a
                         self._quiet_until = 0.0             # script run per worker-second: 25 % of a core
@@ -160,9 +164,7 @@ class TaskProcess:
         """Hand in finished results and lease the next batch, in one round trip; also says
         whether this incarnation still holds the name."""
         n = 0 if self.stopping else max(1, min(self.max_batch, int(BATCH_SECONDS / max(self._ewma, 1e-6))))
-        holding, self._broker_ms, batch = self.outbox.take(n)
-        if holding:
-            self.tokens.saw_clock(self._broker_ms)
+        holding, self._broker_ms, batch, self.partials.backlogged = self.outbox.take(n, self.partials.watched())
         self._hold([])                  # the results are in: the last batch is no longer held
         evicted = self.cache.drain_evicted()
         if evicted:
@@ -170,10 +172,17 @@ class TaskProcess:
         return holding, batch
 
     def _run_batch(self, batch: list[tuple[bytes, bytes | None]]) -> None:
-        self._hold([protocol.task_id(f) for f, _ in batch])
+        tids = [protocol.task_id(f) for f, _ in batch]
+        self._hold(tids)
         for frame, token in batch:
             if self.stopping:
                 break                      # the rest is still leased: the supervisor hands it back
+            ref = protocol.frame_ref(frame)
+            due = self.partials.switching(ref.map_id if ref else None)
+            if due:                        # another map's task next: a map near its end is not
+                self.outbox.frames += due  # kept waiting for it (worker/merge.py)
+                self.outbox.flush()
+                self._hold(tids)
             self._run_frame(frame, token)
         # the batch stays held until the next take hands its results in: a finished task
         # whose result waits here must not look like a lease that nobody runs
@@ -188,8 +197,8 @@ class TaskProcess:
     def _run_frame(self, frame: bytes, token: bytes | None) -> None:
         """Verify a frame (signature; its map's liveness token, nonce and expiry; function
         hash) and run it. ``token`` is the map's token from the take (None: an idle
-        worker's wake-up, whose lease reply brings it: read before the task runs unless a
-        verified token of the map is at hand, see :meth:`MapTokens.fresh`)."""
+        worker's wake-up, whose lease reply brings it: read while the frame is verified, and
+        always before the task runs: a map that ended has its signed end there)."""
         ref = protocol.frame_ref(frame)
         map_id, index = (ref.map_id, ref.index) if ref else (None, None)
         if not protocol.is_task_frame(frame):
@@ -209,19 +218,20 @@ class TaskProcess:
             self._system_error(map_id, index, tid, f"refused by worker {self.name}: {err}",
                                kind=messages.FaultKind.BAD_FRAME)
             return
-        late = token is None and self.tokens.fresh(task)
-        if token is None and not late:
-            token, self._broker_ms = self.storage.leased_token()
-        if not late and not self._alive(task, tid, token, self._broker_ms):
+        if token is None:                  # never run before the map's current token is judged:
+            token, self._broker_ms = self.storage.leased_token()   # its signed end may be there
+        if not self._alive(task, tid, token, self._broker_ms):
+            return
+        if self.partials.holds(task.ref):  # sent again (a broker restart lost its lease): it is
+            # folded here already, leased here again, and goes in with the partial; never run twice
+            log.info("worker %s: task %s is already in its partial; not run again", self.name, task.ref)
             return
         try:
             fn = self._function(task.fn_hash, task.map_id)
         except _SystemFault as fault:
-            if late:
-                self.storage.leased_token()
             self._system_error(task.map_id, task.index, tid, str(fault), kind=fault.kind)
             return
-        self._run_task(fn, task, tid, late_check=late)
+        self._run_task(fn, task, tid)
 
     def _alive(self, task: protocol.Task, tid: bytes, token: bytes, broker_ms: int) -> bool:
         """Whether the task's map is alive (:mod:`worker.tokens`); if not, the refusal is
@@ -237,11 +247,9 @@ class TaskProcess:
         self._system_error(task.map_id, task.index, tid, refusal.message, kind=refusal.kind)
         return False
 
-    def _run_task(self, fn, task: protocol.Task, tid: bytes, late_check: bool = False) -> None:
-        """Run one verified task and keep its signed result for the next take. With
-        ``late_check`` (an idle worker's wake-up under a token already verified) the lease's
-        reply is read while the task runs, so the wake-up costs no extra round trip; the
-        result of a map that ended meanwhile is then dropped instead of handed in."""
+    def _run_task(self, fn, task: protocol.Task, tid: bytes) -> None:
+        """Run one verified task (its map's token judged) and keep its signed result for the
+        next take."""
         ref, packed_arg = task.ref, task.packed_arg
         self.shared.set_task(ref)
         t0 = time.time()
@@ -270,11 +278,6 @@ class TaskProcess:
                                    bytes_disk=self.ctx.bytes_from_disk,
                                    bytes_file=self.ctx.bytes_from_file, events=_events_of(arg),
                                    files_opened=self.ctx.files_opened)
-        if late_check:
-            token, self._broker_ms = self.storage.leased_token()
-            if not self._alive(task, tid, token, self._broker_ms):
-                self.shared.set_task(None)
-                return
         if not (status == protocol.OK and isinstance(fn, MergePlan) and self.partials.fold(fn, ref, value, meta)):
             status, payload = pack_result(status, value, meta, arg, self.settings.max_result_bytes,
                                           self.storage.bulk_limits, dumps=self.dumps)

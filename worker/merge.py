@@ -1,7 +1,14 @@
 """A worker's running partials: the OK results of each map that merges
 (:class:`~broker.merge.MergePlan`), folded in as they come and handed in as one signed
 frame per map when the partial covers the plan's number of tasks, is the plan's number
-of seconds old, or when the worker's queue runs dry (the task process decides when).
+of seconds old, when the worker's queue runs dry, or as soon as its next task is another
+map's while its own map has nothing left in its backlog (the broker says which maps do at
+each take): a small map on a pool that another map keeps busy waits for one of that map's
+tasks, not for a timer, and a big map's partials are not cut short by fair turns.
+
+A worker never folds a task twice: one it already holds in a partial that comes back (a
+broker that restarted lost its lease, and its client sent it again) is not run again
+(:meth:`Partials.holds`); it stays leased here and goes in with the partial.
 
 The tasks a partial covers stay leased (and held, so the supervisor's reconcile leaves
 them alone) until it is handed in; a worker that dies with a partial loses it and its
@@ -19,6 +26,14 @@ here.
     (True, [])
     >>> p.fold(plan, TaskRef("0123456789abcdef", 1), 2, meta), len(p.due()), p.held()
     (True, 1, [])
+    >>> p.fold(plan, TaskRef("fedcba9876543210", 0), 1, meta), p.holds(TaskRef("fedcba9876543210", 0))
+    (True, True)
+    >>> p.backlogged = {"fedcba9876543210"}     # at the last take, its backlog held tasks
+    >>> p.switching("0123456789abcdef")         # another map's task next: the partial waits
+    []
+    >>> p.backlogged = set()                    # its backlog is empty: handed in at the switch
+    >>> len(p.switching("0123456789abcdef"))
+    1
 """
 from __future__ import annotations
 
@@ -50,6 +65,7 @@ class Partial:
     since: float                                           # monotonic time of its first task
     indices: list[int] = dataclasses.field(default_factory=list)
     metas: list[ResultMeta] = dataclasses.field(default_factory=list)
+    covered: set[int] = dataclasses.field(default_factory=set)    # the indices, to look up
 
     @property
     def tids(self) -> list[bytes]:
@@ -80,6 +96,7 @@ class Partials:
         self.max_result_bytes, self.broker_limits = max_result_bytes, broker_limits
         self.open: dict[str, Partial] = {}
         self._ready: list[Outgoing] = []
+        self.backlogged: set[str] = set()      # maps whose backlog held tasks at the last take
 
     def __bool__(self) -> bool:
         return bool(self.open or self._ready)
@@ -88,10 +105,14 @@ class Partials:
         """Fold task ``ref``'s OK ``value`` into its map's partial; False when the reduce
         function raised on it (the partial so far is made ready, the value must go alone)."""
         part = self.open.get(ref.map_id)
+        if part is not None and ref.index in part.covered:     # never counted twice (see holds)
+            log.warning("map %s: task %d is already in this worker's partial; its second result is "
+                        "dropped", ref.map_id, ref.index)
+            return True
         try:
             if part is None:           # the partial starts from a value of its own (see owned)
                 self.open[ref.map_id] = Partial(plan, ref.map_id, owned(value), time.monotonic(),
-                                                [ref.index], [meta])
+                                                [ref.index], [meta], {ref.index})
                 return True
             folded = plan.fold(part.value, value)
             part.value = owned(folded) if folded is value else folded
@@ -107,7 +128,27 @@ class Partials:
             return False
         part.indices.append(ref.index)
         part.metas.append(meta)
+        part.covered.add(ref.index)
         return True
+
+    def holds(self, ref: protocol.TaskRef) -> bool:
+        """Whether task ``ref`` is folded into an open partial here: delivered again (a
+        broker restart lost its lease and the client sent it again), it is not run again."""
+        part = self.open.get(ref.map_id)
+        return part is not None and ref.index in part.covered
+
+    def watched(self) -> list[str]:
+        """The maps of the open partials (the take asks the broker about their backlogs)."""
+        return list(self.open)
+
+    def switching(self, map_id: str | None) -> list[Outgoing]:
+        """The frames to hand in before this worker runs a task of ``map_id``: the partials
+        of other maps whose backlog was empty at the last take (their last tasks are queued
+        or running: holding the partial would only delay their map's end)."""
+        for other in [m for m in self.open if m != map_id and m not in self.backlogged]:
+            self._ready += self._pack(self.open.pop(other))
+        out, self._ready = self._ready, []
+        return out
 
     @property
     def count(self) -> int:

@@ -11,6 +11,8 @@ answers becomes a ``ResultTooLarge`` error, so the worker is never wedged on it.
 """
 from __future__ import annotations
 
+from typing import Sequence
+
 from ..broker.errors import BrokerOutOfMemory, BrokerUnavailable
 from .results import ALWAYS_FITS, REFUSALS, batches_within, refused_by_broker
 
@@ -29,11 +31,12 @@ class Outbox:
     def __bool__(self) -> bool:
         return bool(self.frames)
 
-    def take(self, n: int) -> tuple[bool, int, list[tuple[bytes, bytes]]]:
+    def take(self, n: int, watch: Sequence[str] = ()) -> tuple[bool, int, list[tuple[bytes, bytes]], set[str]]:
         """Hand every frame in and lease up to ``n`` tasks, in one round trip
-        (:meth:`Storage.take`); the frames are handed in only if it returns."""
+        (:meth:`Storage.take_watching`: also which maps, of ``watch`` and of the batch, still
+        have a backlog); the frames are handed in only if it returns."""
         self._hand_in_large()
-        got = self.storage.take(self.name, self.incarnation, n, self.frames)
+        got = self.storage.take_watching(self.name, self.incarnation, n, self.frames, watch)
         self.frames = []
         return got
 

@@ -43,7 +43,7 @@ from ..broker.errors import BrokerTrouble
 from ..broker.storage import Storage
 from rhtc.credentials import describe as describe_credentials, find_credentials
 from rhtc.versions import stack_versions
-from .children import become_subreaper, end_children
+from .children import become_subreaper, default_signals_in_children, end_children, pickle_main_by_value
 from .disk import disk_tier_of
 from .backoff import Backoff
 from .lifetime import LeavePlan, job_walltime
@@ -93,6 +93,8 @@ def die_with(parent: int) -> None:
 def _run_task_process(config, name, incarnation, shared, cache_bytes, max_batch, st, parent) -> None:
     die_with(parent)
     become_subreaper()          # what a task's children orphan is stopped after the task
+    pickle_main_by_value()      # a task's Pool.map(f) of the analyst's __main__ function works
+    default_signals_in_children()   # ... and its pool stops as it would in the analyst's process
     signal.signal(signal.SIGINT, signal.SIG_IGN)       # the supervisor decides when to stop
     code = TaskProcess(config, name, incarnation, shared, cache_bytes, max_batch, st).run()
     sys.stdout.flush()

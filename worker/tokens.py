@@ -8,7 +8,11 @@ signed by the client with the session key and renewed every upkeep tick. A worke
 a task only under a token of the task's map and nonce that has not expired by the
 broker's clock (Redis TIME, returned with every take: no dependence on the nodes'
 clocks). A replay is therefore refused once the map's last token has expired, at most
-``RHTC_TOKEN_TTL`` seconds after the map ended.
+``RHTC_TOKEN_TTL`` seconds after the map ended; sooner where the client could say so: when
+a map ends, however it ends, its client puts the map's signed *end* in the token's place
+(``ended=True``). A worker refuses the map's frames under it (logged, not reported: the
+tasks a cancel leaves in flight look the same), and remembers it: a live token of that map
+copied earlier and written back afterwards is refused too, and reported (as a replay).
 
     >>> from rhtc.broker import protocol
     >>> key, nonce = b"k" * 32, protocol.new_nonce()
@@ -19,19 +23,25 @@ clocks). A replay is therefore refused once the map's last token has expired, at
     True
     >>> tokens.judge(task, protocol.pack_map_token(key, task.map_id, nonce, 2_000), now_ms=3_000).kind.value
     'expired'
+    >>> tokens.judge(task, protocol.pack_map_token(key, task.map_id, nonce, 9_000, ended=True), now_ms=1_000).kind.value
+    'expired'
+    >>> tokens.judge(task, protocol.pack_map_token(key, task.map_id, nonce, 2_000), now_ms=1_000).kind.value
+    'replayed'
 """
 from __future__ import annotations
 
 import collections
 import dataclasses
-import time
+import logging
 from datetime import datetime, timezone
 
 from ..broker import protocol
 from ..broker.messages import FaultKind
 
-FRESH_MARGIN_MS = 1000      # a cached token must stay valid this much longer to run at once
+log = logging.getLogger("rhtc.worker")
+
 _CACHE = 256                # tokens (and maps) remembered
+_ENDED = 4096               # maps whose signed end this worker saw, remembered
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,25 +55,13 @@ class Refusal:
 
 
 class MapTokens:
-    """The tokens a worker has verified, and the broker's clock as last seen."""
+    """The tokens a worker has verified, and the maps whose signed end it saw."""
 
     def __init__(self, key: bytes, worker: str):
         self.key, self.worker = key, worker
         self._verified: collections.OrderedDict[bytes, protocol.MapToken] = collections.OrderedDict()
-        self._latest: collections.OrderedDict[str, protocol.MapToken] = collections.OrderedDict()
+        self._ended: collections.OrderedDict[str, protocol.MapToken] = collections.OrderedDict()
         self._reported: collections.OrderedDict[tuple[str, FaultKind], None] = collections.OrderedDict()
-        self._offset_ms = 0.0
-
-    def saw_clock(self, broker_ms: int) -> None:
-        """The broker's clock, from a take's reply."""
-        self._offset_ms = broker_ms - time.time() * 1000
-
-    def fresh(self, task: protocol.Task) -> bool:
-        """A verified token of the task's map and nonce is at hand and stays valid a while:
-        the task may start before the lease's reply (its token) is read."""
-        tok = self._latest.get(task.map_id)
-        return (tok is not None and tok.nonce == task.nonce
-                and tok.valid_until_ms - (time.time() * 1000 + self._offset_ms) > FRESH_MARGIN_MS)
 
     def judge(self, task: protocol.Task, token: bytes, now_ms: int) -> Refusal | None:
         """None if ``token`` (as stored for the task's map) lets the task run at broker time
@@ -87,14 +85,26 @@ class MapTokens:
             return self._refuse(task, FaultKind.REPLAYED, f"worker {self.worker} refused task {task.ref}: its nonce "
                                 f"{task.nonce} is not the nonce {tok.nonce} of map {task.map_id} (a task frame "
                                 "replayed from an earlier map)")
+        if tok.ended:       # logged (once per map), not reported: a cancelled map's leftovers look the same
+            message = (f"worker {self.worker} refused task {task.ref}: map {task.map_id} ended (its client "
+                       f"signed the end; its last liveness token lasts until {_utc(tok.valid_until_ms)} at "
+                       "most): a copy left in a queue, or frames replayed after the map ended; nothing was run")
+            if task.map_id not in self._ended:
+                self._remember(self._ended, task.map_id, tok, _ENDED)
+                log.info(message)
+            return Refusal(FaultKind.EXPIRED, message)
+        end = self._ended.get(task.map_id)
+        if end is not None and end.nonce == tok.nonce:
+            return self._refuse(task, FaultKind.REPLAYED, f"worker {self.worker} refused task {task.ref}: the "
+                                f"liveness token stored for map {task.map_id} is a copy written back after "
+                                "the map ended (this worker saw its client's signed end): someone with write "
+                                "access to Redis replays the map's frames; nothing was run")
         if tok.valid_until_ms < now_ms:
             return self._refuse(task, FaultKind.EXPIRED, f"worker {self.worker} refused task {task.ref}: the "
                                 f"liveness token of map {task.map_id} expired at {_utc(tok.valid_until_ms)} "
                                 f"({(now_ms - tok.valid_until_ms) / 1000:.1f} s ago by the broker's clock): "
                                 "frames replayed after the map ended, or a client that stopped renewing its "
                                 "map for longer than RHTC_TOKEN_TTL; nothing was run")
-        if self._latest.get(task.map_id) is not tok:
-            self._remember(self._latest, task.map_id, tok)
         return None
 
     def _refuse(self, task: protocol.Task, kind: FaultKind, message: str) -> Refusal:
@@ -104,10 +114,10 @@ class MapTokens:
         return Refusal(kind, message, report=first)
 
     @staticmethod
-    def _remember(cache: collections.OrderedDict, k, v) -> None:
+    def _remember(cache: collections.OrderedDict, k, v, size: int = _CACHE) -> None:
         cache[k] = v
         cache.move_to_end(k)
-        while len(cache) > _CACHE:
+        while len(cache) > size:
             cache.popitem(last=False)
 
 

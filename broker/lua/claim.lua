@@ -3,7 +3,8 @@
 -- mode 'force':  succeed if the holder is still `expected` (a holder seen to be dead);
 -- mode 'renew':  the heartbeat: succeed unless another incarnation holds the name.
 -- On success the name, the status and the registration are (re)set with the lease
--- expiry; a claim or take-over requeues what a predecessor left in the lease at once
+-- expiry; a claim or take-over records the name in `joined` and requeues what a
+-- predecessor left in the lease at once
 -- (counted as an attempt: it died with them) and moves up to `step` tasks of its queue
 -- to the shared queue.
 -- ARGV: ns, worker, incarnation, status JSON, lease ms, mode, expected holder,
@@ -31,7 +32,12 @@ if mode == 'renew' then
   end
   return {1, 0, due}
 end
--- a new incarnation: whatever a predecessor held goes back now
+-- a new incarnation: the name is recorded as having reached the broker (a keeper reads
+-- it after the worker left), and whatever a predecessor held goes back now
+local joined = K.joined()
+redis.call('ZADD', joined, now_ms(), w)
+redis.call('ZREMRANGEBYRANK', joined, 0, -JOINED_CAP - 1)
+redis.call('EXPIRE', joined, JOINED_TTL)
 local lease = K.lease(w)
 local flat = redis.call('HGETALL', lease)
 for i = 1, #flat, 2 do

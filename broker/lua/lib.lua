@@ -59,11 +59,18 @@ local function stub_key(item)
   return key
 end
 
--- Delete the blobs of a map's unread results (their stubs are in its results list).
+-- Delete the blobs of a map's unread results (their stubs are in its results list), the
+-- whole list read a thousand items at a time.
 local function drop_blobs(mid)
-  for _, item in ipairs(redis.call('LRANGE', K.results(mid), 0, 9999)) do
-    local key = stub_key(item)
-    if key then redis.call('UNLINK', key) end
+  local at = 0
+  while true do
+    local items = redis.call('LRANGE', K.results(mid), at, at + 999)
+    for _, item in ipairs(items) do
+      local key = stub_key(item)
+      if key then redis.call('UNLINK', key) end
+    end
+    if #items < 1000 then return end
+    at = at + 1000
   end
 end
 
@@ -179,8 +186,9 @@ local function steal_one(me, inc, minq, stuck, step)
         if not hb then
           ok = true
         else
-          local status = cjson.decode(hb)
-          ok = type(status[STATUS_TASK_SECONDS]) == 'number' and status[STATUS_TASK_SECONDS] > stuck
+          local fine, status = pcall(cjson.decode, hb)   -- a malformed heartbeat: not stuck
+          ok = fine and type(status) == 'table' and type(status[STATUS_TASK_SECONDS]) == 'number'
+            and status[STATUS_TASK_SECONDS] > stuck
         end
       end
       if ok and l > bestlen then best, bestlen = w, l end

@@ -2,8 +2,18 @@
 -- tasks: at most once per `every` ms per namespace (throttle key), at most `step` maps
 -- of the registry looked at per call. Their tasks left in the shared or workers' queues
 -- are dropped by whoever pops them (take).
--- ARGV: ns, throttle ms, step. Returns the ids of the maps dropped.
+-- ARGV: ns, throttle ms, step, then the ids of maps their client ended (cancelled, left
+-- early, timed out, done): those are dropped now, the blobs of their unread results with
+-- them (drop_map), and the registry is not looked at. Returns the ids of the maps dropped.
 local every, step = tonumber(ARGV[2]), tonumber(ARGV[3])
+if #ARGV > 3 then
+  local ended = {}
+  for i = 4, #ARGV do
+    drop_map(ARGV[i])
+    ended[#ended + 1] = ARGV[i]
+  end
+  return ended
+end
 if every > 0 and not redis.call('SET', K.sweep_due(), '1', 'NX', 'PX', every) then return {} end
 local dropped = {}
 for _, mid in ipairs(redis.call('ZRANGE', K.maps(), 0, step - 1)) do

@@ -9,10 +9,14 @@
 -- `step` of them per call). Bytes that are not a frame are handed over unleased so the
 -- worker reports them.
 -- ARGV: ns, worker, incarnation, result grace (s), n, leases on (1/0), step,
---       steal's min queue, steal's stuck seconds, then triples: map id, task id (a partial's:
---       the ids of the tasks it covers, end to end), result frame (or a big one's stub,
---       broker/blobs.py: its blob is kept with the stub or deleted with it).
--- Returns {held, broker time ms, frame, token, frame, token, ...}; held = 0 when this
+--       steal's min queue, steal's stuck seconds, k, k map ids (the maps of the worker's
+--       open partials), then triples: map id, task id (a partial's: the ids of the tasks it
+--       covers, end to end), result frame (or a big one's stub, broker/blobs.py: its blob is
+--       kept with the stub or deleted with it).
+-- Returns {held, broker time ms, backlogged, frame, token, frame, token, ...}; backlogged:
+-- the ids, end to end, of the maps (of the k named and of the frames taken) whose backlog
+-- still holds tasks: a worker hands a partial in as soon as its next task is another map's
+-- and its own map's backlog is empty (worker/merge.py). held = 0 when this
 -- incarnation does not hold the name (another took it over, or it expired: nothing is
 -- leased then, the supervisor claims it again or stops); token = the map's signed
 -- liveness token, judged by the worker against the broker time ('' for foreign bytes, and
@@ -44,7 +48,10 @@ local function whole_partial(mid, tids)
   redis.call('HDEL', lease, unpack(ids))
   return whole
 end
-for i = 10, #ARGV, 3 do
+local watched = {}                         -- map ids whose backlog the worker asks about
+local nwatch = tonumber(ARGV[10])
+for i = 11, 10 + nwatch do watched[#watched + 1] = ARGV[i] end
+for i = 11 + nwatch, #ARGV, 3 do
   local ok = true
   if #ARGV[i + 1] > TID_LEN then
     ok = whole_partial(ARGV[i], ARGV[i + 1])
@@ -63,12 +70,12 @@ for i = 10, #ARGV, 3 do
   end
 end
 if redis.call('GET', K.incarnation(w)) ~= inc then return {0} end
-local out = {1, now_ms()}
+local out = {1, now_ms(), ''}
 local budget = step
 local prefix = leases and lease_prefix(inc)
 local last = false
 local function take(q, shared)
-  while #out < 2 * n + 2 and budget > 0 do
+  while #out < 2 * n + 3 and budget > 0 do
     budget = budget - 1
     local item = redis.call('RPOP', q)
     if not item then
@@ -82,6 +89,7 @@ local function take(q, shared)
       local mid = frame_map(item)
       local token = map_token(mid)
       if token then
+        watched[#watched + 1] = mid
         if shared then refill(mid) end
         if leases then redis.call('HSET', lease, frame_tid(item), prefix .. item) end
         out[#out + 1] = item
@@ -98,10 +106,19 @@ else
   take(K.shared_queue(), true)
   take(K.queue(w), false)
 end
-if #out == 2 and n > 0 then
+if #out == 3 and n > 0 then
   local item, token = steal_one(w, inc, minq, stuck, step)
   if item then
-    out[3], out[4] = item, token
+    out[4], out[5] = item, token
+    watched[#watched + 1] = frame_map(item)
   end
 end
+local seen, busy = {}, {}
+for _, mid in ipairs(watched) do
+  if not seen[mid] then
+    seen[mid] = true
+    if redis.call('LLEN', K.backlog(mid)) > 0 then busy[#busy + 1] = mid end
+  end
+end
+out[3] = table.concat(busy)
 return out

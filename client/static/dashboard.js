@@ -64,6 +64,9 @@
     $("problems").innerHTML = snap.problems.map((x) =>
       "<li>" + esc(new Date(x.t * 1000).toLocaleTimeString()) + " " + esc(x.message) + "</li>").join("") ||
       "<li>none</li>";
+    $("malformed-box").hidden = !snap.malformed.length;
+    $("malformed-note").textContent = snap.malformed_note;
+    $("malformed").innerHTML = snap.malformed.map((x) => "<li>" + esc(x) + "</li>").join("");
   }
 
   function renderMaps(snap) {
