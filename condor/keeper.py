@@ -180,7 +180,8 @@ class PoolKeeper:
         for jid, t in self.tracked.items():
             seen = when.get(jid) or (now if jid in statuses else 0.0)
             if mark_served(t, seen):
-                self.latencies = (self.latencies + [max(0.0, t.served - t.submitted)])[-50:]
+                # the start-up time replace_ahead plans with: until the keeper knows the job serves
+                self.latencies = (self.latencies + [max(0.0, now - t.submitted)])[-50:]
                 self.failures = []
 
     def _look(self, t: Tracked, job: Job, status, now: float) -> None:

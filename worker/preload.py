@@ -5,10 +5,11 @@ chunk does not pay their imports (0.2-1 s for uproot and awkward, more with coff
 
 The imports run in a background thread of the task process, one module at a time, and a
 module is started only while the task process waits idle for work (:meth:`Preload.idle`):
-never while a task runs. A task that arrives during an import does not wait for it, nor
-for the rest of the list (which waits for the next idle moment); it shares the GIL with
-the rest of that one import, and waits for it only where it imports that module itself
-(the module's import lock), which it would have had to do anyway. A fork inside a task (a
+never while a task runs. A task that arrives during an import waits for that one module
+(:meth:`Preload.settle`), not for the rest of the list (which waits for the next idle
+moment): two threads importing one package at once can see it half initialized
+("partially initialized module 'boost_histogram.axis' has no attribute 'transform'", when
+a task's function was unpickled while hist was being preloaded). A fork inside a task (a
 ``multiprocessing.Pool``) waits for the module being imported, if any: a child forked in
 the middle of an import would inherit that module's lock held by a thread it does not
 have, and hang the first time it imports the module. A module that is not installed is
@@ -75,6 +76,13 @@ class Preload:
         finally:
             self._idle.clear()
 
+    def settle(self) -> None:
+        """Wait until the module being imported, if any, is in (before a task is unpickled
+        or run: its imports must not meet a half-imported package)."""
+        if not self._finished.is_set():
+            with self._importing:
+                pass
+
     def wait(self, timeout: float | None = None) -> bool:
         """Whether every module was imported (or skipped) within ``timeout`` seconds."""
         return self._finished.wait(timeout)
@@ -83,8 +91,13 @@ class Preload:
         for name in self.todo:
             if name in self.done:
                 continue
-            self._idle.wait()
-            with self._importing:
+            while True:
+                self._idle.wait()
+                self._importing.acquire()
+                if self._idle.is_set():         # still idle under the lock: settle() waits for us
+                    break
+                self._importing.release()       # a task came in between: wait for the next idle moment
+            try:
                 t0 = time.perf_counter()
                 try:
                     if importlib.util.find_spec(name) is None:
@@ -99,6 +112,8 @@ class Preload:
                 else:
                     self.done.append(name)
                 self.seconds += time.perf_counter() - t0
+            finally:
+                self._importing.release()
         self._finished.set()
         log.info("preload: imported %s in %.2f s before they were needed%s", ", ".join(self.done) or "nothing",
                  self.seconds, f" ({', '.join(self.missing)} not installed)" if self.missing else "")
