@@ -44,7 +44,7 @@ def read_into_page_cache(paths) -> None:
 
 def _bare(chunks, cache_bytes: int, warm: list) -> dict:
     """One process, one chunk after the other: cold (no cache), then with a cache, twice."""
-    from ..client.chunks import close_files
+    from ..client.data.chunks import close_files
     close_files()                      # pay for opening the files, as the workers do
     tune_malloc()                      # as our workers do
     for c in warm:

@@ -29,7 +29,7 @@ def run_latencies(report: Report, paths: list[str], data_dir: str, local_chunks:
     import dataclasses
     from .toxiproxy import Toxiproxy
     from .xrootd_server import XRootDServer
-    from ..client.chunks import close_files
+    from ..client.data.chunks import close_files
     cache_bytes = parse_size(cache_size)
     n_events = sum(c.num_entries for c in local_chunks)
     click.echo(HEADER)

@@ -71,7 +71,7 @@ def _ours(workers: int, roundtrips: int, tasks: int, repeats: int, sleep: tuple 
             out["wall_s"] = time.perf_counter() - t
             rec = last_map().record()
             out["last_result_to_return_ms"] = (returned - last_map().run.ledger.last_received()) * 1e3
-            from ..client.timeline import efficiency, plot_timeline
+            from ..client.reports.timeline import efficiency, plot_timeline
             eff = efficiency(rec)
             out["efficiency"] = eff["efficiency"]
             out["efficiency_to_end"] = eff["efficiency_to_end"]

@@ -36,7 +36,7 @@ from ..broker.config import parse_size
 from ..broker.embedded import EmbeddedBroker
 from ..broker.storage import Storage
 from ..client import last_map, remote_map
-from ..client.efficiency import efficiency
+from ..client.reports.efficiency import efficiency
 from rhtc.errors import RhtcError
 from .ceiling import ceiling_lines
 from .cpushare import CATEGORIES, CpuShare
@@ -57,7 +57,7 @@ def dispatch_delays(record) -> tuple[list[float], list[float]]:
     other); as (each worker's first task: the map's ramp, which also loads its function
     and waits for its liveness token; the others: the steady state).
 
-    >>> from rhtc.client.record import RunRecord
+    >>> from rhtc.client.reports.record import RunRecord
     >>> rec = RunRecord(start=100.0, end=110.0)
     >>> rec.add_task({"index": 0, "worker": "a", "start": 100.5, "stop": 105})
     >>> rec.add_task({"index": 1, "worker": "a", "start": 105.25, "stop": 110})

@@ -116,7 +116,7 @@ failed     ``res:{map}`` (error/fault) or        end (client reads it)
 cancelled  nowhere                               end
 =========  ====================================  =========================================
 
-The client's table (:mod:`client.tasks`) uses the same names and adds ``refused``: a
+The client's table (:mod:`client.engine.tasks`) uses the same names and adds ``refused``: a
 worker refused a frame (bad signature, replayed nonce); provisional until a genuine
 copy of the task answers.
 

@@ -121,7 +121,7 @@ KEEPER_STATE: dict[str, Types] = {
     "log": (str,), "failures": (int,), "backoff": (float,), "t": (float,)}
 #: a map's entry in the registry (``{ns}:map:{id}``, text values): the fields read as numbers
 MAP_ENTRY_NUMBERS: dict[str, type] = {"n": int, "started": float}
-#: a map's progress note in the dashboard's feed (client/feed.py writes it)
+#: a map's progress note in the dashboard's feed (client/engine/feed.py writes it)
 FEED_NOTE: dict[str, Types] = {
     "map_id": (str,), "label": (str,), "n": (int,), "started": (float,), "ended": (float, None), "done": (int,),
     "failed": (int,), "cancelled": (bool,), "events": (int,), "bytes_cache": (int,), "bytes_file": (int,),

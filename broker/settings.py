@@ -167,7 +167,7 @@ class Settings:
     merge_rate: float = setting(10.0, minimum=0.1, doc="... but no sooner than (workers / this) s: a pool's "
                                 "partials reach the client at most this many a second")
     check_invariants: bool = setting(False, doc="1: every map checks that its task containers agree "
-                                                "when it ends (the tests set it; client/invariants.py)")
+                                                "when it ends (the tests set it; client/engine/invariants.py)")
     preload: str = setting("numpy,awkward,uproot,hist,coffea", doc="modules an idle worker imports before its "
                            "first task, those installed (comma-separated; 'none' for none: worker/preload.py)")
 

@@ -6,7 +6,7 @@ from .api import (MapHandle, imap_unordered, last_map, live_workers, remote_map,
                         resolve_config, submit)
 from .errors import BrokerFull, BrokerLost, KeyMismatch, MapCancelled, RemoteError
 from .local import LocalCluster
-from .tasks import TaskResult
+from .engine.tasks import TaskResult
 
 __all__ = ["remote_map", "submit", "imap_unordered", "live_workers", "last_map", "LocalCluster",
            "MapHandle", "TaskResult", "RemoteError", "MapCancelled", "BrokerLost", "BrokerFull", "KeyMismatch", "resolve_config",
@@ -15,6 +15,6 @@ __all__ = ["remote_map", "submit", "imap_unordered", "live_workers", "last_map",
 
 def __getattr__(name):  # chunks pull in uproot: import them on first use only
     if name in ("make_chunks", "Chunk"):
-        from . import chunks
+        from .data import chunks
         return getattr(chunks, name)
     raise AttributeError(name)

@@ -4,7 +4,7 @@ Three ways to run a function over a list of arguments (usually NanoAOD chunks):
 
 * :func:`remote_map` blocks and returns the results in the order of the arguments
   (or one combined result with ``reduce=True``);
-* :func:`imap_unordered` yields each :class:`~client.tasks.TaskResult` as it arrives;
+* :func:`imap_unordered` yields each :class:`~client.engine.tasks.TaskResult` as it arrives;
 * :func:`submit` returns a :class:`MapHandle` at once (progress, wait, cancel).
 
 With no broker given, a call inside ``with LocalCluster(...):`` runs on that cluster (as
@@ -26,11 +26,11 @@ from typing import Callable, Iterable, Iterator
 from ..broker.config import BrokerConfig, BrokerNotConfigured, StaleConfig
 from ..broker.storage import Storage
 from .arguments import map_call
-from .options import MapOptions, documented
+from .engine.options import MapOptions, documented
 from .handle import MapHandle, _cancelled
 from .handleview import announce
-from .maprun import MapRun
-from .tasks import TaskResult
+from .engine.maprun import MapRun
+from .engine.tasks import TaskResult
 
 log = logging.getLogger("rhtc.client")
 
@@ -133,7 +133,7 @@ def remote_map(fn: Callable, args: Iterable, *, broker=None, reduce: bool | Call
             list; with ``reduce``, return the reduction of the tasks that succeeded and warn
             (:class:`rhtc.TasksFailedWarning`) naming the tasks left out of it.
         timeout: seconds to wait before cancelling and raising TimeoutError.
-        options: a :class:`~client.options.MapOptions` to start from (the keywords below
+        options: a :class:`~client.engine.options.MapOptions` to start from (the keywords below
             override it).
 
     The map options (keywords, or ``options=MapOptions(...)``; they are the same for
@@ -171,7 +171,7 @@ def remote_map(fn: Callable, args: Iterable, *, broker=None, reduce: bool | Call
 def submit(fn: Callable, args: Iterable, *, broker=None, reduce: bool | Callable | None = None,
            errors: str = "raise", options: MapOptions | None = None, **map_options) -> MapHandle:
     """Start a map and return at once; results are collected in the background. The
-    arguments and map options are :func:`remote_map`'s (:class:`~client.options.MapOptions`).
+    arguments and map options are :func:`remote_map`'s (:class:`~client.engine.options.MapOptions`).
 
     >>> h = submit(abs, [-1, -2])
     >>> h.wait(), h.progress()
@@ -193,7 +193,7 @@ def submit(fn: Callable, args: Iterable, *, broker=None, reduce: bool | Callable
 def imap_unordered(fn: Callable, args: Iterable, *, broker=None, options: MapOptions | None = None,
                    **map_options) -> Iterator[TaskResult]:
     """Yield a :class:`TaskResult` (index, value, meta, error) for each task as it finishes.
-    The map options are :func:`remote_map`'s (:class:`~client.options.MapOptions`;
+    The map options are :func:`remote_map`'s (:class:`~client.engine.options.MapOptions`;
     ``task_timeout=``: a task that runs longer is backed up, then yielded with a
     ``TaskTimeout`` error).
 

@@ -82,7 +82,7 @@ def retry_types(retry_on: Any) -> tuple | None:
 
 def map_call(fn: Callable, args: Iterable, *, reduce: Any = None, errors: str = "raise",
              timeout: float | None = None) -> list:
-    """Check the arguments of a map call that are not its :class:`~client.options.MapOptions`
+    """Check the arguments of a map call that are not its :class:`~client.engine.options.MapOptions`
     (which check themselves); return ``args`` as a list. Raises TypeError / ValueError
     naming the argument."""
     if not callable(fn):

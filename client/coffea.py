@@ -13,7 +13,7 @@ A coffea user changes one line (two, for the warm cache)::
 
 :class:`RedisExecutor` runs coffea's preprocessing (one task per file) and processing
 (one task per WorkItem) through our queue. Each WorkItem is routed home by its file
-UUID, tree and entry range, the same routing key as :class:`client.chunks.Chunk`'s, so a
+UUID, tree and entry range, the same routing key as :class:`client.data.chunks.Chunk`'s, so a
 rerun goes to the worker that holds its columns. :func:`worker_cache` hands NanoEvents,
 on that worker, the worker's byte-capped branch cache as ``buffer_cache``: a rerun reads
 no branch data from the files, and the cache's hits and bytes appear in the run record
@@ -42,20 +42,20 @@ except ImportError as err:  # pragma: no cover - depends on the environment
     raise ImportError("rhtc.coffea needs coffea: pip install 'redis-htcondor[coffea]'") from err
 
 from rhtc import context
-from .freshness import PreadSource
-from .openfiles import _forget, version_of
+from .data.freshness import PreadSource
+from .data.openfiles import _forget, version_of
 from .api import submit
-from .options import MapOptions
-from . import xrootd
-from .chunks import Chunk
+from .engine.options import MapOptions
+from .data import xrootd
+from .data.chunks import Chunk
 from .errors import RemoteError, WorkItemFailed
-from .coffea_parity import (MAX_WARNINGS_PER_ITEM, _bytes_requested, _per_item_bytes,
+from .data.coffea_parity import (MAX_WARNINGS_PER_ITEM, _bytes_requested, _per_item_bytes,
                                        _processor_error, _worth_sending)
 
 # The routing key of the item this worker process is running, for worker_cache().
 _current_key: str | None = None
 _warned_no_stand_in = False
-# The version of the item's file as the worker holds it open (client.freshness): it
+# The version of the item's file as the worker holds it open (client.data.freshness): it
 # prefixes the item's keys in the branch cache, so a rewritten file never gets old buffers.
 _current_version: str | None = None
 

@@ -11,8 +11,8 @@ from typing import Any
 
 from .errors import MapCancelled, RemoteError, TasksFailedWarning, failed_tasks_left_out
 from .handleview import html_view, live_display, text_view
-from .maprun import MapRun
-from .tasks import TaskResult
+from .engine.maprun import MapRun
+from .engine.tasks import TaskResult
 from .reduce import Reducer
 
 log = logging.getLogger("rhtc.client")
@@ -155,7 +155,7 @@ class MapHandle:
     def timeline(self, path: str | None = None) -> "Plot":
         """Plot the worker occupancy timeline of this map: shown inline in a notebook,
         saved as PNG with ``path``; ``.figure`` is the matplotlib Figure."""
-        from .timeline import plot_timeline
+        from .reports.timeline import plot_timeline
         return Plot(plot_timeline(self.record(), path=path))
 
     def __repr__(self) -> str:
@@ -203,8 +203,8 @@ class Plot:
 
 
 def record_of(run: MapRun):
-    """A :class:`~client.record.RunRecord` of a map: its tasks and the workers' metrics."""
-    from .record import RunRecord
+    """A :class:`~client.reports.record.RunRecord` of a map: its tasks and the workers' metrics."""
+    from .reports.record import RunRecord
     rec = RunRecord(map_id=run.map_id, function=run.label, start=run.start or 0.0, n_tasks=run.n)
     for meta in run.metas:
         if "start" in meta and "stop" in meta:

@@ -20,7 +20,7 @@ log = logging.getLogger("rhtc.client")
 def dashboard_address(storage) -> str | None:
     """The address of a dashboard serving this broker, if one runs (never raises)."""
     try:
-        from .dashboard import address_for
+        from .ops.dashboard import address_for
     except ImportError:                       # the dashboard extra is not installed
         return None
     return address_for(storage)

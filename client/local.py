@@ -118,7 +118,7 @@ class LocalCluster:
             self.log_dir, self._own_log_dir = tempfile.mkdtemp(prefix="rhtc-workers-"), True
         atexit.register(self.close)
         if self._want_dashboard is not False and self.dashboard is None:
-            from .dashboard import Dashboard
+            from .ops.dashboard import Dashboard
             port = 0 if self._want_dashboard is True else int(self._want_dashboard)
             self.dashboard = Dashboard(self.config, port=port).start()
         self.add_workers(self.n_workers)

@@ -1,7 +1,7 @@
 """Where a running task meets the worker that runs it, without importing it.
 
 A worker process sets :data:`current` when it starts; code that runs inside a task
-(for instance :meth:`client.chunks.Chunk.arrays`) asks it for the worker's branch cache
+(for instance :meth:`client.data.chunks.Chunk.arrays`) asks it for the worker's branch cache
 and adds up the bytes it read. Outside a worker ``current`` is ``None`` and that code
 reads directly. Because this lives in an installed module, the cache survives across
 tasks however the user's function was pickled.

@@ -23,7 +23,7 @@ from tests.samples import NANOAOD, ROOT, needs_nanoaod  # noqa: F401  (re-export
 from tests.pools.fixtures import (condor_env_pack, condor_pool, pool_analyst, pool_broker,  # noqa: F401
                                   slurm_pool)
 
-# every map the tests run checks, when it ends, that its task containers agree (client/invariants.py)
+# every map the tests run checks, when it ends, that its task containers agree (client/engine/invariants.py)
 os.environ.setdefault("RHTC_CHECK_INVARIANTS", "1")
 
 

@@ -4,7 +4,7 @@ place a task may be, inside Lua) waits until the waiting results are read."""
 from __future__ import annotations
 
 from rhtc.broker.storage import FETCH_BYTES
-from rhtc.client.maprun import MapRun
+from rhtc.client.engine.maprun import MapRun
 
 
 def test_a_fetch_pops_about_64_mib_of_big_results(storage):

@@ -16,8 +16,8 @@ import numpy as np
 from rhtc.broker import blobs, protocol
 from rhtc.broker.messages import ResultMeta, WorkerStatus, encode_result
 from rhtc.client.handle import MapHandle
-from rhtc.client.maprun import MapRun
-from rhtc.client.options import MapOptions
+from rhtc.client.engine.maprun import MapRun
+from rhtc.client.engine.options import MapOptions
 from tests.chaoskit import wait_until
 from tests.test_merge import (FAST_LEASE, HOLD, counted, everything_once, freeze_a_worker_holding_a_partial,
                               runs, start_map, task_pid)

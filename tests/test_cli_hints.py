@@ -15,19 +15,19 @@ import click
 import pytest
 
 import rhtc
-from rhtc.client.cli import main as rhtc_main
+from rhtc.client.ops.cli import main as rhtc_main
 from rhtc.condor.__main__ import main as condor_main
 from rhtc.worker.cli import main as worker_main
 
 ROOT = Path(rhtc.__file__).resolve().parent.parent
 FOLDERS = ("broker", "client", "condor", "worker", "bench", "rhtc")
-#: the commands `rhtc` hands on to another command line (os.execv in client/cli.py)
+#: the commands `rhtc` hands on to another command line (os.execv in client/ops/cli.py)
 HANDED_ON = {"worker": worker_main, "submit": condor_main.commands["submit"], "pool": condor_main.commands["pool"],
              "pack": condor_main.commands["pack"]}
 #: ``rhtc`` followed by a command, in backticks or in a message of a command line
 HINT = re.compile(r"(?<![\w.-])rhtc ((?:[a-z][a-z-]*|--?[a-z][\w-]*)(?:[ =][^\s`'\";|(),]+)*)")
 #: modules whose plain strings are command-line messages (elsewhere only `backticked` hints count)
-CLI_MODULES = {"client/cli.py", "condor/__main__.py", "condor/pool_cli.py", "worker/cli.py"}
+CLI_MODULES = {"client/ops/cli.py", "condor/__main__.py", "condor/pool_cli.py", "worker/cli.py"}
 
 
 def _command(name: str) -> click.Command | None:
@@ -87,7 +87,7 @@ def test_every_rhtc_command_a_message_names_exists():
 
 def test_rhtc_pool_stop_of_no_pool_points_to_a_command_that_exists(broker):
     env = dict(os.environ, **broker.config.env())
-    done = subprocess.run([sys.executable, "-m", "rhtc.client.cli", "pool", "stop", "nosuchpool"], env=env,
+    done = subprocess.run([sys.executable, "-m", "rhtc.client.ops.cli", "pool", "stop", "nosuchpool"], env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
     said = done.stderr + done.stdout
@@ -100,5 +100,5 @@ def test_rhtc_pool_stop_of_no_pool_points_to_a_command_that_exists(broker):
 
 @pytest.mark.parametrize("argv", [["pool", "--help"], ["submit", "--help"], ["status", "--help"]])
 def test_the_help_of_each_command_runs(argv):
-    done = subprocess.run([sys.executable, "-m", "rhtc.client.cli", *argv], capture_output=True, text=True, timeout=60)
+    done = subprocess.run([sys.executable, "-m", "rhtc.client.ops.cli", *argv], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

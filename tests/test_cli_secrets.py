@@ -41,7 +41,7 @@ def _secrets_in(path: Path) -> list[str]:
 def test_rhtc_broker_prints_the_config_path_and_no_password(tmp_path):
     config = tmp_path / "broker.json"
     env = dict(os.environ, XDG_CONFIG_HOME=str(tmp_path / "xdg"))
-    out, secrets = _run_until([sys.executable, "-m", "rhtc.client.cli", "broker", "--config",
+    out, secrets = _run_until([sys.executable, "-m", "rhtc.client.ops.cli", "broker", "--config",
                                str(config)], env, "Ctrl-C", config)
     assert str(config) in out, out
     assert ":***@" in out, f"the URL should be shown redacted:\n{out}"
@@ -54,7 +54,7 @@ def test_rhtc_workers_prints_no_password(tmp_path):
     env = dict(os.environ, XDG_CONFIG_HOME=str(tmp_path / "xdg"))
     for var in ("RHTC_BROKER", "RHTC_KEY", "RHTC_KEY_FILE", "RHTC_CONFIG"):
         env.pop(var, None)
-    out, secrets = _run_until([sys.executable, "-m", "rhtc.client.cli", "workers", "-n", "1"], env,
+    out, secrets = _run_until([sys.executable, "-m", "rhtc.client.ops.cli", "workers", "-n", "1"], env,
                               "Ctrl-C stops them", config)
     assert "started a broker" in out and str(config) in out, out
     for secret in secrets:

@@ -9,7 +9,7 @@ import warnings
 import pytest
 
 from rhtc import KeyMismatch, remote_map
-from rhtc.client.status import render_status
+from rhtc.client.ops.status import render_status
 
 from tests.conftest import Workers
 

@@ -6,7 +6,7 @@ import time
 
 from rhtc.broker.config import Settings
 from rhtc.broker.storage import Storage
-from rhtc.client.maprun import MapRun
+from rhtc.client.engine.maprun import MapRun
 
 
 def _ids(storage: Storage) -> set[str]:

@@ -16,7 +16,7 @@ from rhtc.broker import protocol
 from rhtc.broker.storage import Storage
 from rhtc.client import RemoteError, imap_unordered, remote_map, submit
 from rhtc.client.api import storage_for
-from rhtc.client.maprun import MapRun
+from rhtc.client.engine.maprun import MapRun
 from tests.conftest import ROOT, map_keys
 
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

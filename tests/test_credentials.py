@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rhtc import remote_map
 from rhtc.broker.storage import Storage
-from rhtc.client.status import render_status
+from rhtc.client.ops.status import render_status
 
 
 def make_token(path: Path, expires: float) -> str:
@@ -37,7 +37,7 @@ def make_proxy(path: Path, days: int = 1) -> None:
 
 
 def explain_denied(_):
-    from rhtc.client.xrootd import explain
+    from rhtc.client.data.xrootd import explain
     return explain("root://eos.example//store/a.root", "[ERROR] Server responded with an error: [3010] permission denied")[1]
 
 

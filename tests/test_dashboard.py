@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 
 from rhtc.broker import feed  # noqa: E402
 from rhtc.broker.storage import Storage  # noqa: E402
-from rhtc.client.dashboard import Dashboard  # noqa: E402
+from rhtc.client.ops.dashboard import Dashboard  # noqa: E402
 
 REAL = [str(NANOAOD / "nano_dimuon.root"), str(NANOAOD / "nano_dy.root")]
 CHROME_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -280,7 +280,7 @@ def test_rhtc_dashboard_prints_its_address_and_serves_until_stopped(broker, tmp_
     env = dict(os.environ, **broker.config.env())
     env.pop("RHTC_CONFIG", None)
     out = open(tmp_path / "dashboard.out", "w+")
-    proc = subprocess.Popen([sys.executable, "-m", "rhtc.client.cli", "dashboard", "--port", "0"],
+    proc = subprocess.Popen([sys.executable, "-m", "rhtc.client.ops.cli", "dashboard", "--port", "0"],
                             env=env, cwd=str(ROOT), stdout=out, stderr=subprocess.STDOUT, text=True)
     try:
         text = _until("the printed address", lambda: "?token=" in (tmp_path / "dashboard.out").read_text()
@@ -314,7 +314,7 @@ def test_a_map_handle_redraws_itself_in_jupyter(broker, workers, tmp_path, monke
         monkeypatch.setenv(var, value)
     monkeypatch.delenv("RHTC_CONFIG", raising=False)
     nb = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_code_cell("import time\nfrom rhtc import submit\nfrom rhtc.client.dashboard import Dashboard\n"
+        nbformat.v4.new_code_cell("import time\nfrom rhtc import submit\nfrom rhtc.client.ops.dashboard import Dashboard\n"
                                   "from rhtc.client.api import resolve_config\nd = Dashboard(resolve_config()).start()"),
         nbformat.v4.new_code_cell("h = submit(time.sleep, [0.5] * 6)\nh"),
         nbformat.v4.new_code_cell("h.wait(120)\ntime.sleep(2.5)\nd.stop()"),
@@ -360,7 +360,7 @@ def test_a_short_map_of_a_script_that_exits_at_once_shows_on_the_page(broker, wo
 def test_the_broker_holds_the_dashboards_address_without_its_token(broker, storage):
     """Issue 29, item 7: anyone with the Redis password reads the announced address; the
     token stays in the analyst's process (and in the browser that opened its URL)."""
-    from rhtc.client.dashboard import address_for
+    from rhtc.client.ops.dashboard import address_for
     with Dashboard(broker.config) as d:
         stored = storage.r.get(storage.keys.dashboard).decode()
         assert d.token not in stored and "token" not in stored, stored

@@ -19,8 +19,8 @@ from rhtc.broker.config import Settings
 from rhtc.processes import stop_processes
 from rhtc.broker.storage import Storage
 from rhtc.client import remote_map
-from rhtc.client.maprun import MapRun
-from rhtc.client.status import render_status
+from rhtc.client.engine.maprun import MapRun
+from rhtc.client.ops.status import render_status
 from tests.chaoskit import wait_until
 from tests.conftest import ROOT
 

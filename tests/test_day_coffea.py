@@ -68,7 +68,7 @@ def test_submit_reduce_error_ends_the_map_at_once(broker, storage, workers):
 def test_broker_lost_while_collecting_in_the_background_ends_the_map(broker, workers):
     from rhtc.client.api import MapHandle
     from rhtc.client.errors import BrokerLost
-    from rhtc.client.maprun import MapRun
+    from rhtc.client.engine.maprun import MapRun
     workers.start(1)
     impatient = dataclasses.replace(process_settings(), broker_patience=2.0)
     run = MapRun(Storage(broker.config, settings=impatient), _slow_square, list(range(200)))
@@ -293,9 +293,9 @@ def _raise_or_crash(i):
 @pytest.mark.timeout(240)
 def test_failed_attempts_retries_and_lost_runs_are_on_the_record_and_timeline(broker, workers, tmp_path):
     import rhtc
-    from rhtc.client.efficiency import efficiency
-    from rhtc.client.record import RunRecord
-    from rhtc.client.timeline import plot_timeline
+    from rhtc.client.reports.efficiency import efficiency
+    from rhtc.client.reports.record import RunRecord
+    from rhtc.client.reports.timeline import plot_timeline
     (name,) = workers.start(1)
     out = rhtc.remote_map(_raise_or_crash, range(12), broker=broker.config, retries=2, errors="return",
                           progress=False, timeout=200)
@@ -343,7 +343,7 @@ def _crash_first_time(marker):
 @pytest.mark.timeout(120)
 def test_a_task_process_restart_is_on_the_record_of_a_map_that_succeeded(broker, workers, tmp_path):
     import rhtc
-    from rhtc.client.efficiency import efficiency
+    from rhtc.client.reports.efficiency import efficiency
     (name,) = workers.start(1)
     marker = str(tmp_path / "crashed")
     assert rhtc.remote_map(_crash_first_time, [marker], broker=broker.config, progress=False,

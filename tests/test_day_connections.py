@@ -23,13 +23,13 @@ from pathlib import Path
 import pytest
 import redis
 
-from rhtc.client.options import MapOptions
+from rhtc.client.engine.options import MapOptions
 from rhtc.broker.config import settings
 from rhtc.broker.embedded import EmbeddedBroker
 from rhtc.broker.storage import Storage
 from rhtc.client import remote_map, submit
 from rhtc.client.api import MapHandle, storage_for
-from rhtc.client.maprun import MapRun
+from rhtc.client.engine.maprun import MapRun
 from tests.chaoskit import Refusal, assert_every_key_owned, wait_until
 from tests.conftest import Workers
 

@@ -20,7 +20,7 @@ import pytest
 import uproot
 
 from rhtc.client import make_chunks, remote_map
-from rhtc.client.chunks import ChunkFileError
+from rhtc.client.data.chunks import ChunkFileError
 from rhtc.client.errors import RemoteError
 
 STEP = 10_000
@@ -217,5 +217,5 @@ def test_a_file_rewritten_on_an_xrootd_server_is_never_read_stale(xrootd_server)
 def _close_files_after():
     """This process's open files (make_chunks, chunks read here) do not outlive the test."""
     yield
-    from rhtc.client.chunks import close_files
+    from rhtc.client.data.chunks import close_files
     close_files()

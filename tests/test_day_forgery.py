@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from rhtc.client.options import MapOptions
+from rhtc.client.engine.options import MapOptions
 from rhtc.broker.config import settings
 from rhtc.broker.storage import Storage
 from rhtc.client import maprun
-from rhtc.client.maprun import MapRun
-from rhtc.client.status import render_status
+from rhtc.client.engine.maprun import MapRun
+from rhtc.client.ops.status import render_status
 
 TOKEN_TTL = 2.0          # the tests' client renews short-lived tokens, so a replay waits little
 

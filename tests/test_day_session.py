@@ -16,11 +16,11 @@ import textwrap
 import pytest
 
 from rhtc.client import LocalCluster, imap_unordered, make_chunks, remote_map, submit
-from rhtc.client.chunks import ChunkFileError
+from rhtc.client.data.chunks import ChunkFileError
 from tests.chaoskit import wait_until
 from tests.conftest import NANOAOD, ROOT, map_keys, needs_nanoaod
 
-RHTC = [sys.executable, "-m", "rhtc.client.cli"]
+RHTC = [sys.executable, "-m", "rhtc.client.ops.cli"]
 pytestmark = pytest.mark.timeout(90)     # a refused call that was not refused would wait forever
 
 

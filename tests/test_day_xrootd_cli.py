@@ -24,7 +24,7 @@ import pytest
 from rhtc.broker import config as broker_config
 from rhtc.broker.config import BrokerConfig
 from rhtc.client import make_chunks, remote_map
-from rhtc.client.chunks import Chunk, ChunkFileError
+from rhtc.client.data.chunks import Chunk, ChunkFileError
 from rhtc.client.errors import RemoteError
 from rhtc.examples.dimuon import dimuon
 from tests.chaoskit import read_until
@@ -143,7 +143,7 @@ def test_a_stalled_server_fails_the_task_within_the_workers_request_timeout(serv
 
 
 def xrootd_settings() -> dict:
-    from rhtc.client.xrootd import SETTINGS
+    from rhtc.client.data.xrootd import SETTINGS
     return SETTINGS
 
 
@@ -206,7 +206,7 @@ def _cli_env(tmp_path: Path) -> dict:
 
 def _start(argv: list[str], env: dict, marker: str, timeout: float = 90) -> tuple[subprocess.Popen, str]:
     """Start `rhtc ARGV` and read its output up to the line holding ``marker``."""
-    proc = subprocess.Popen([sys.executable, "-m", "rhtc.client.cli", *argv], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "rhtc.client.ops.cli", *argv], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env, cwd=str(ROOT))
     return proc, read_until(proc, marker, timeout)
 
@@ -280,7 +280,7 @@ def test_remote_map_without_broker_starts_the_local_default_past_a_stale_config(
 def test_rhtc_workers_on_an_unreachable_broker_says_where_its_url_came_from(tmp_path):
     config = tmp_path / "old.json"                  # written by hand (or an old version): no pid in it
     BrokerConfig(url=f"redis://:pw@127.0.0.1:{free_port()}/0", key=b"k" * 32, namespace="rhtc:x").write(config)
-    out = subprocess.run([sys.executable, "-m", "rhtc.client.cli", "workers", "-n", "1"],
+    out = subprocess.run([sys.executable, "-m", "rhtc.client.ops.cli", "workers", "-n", "1"],
                          env=dict(_cli_env(tmp_path), RHTC_CONFIG=str(config)), cwd=str(ROOT),
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
@@ -289,7 +289,7 @@ def test_rhtc_workers_on_an_unreachable_broker_says_where_its_url_came_from(tmp_
 
 @pytest.mark.parametrize("n", ["0", "-1"])
 def test_rhtc_workers_refuses_a_count_below_one(tmp_path, n):
-    out = subprocess.run([sys.executable, "-m", "rhtc.client.cli", "workers", "-n", n], env=_cli_env(tmp_path),
+    out = subprocess.run([sys.executable, "-m", "rhtc.client.ops.cli", "workers", "-n", n], env=_cli_env(tmp_path),
                          cwd=str(ROOT), capture_output=True, text=True, timeout=60)
     assert out.returncode == 2, out.stdout + out.stderr
     assert "-n" in out.stderr and "1" in out.stderr and not (tmp_path / "xdg").exists(), out.stderr
@@ -314,7 +314,7 @@ def test_rhtc_broker_on_a_busy_port_says_so_in_one_line(tmp_path):
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        out = subprocess.run([sys.executable, "-m", "rhtc.client.cli", "broker", "--port", str(port),
+        out = subprocess.run([sys.executable, "-m", "rhtc.client.ops.cli", "broker", "--port", str(port),
                               "--config", str(tmp_path / "b.json")], env=_cli_env(tmp_path), cwd=str(ROOT),
                              capture_output=True, text=True, timeout=60)
     assert out.returncode == 1
@@ -340,7 +340,7 @@ def test_rhtc_timeline_names_the_bad_field_and_the_file(tmp_path):
     record.write_text(json.dumps({"version": 1, "tasks": [
         {"index": 0, "worker": "w1", "start": 1.0, "stop": 2.0},
         {"index": 1, "worker": "w1", "start": "yesterday", "stop": 3.0}]}))
-    out = subprocess.run([sys.executable, "-m", "rhtc.client.cli", "timeline", str(record)],
+    out = subprocess.run([sys.executable, "-m", "rhtc.client.ops.cli", "timeline", str(record)],
                          cwd=str(ROOT), capture_output=True, text=True, timeout=120)
     assert out.returncode == 1
     assert str(record) in out.stderr and "tasks[1]" in out.stderr, out.stderr

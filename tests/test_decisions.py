@@ -1,14 +1,14 @@
 """Upkeep decides, the map applies (issue 17): the decisions and the routing are plain
 functions of plain data (tested here without Redis), and a map's containers are checked
-to agree after every map the tests run (client/invariants.py)."""
+to agree after every map the tests run (client/engine/invariants.py)."""
 from __future__ import annotations
 
 import pytest
 
-from rhtc.client.decisions import Requeue, lost_tasks, straggler_backups
-from rhtc.client.invariants import InvariantBroken, check
-from rhtc.client.routing import contiguous_blocks, owners
-from rhtc.client.tasks import TaskState
+from rhtc.client.engine.decisions import Requeue, lost_tasks, straggler_backups
+from rhtc.client.engine.invariants import InvariantBroken, check
+from rhtc.client.engine.routing import contiguous_blocks, owners
+from rhtc.client.engine.tasks import TaskState
 
 
 def _backups(**kw):

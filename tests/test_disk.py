@@ -207,7 +207,7 @@ def test_rhtc_status_shows_each_nodes_disk_tier(broker, workers, tmp_path):
     tier = (tmp_path / "node-a" / "rhtc-tier-id").read_text().strip()
     wanted = rf"node disk {tier} on \S+: 2 workers, [0-9.]+ GB of 3.0 GB"
     for _ in range(20):              # the task processes publish their tier's figures at start
-        out = subprocess.run([sys.executable, "-m", "rhtc.client.cli", "status"], cwd=str(ROOT), capture_output=True,
+        out = subprocess.run([sys.executable, "-m", "rhtc.client.ops.cli", "status"], cwd=str(ROOT), capture_output=True,
                              text=True, env=dict(os.environ, **broker.config.env()), timeout=60)
         assert out.returncode == 0, out.stderr
         if re.search(wanted, out.stdout):

@@ -1,5 +1,5 @@
 """A worker that replaced another on the node serves a chunk whose branches are all in the
-node's disk tier without opening its file (client/cachedchunks.py), exactly as uproot would
+node's disk tier without opening its file (client/data/cachedchunks.py), exactly as uproot would
 have returned it, and never from an old version of the file: a file rewritten under the
 same path (same UUID or not) gives the new numbers or ChunkFileError ``changed``; a corrupt
 entry is dropped and the chunk read from the file again. Real parts: ROOT files written
@@ -18,9 +18,9 @@ import uproot
 
 from rhtc import context, last_map
 from rhtc.client import make_chunks, remote_map
-from rhtc.client.chunks import ChunkFileError
+from rhtc.client.data.chunks import ChunkFileError
 from rhtc.client.errors import RemoteError
-from rhtc.client.openfiles import close_files
+from rhtc.client.data.openfiles import close_files
 from rhtc.worker.cache import BranchCache
 from rhtc.worker.disk import DiskTier
 from tests.conftest import NANOAOD, needs_nanoaod

@@ -26,8 +26,8 @@ NEEDS_WORKERS = {"rhtc", "rhtc.client", "rhtc.client.api", "rhtc.client.handle",
 #: finds them beside the checkout, at /work/shared, or at $RHTC_NANOAOD), wherever the checkout is
 SHARED = NANOAOD.parent.parent
 #: modules that cannot be imported without an optional extra that is not installed here
-OPTIONAL = {"rhtc.coffea": "coffea", "rhtc.client.coffea": "coffea", "rhtc.client.coffea_parity": "coffea",
-            "rhtc.bench.agc": "coffea", "rhtc.client.dashboard": "tornado", "rhtc.client.dashmetrics": "prometheus_client"}
+OPTIONAL = {"rhtc.coffea": "coffea", "rhtc.client.coffea": "coffea", "rhtc.client.data.coffea_parity": "coffea",
+            "rhtc.bench.agc": "coffea", "rhtc.client.ops.dashboard": "tornado", "rhtc.client.ops.dashmetrics": "prometheus_client"}
 
 
 def _modules() -> list[str]:

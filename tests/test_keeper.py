@@ -107,7 +107,7 @@ def test_a_second_keeper_of_the_same_pool_is_refused(broker, tmp_path):
 
 def test_the_dashboard_shows_the_keepers_size_and_last_replacement(broker):
     from rhtc.broker.storage import Storage
-    from rhtc.client.dashstate import DashState
+    from rhtc.client.ops.dashstate import DashState
     s = Storage(broker.config)
     try:
         assert DashState(s).snapshot()["pool"]["keeper"] is None

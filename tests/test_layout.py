@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import rhtc
-from tests.test_client_structure import FOLDERS, _folder, _imports
+from tests.test_client_structure import FOLDERS, _folder, _imports, modules
 
 #: DESIGN.md's "may import" column: which folders a folder's modules may use. Every
 #: folder may use the package top (``rhtc``, ``rhtc.errors``, ``rhtc.context``...).
@@ -31,7 +31,7 @@ def _folder_of(module: str) -> str | None:
 
 @pytest.mark.parametrize("folder", sorted(MAY_IMPORT))
 def test_folders_import_only_what_the_design_allows(folder):
-    wrong = sorted(f"{p.name} imports {m}" for p in _folder(folder).glob("*.py") for m in _imports(p)
+    wrong = sorted(f"{p.name} imports {m}" for p in modules(folder).values() for m in _imports(p)
                    if _folder_of(m) not in (None, folder, *MAY_IMPORT[folder]))
     assert not wrong, f"{folder}/ breaks DESIGN.md's layering: " + "; ".join(wrong)
 
@@ -42,7 +42,7 @@ def test_imports_between_folders_are_relative(folder):
     ``from ..broker import storage``, not ``from rhtc.broker import storage`` (which
     names no folder of the checkout)."""
     absolute = []
-    for p in _folder(folder).glob("*.py"):
+    for p in modules(folder).values():
         for node in ast.walk(ast.parse(p.read_text())):
             if isinstance(node, ast.ImportFrom) and not node.level and node.module \
                     and _folder_of(node.module):
@@ -82,3 +82,27 @@ def test_a_second_checkout_runs_its_own_folders(tmp_path):
                           "print(m.WHERE, k.__file__)"], cwd=clone, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[0] == "clone" and out.stdout.split()[1].startswith(str(clone)), out.stdout
+
+
+#: client/'s parts (DESIGN.md): which parts and top-level modules of client/ each part may
+#: use. The engine runs one map; data access runs on the workers; reports describe a map
+#: after the fact; the operator tools and the analyst's API on top may use everything.
+CLIENT_PARTS_MAY_IMPORT = {
+    "engine": {"engine", "errors", "arguments"},
+    "data": {"data", "errors", "arguments", "api"},     # counting entries on the workers maps
+    "reports": {"reports"},
+}
+
+
+@pytest.mark.parametrize("part", sorted(CLIENT_PARTS_MAY_IMPORT))
+def test_the_parts_of_client_import_only_what_the_design_allows(part):
+    allowed = CLIENT_PARTS_MAY_IMPORT[part]
+    wrong = []
+    for name, p in modules("client").items():
+        if name.split(".")[2:3] != [part]:
+            continue
+        for m in _imports(p):
+            bits = m.split(".")
+            if bits[:2] == ["rhtc", "client"] and len(bits) > 2 and bits[2] not in allowed:
+                wrong.append(f"{p.name} imports {m}")
+    assert not wrong, f"client/{part}/ reaches outside its part: " + "; ".join(sorted(wrong))

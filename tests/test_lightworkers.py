@@ -9,7 +9,7 @@ from rhtc import remote_map
 from rhtc.bench.lightworkers import LightPool, light_task
 from rhtc.broker.embedded import EmbeddedBroker
 from rhtc.client import submit
-from rhtc.client.efficiency import efficiency
+from rhtc.client.reports.efficiency import efficiency
 
 
 def test_map_over_200_light_workers_in_two_processes():

@@ -24,9 +24,9 @@ from rhtc.broker.config import settings
 from rhtc.broker.storage import Storage
 from rhtc.client import RemoteError
 from rhtc.client.handle import MapHandle
-from rhtc.client.maprun import MapRun
-from rhtc.client.options import MapOptions
-from rhtc.client.tasks import TaskState
+from rhtc.client.engine.maprun import MapRun
+from rhtc.client.engine.options import MapOptions
+from rhtc.client.engine.tasks import TaskState
 from tests.chaoskit import wait_until
 from tests.conftest import map_keys
 

@@ -28,8 +28,8 @@ from rhtc.broker.merge import encode_partial
 from rhtc.broker.messages import ResultMeta
 from rhtc.broker.storage import Storage
 from rhtc.client.handle import MapHandle
-from rhtc.client.maprun import MapRun
-from rhtc.client.options import MapOptions
+from rhtc.client.engine.maprun import MapRun
+from rhtc.client.engine.options import MapOptions
 from tests.chaoskit import wait_until
 from tests.test_merge import counted, everything_once, runs, start_map
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from rhtc.client import RemoteError, imap_unordered, make_chunks, remote_map
-from rhtc.client.chunks import BranchNotFound, ChunkFileError
+from rhtc.client.data.chunks import BranchNotFound, ChunkFileError
 from rhtc.client.reduce import combine
 from rhtc.examples.dimuon import BRANCHES, dimuon
 from tests.conftest import NANOAOD, ROOT, needs_nanoaod

@@ -70,7 +70,7 @@ def test_bench_pool_heals_holds_removes_vacates_and_drains(condor_pool, pool_bro
     """``bench pool`` on the test pool at N=2: the figures it prints are the README's, and
     the behaviour behind them is asserted here."""
     from rhtc.bench.pool import measure, table
-    from rhtc.client.status import render_pools
+    from rhtc.client.ops.status import render_pools
     work = condor_pool.workdir("keeper_bench")
     cfg = write_pool_config(pool_broker, work)
     monkeypatch.setenv("CONDOR_CONFIG", str(condor_pool.host_condor_config))

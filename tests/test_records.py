@@ -21,8 +21,8 @@ from rhtc.broker.messages import WorkerStatus
 from rhtc.broker.records import MalformedRecord
 from rhtc.broker.storage import Storage
 from rhtc.client import remote_map
-from rhtc.client.dashstate import DashState
-from rhtc.client.status import credential_lines, disk_tiers, misfits, render_status
+from rhtc.client.ops.dashstate import DashState
+from rhtc.client.ops.status import credential_lines, disk_tiers, misfits, render_status
 
 GHOST = "ghost-1"
 
@@ -60,7 +60,7 @@ def _get(url: str, token: str) -> tuple[int, str]:
 def test_a_malformed_heartbeat_is_skipped_by_a_running_map_the_status_and_the_dashboard(broker, workers, storage):
     pytest.importorskip("tornado")
     pytest.importorskip("prometheus_client")
-    from rhtc.client.dashboard import Dashboard
+    from rhtc.client.ops.dashboard import Dashboard
     workers.start(2)
     key = _plant_heartbeat(broker.config, storage, {"name": GHOST, "host": "h", "task": ["x"]})
 
@@ -71,7 +71,7 @@ def test_a_malformed_heartbeat_is_skipped_by_a_running_map_the_status_and_the_da
     assert "2 live workers" in text, text
 
     env = dict(os.environ, **broker.config.env())
-    done = subprocess.run([sys.executable, "-m", "rhtc.client.cli", "status"], env=env, capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "rhtc.client.ops.cli", "status"], env=env, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
     assert key in done.stdout and "field 'task'" in done.stdout, done.stdout
@@ -129,7 +129,7 @@ def test_every_kind_of_record_malformed_is_named_and_skipped(broker, storage):
     assert [m["map_id"] for m in snap["maps"]] == ["goodmap000000000"], snap["maps"]
     assert snap["problems"][0]["message"] == "a real problem"
     pytest.importorskip("prometheus_client")
-    from rhtc.client.dashmetrics import render
+    from rhtc.client.ops.dashmetrics import render
     assert b"rhtc_maps_in_flight" in render(DashState(Storage(broker.config)))
 
 

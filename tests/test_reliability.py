@@ -31,7 +31,7 @@ from tests.conftest import ROOT
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 FAST_LEASE = {"RHTC_LEASE": "2"}
-RHTC = [sys.executable, "-m", "rhtc.client.cli"]
+RHTC = [sys.executable, "-m", "rhtc.client.ops.cli"]
 
 
 # -- functions the workers run ----------------------------------------------------------

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import pytest
 
-from rhtc.client.maprun import MapRun
-from rhtc.client.options import MapOptions
+from rhtc.client.engine.maprun import MapRun
+from rhtc.client.engine.options import MapOptions
 from tests.test_day_forgery import client, problems, runs, touch, wait_for
 
 TOKEN_TTL = 30.0

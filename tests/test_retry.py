@@ -8,7 +8,7 @@ import os
 import time
 
 from rhtc.client import RemoteError, remote_map, submit
-from rhtc.client.tasks import TaskState
+from rhtc.client.engine.tasks import TaskState
 
 
 def fails_twice(log_path):

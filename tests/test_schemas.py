@@ -14,9 +14,9 @@ import rhtc
 from rhtc.broker import messages, scripts
 from rhtc.broker.messages import (BYTES_SOURCES, RUN_COUNTERS, WORKER_METRICS, ErrorKind, Requeued, ResultMeta,
                                   TaskError)
-from rhtc.client.ledger import Ledger
-from rhtc.client.record import MetricSample, RunRecord, TaskRecord
-from rhtc.client.upkeep import METRIC_KEYS
+from rhtc.client.engine.ledger import Ledger
+from rhtc.client.reports.record import MetricSample, RunRecord, TaskRecord
+from rhtc.client.engine.upkeep import METRIC_KEYS
 from rhtc.errors import RhtcError
 from rhtc.worker.metrics import NodeMetrics
 
@@ -42,7 +42,7 @@ def test_the_counts_of_a_run_reach_the_ledger_the_record_and_the_timeline():
 
 
 def test_a_disk_hit_has_its_own_colour_in_the_timeline():
-    from rhtc.client.timeline import COLOURS, LABELS
+    from rhtc.client.reports.timeline import COLOURS, LABELS
     task = TaskRecord(index=0, worker="w", start=0.0, stop=1.0, bytes_disk=5)
     assert task.source == "disk" and task.source in COLOURS and task.source in LABELS
     assert len(set(COLOURS.values())) == len(COLOURS)
@@ -134,7 +134,7 @@ def _is_ours(base: str) -> bool:
     if base == "RhtcError":
         return True
     for module in ("rhtc.client.errors", "rhtc.broker.errors", "rhtc.broker.config", "rhtc.condor.pack",
-                   "rhtc.client.xrootd", "rhtc.client.freshness"):
+                   "rhtc.client.data.xrootd", "rhtc.client.data.freshness"):
         cls = getattr(importlib.import_module(module), base.split(".")[-1], None)
         if isinstance(cls, type) and issubclass(cls, RhtcError):
             return True

@@ -1,4 +1,4 @@
-"""Tests of the run record (client.record) and the timeline numbers and plot (client.timeline).
+"""Tests of the run record (client.reports.record) and the timeline numbers and plot (client.reports.timeline).
 
 Expected efficiencies are worked out by hand in each test from the task times.
 """
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from rhtc.client.record import RunRecord, TaskRecord, short_error
-from rhtc.client.timeline import efficiency, plot_timeline, timeline_command
+from rhtc.client.reports.record import RunRecord, TaskRecord, short_error
+from rhtc.client.reports.timeline import efficiency, plot_timeline, timeline_command
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

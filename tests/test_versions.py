@@ -37,7 +37,7 @@ def test_a_worker_with_another_cloudpickle_is_named_by_rhtc_status(broker, worke
     path = os.pathsep.join([str(other_cloudpickle), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     (odd,) = workers.start(1, env={"PYTHONPATH": path})
     (same,) = workers.start(1)
-    status = subprocess.run([sys.executable, "-m", "rhtc.client.cli", "status"], capture_output=True, text=True,
+    status = subprocess.run([sys.executable, "-m", "rhtc.client.ops.cli", "status"], capture_output=True, text=True,
                             env=dict(os.environ, **broker.config.env()), cwd=str(ROOT), timeout=60)
     assert status.returncode == 0, status.stderr
     lines = [ln.strip() for ln in status.stdout.splitlines()]

@@ -15,7 +15,7 @@ import pytest
 
 from rhtc.bench.xrootd_server import XRootDServer, XRootDUnavailable
 from rhtc.client import imap_unordered, make_chunks, remote_map
-from rhtc.client.chunks import ChunkFileError
+from rhtc.client.data.chunks import ChunkFileError
 from rhtc.client.errors import RemoteError
 from rhtc.examples.dimuon import dimuon
 from tests.conftest import NANOAOD, map_keys, needs_nanoaod
@@ -166,7 +166,7 @@ def test_a_file_changed_on_the_server_is_detected(server, served):
     shutil.copy(served / REAL[0], target)
     chunk = make_chunks(server.url("changing.root"), step=100)[0]
     shutil.copy(served / REAL[1], target)
-    from rhtc.client.chunks import close_files
+    from rhtc.client.data.chunks import close_files
     close_files()
     try:
         with pytest.raises(ChunkFileError, match="has changed since the chunks were made") as info:

@@ -161,7 +161,7 @@ class BranchCache(MutableMapping):
         """A mapping to hand to uproot for one chunk: entries it stores carry ``tag``.
 
         ``version`` names the version of the file the chunk is read from (see
-        :mod:`client.freshness`): it prefixes the view's keys, so a file rewritten in place,
+        :mod:`client.data.freshness`): it prefixes the view's keys, so a file rewritten in place,
         even with the same UUID, never gets the entries read from its old version.
         ``by_chunk`` (``tag`` is the chunk's routing key and uproot reads the branches with
         their own interpretations) keys the entries by chunk and branch (:func:`chunk_key`),

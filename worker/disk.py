@@ -28,7 +28,7 @@ directory in bytes and evicts across all its users. We add what it does not do:
 * keys are the RAM cache's: the file's version stamp, then the chunk (file UUID, tree,
   entry range), the branch and uproot's library (:func:`worker.cache.chunk_key`), so a
   changed input file is never served stale, and a replaced worker finds a chunk's
-  branches without opening the file (:mod:`client.cachedchunks`) and has RAM entries
+  branches without opening the file (:mod:`client.data.cachedchunks`) and has RAM entries
   again under the same keys.
 
 Eviction is "least recently stored": a read never writes to the index, so the workers of

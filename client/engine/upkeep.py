@@ -1,0 +1,303 @@
+"""What a map does once a second while it waits for results: keep itself alive (and
+renew its signed liveness token), find the tasks of dead workers and of a restarted
+broker, take back tasks stranded in the queue of a worker that takes none, back up
+stragglers, sample the workers' metrics, name workers that hold another key or whose
+heartbeat is forged, and notice a full broker.
+
+Upkeep only looks after a map: it reads the broker and what the map shows, and returns
+its decisions (:mod:`client.engine.decisions`: requeue these, fail this, the function was lost,
+shun that worker) for the map to apply; it never edits the map's state itself, and it
+does not import :mod:`client.engine.maprun` (which imports this module). The task timeouts
+(:mod:`client.engine.timeouts`) still act through the map's verbs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+import warnings
+import weakref
+from typing import Iterable, Protocol
+
+from ...broker import protocol
+from ...broker.errors import BrokerOutOfMemory
+from ...broker.messages import WORKER_METRICS, ErrorKind, ResultMeta, WorkerStatus
+from ...broker.registry import renew_map_entry
+from ...broker.storage import Storage
+from .decisions import Decision, Fail, FunctionLost, Requeue, Shun, lost_tasks, straggler_backups
+from ..errors import BrokerFull, KeyMismatch, RemoteError
+from .feed import MapFeed
+from .unclaimed import UnclaimedWatch
+from .timeouts import TaskTimeouts
+
+log = logging.getLogger("rhtc.client")
+
+TICK_SECONDS = 1.0            # how often the map renews itself and looks for lost tasks
+AUDIT_SECONDS = 5.0           # how often it checks that every waiting task is somewhere
+AUDIT_MAX_QUEUE = 1000        # ... unless the shared queue and the map's backlog are longer and results flow
+MAX_METRIC_SAMPLES = 200_000
+KEY_MISMATCH_SECONDS = 3.0    # every live worker holds another key this long: give up
+LOOK_SECONDS = 1.0            # maps submitted within this long share one look at the workers
+_looks: "weakref.WeakKeyDictionary[Storage, tuple[float, list[WorkerStatus]]]" = weakref.WeakKeyDictionary()
+METRIC_KEYS = ("t", *WORKER_METRICS)          # what a map samples of each live worker
+
+
+class MapVerbs(Protocol):
+    """What upkeep reads from a map and the verbs it may ask of it (:class:`client.engine.maprun.MapRun`)."""
+
+    storage: Storage
+    map_id: str
+    fn_hash: str
+    nonce: str
+    n: int
+    fingerprint: str
+    cancelled: bool
+    last_progress: float
+    straggler_factor: float | None
+    task_timeout: float | None
+    merging: bool
+    sample_metrics: bool
+    metric_samples: list
+    misfits: set
+    shunned: set
+    feed: "MapFeed"
+
+    @property
+    def done(self) -> bool: ...
+    @property
+    def unfinished(self) -> int: ...
+    def waiting(self) -> list[int]: ...
+    def requeue(self, indices: Iterable[int], *, route: bool = True, backup: bool = False) -> list[int]: ...
+    def fail(self, index: int, error: RemoteError, meta: ResultMeta | None = None) -> bool: ...
+    def observe(self, statuses: list[WorkerStatus]) -> None: ...
+    def durations(self): ...
+    def backed_up(self, index: int) -> bool: ...
+    def describe_argument(self, index: int) -> str: ...
+    def memory(self) -> tuple[int, int]: ...
+
+
+class Upkeep:
+    """The once-a-second care of one map."""
+
+    def __init__(self, run: MapVerbs):
+        self.run = run
+        self.next_tick = 0.0
+        self._next_audit = 0.0
+        self._missing_before: set[int] = set()
+        self._warned_no_workers = False
+        self._warned_misfits: set[str] = set()
+        self._all_misfits_since: float | None = None
+        self._full_since: float | None = None
+        self._warned_forged: set[str] = set()
+        self._unclaimed = UnclaimedWatch(run.storage.settings.unclaimed_seconds)
+        self.timeouts = TaskTimeouts(run, run.task_timeout, self.parked_behind) if run.task_timeout else None
+
+    def look(self) -> None:
+        """Before a map is queued: which workers are live and which key they hold (so it
+        routes around misfits and forged workers from the start and warns even if it ends
+        within a second).
+        One read of the workers serves every map submitted within :data:`LOOK_SECONDS`."""
+        storage = self.run.storage
+        seen = _looks.get(storage)
+        if seen is None or time.monotonic() - seen[0] > LOOK_SECONDS:
+            seen = _looks[storage] = (time.monotonic(), storage.worker_statuses(queue_depths=False))
+        self.run.observe(seen[1])
+        self._check_keys(seen[1])
+        self._check_forged(seen[1])
+
+    def schedule(self) -> None:
+        """The first tick comes one period after the map was submitted."""
+        self.next_tick = time.monotonic() + TICK_SECONDS
+
+    def due(self) -> bool:
+        return time.monotonic() >= self.next_tick
+
+    def tick(self) -> list[Decision]:
+        """Once a second: keep the map alive, recover from dead workers and restarts,
+        check the workers' keys, back up stragglers, sample the workers' metrics. Returns
+        what the map must do (:mod:`client.engine.decisions`)."""
+        self.next_tick = time.monotonic() + TICK_SECONDS
+        decisions: list[Decision] = []
+        try:
+            self._tick(decisions)
+        except BrokerOutOfMemory:
+            self._full_since = self._full_since or time.monotonic()
+        self._check_full()
+        return decisions
+
+    def _tick(self, decisions: list[Decision]) -> None:
+        run = self.run
+        storage = run.storage
+        if not storage.keep_map_alive(run.map_id, run.fn_hash, run.nonce):
+            if run.cancelled or run.done:
+                return
+            log.warning("map %s vanished from the broker (did it restart?); resubmitting %d tasks",
+                        run.map_id, run.unfinished)
+            decisions.append(FunctionLost("the map vanished from the broker"))
+            return
+        renew_map_entry(storage, run.map_id)
+        run.feed.flush()
+        storage.reap()
+        if time.monotonic() >= self._next_audit:
+            decisions += self._audit()
+        live = storage.worker_statuses()
+        _looks[storage] = (time.monotonic(), live)      # fresh for the next map's look
+        run.observe(live)
+        self._check_keys(live)
+        self._check_forged(live)
+        decisions += self._unclaimed_workers(live)
+        if not live and not self._warned_no_workers:
+            self._warned_no_workers = True
+            log.warning("map %s waits for workers: none is connected to %r (`rhtc workers -n 4`, "
+                        "or `condor_submit condor/workers.sub`)", run.map_id, storage.config)
+        if run.sample_metrics and len(run.metric_samples) < MAX_METRIC_SAMPLES:
+            for w in live:
+                d = w.to_dict()
+                run.metric_samples.append({k: d.get(k) for k in METRIC_KEYS} | {"worker": w.name})
+        if run.straggler_factor:
+            decisions += self._stragglers(live)
+        if self.timeouts is not None:
+            self.timeouts.check(live)
+        for frame in storage.fetch_dead_tasks(run.map_id):
+            index = protocol.frame_index(frame)
+            if index is None or not 0 <= index < run.n:
+                continue
+            history = storage.attempt_history(run.map_id, protocol.task_id(frame))
+            decisions.append(Fail(index, RemoteError(
+                index, ErrorKind.WORKER_LOST, "the process running the task died every time it was tried "
+                "(see the attempts); the task may be what kills it (memory? a crash in compiled code?)",
+                worker=None,
+                argument=run.describe_argument(index), history=history)))
+
+    def _check_keys(self, live: list[WorkerStatus]) -> None:
+        """Workers holding another key cannot run this map: fail fast when all of them do,
+        warn (and let the map route around them) when some do."""
+        run = self.run
+        live = [w for w in live if not w.forged]
+        misfits = sorted(w.name for w in live if w.name in run.misfits)
+        if not misfits:
+            self._all_misfits_since = None
+            return
+        theirs = sorted({w.key_fingerprint for w in live if w.name in run.misfits and w.key_fingerprint})
+        if len(misfits) == len(live):
+            self._all_misfits_since = self._all_misfits_since or time.monotonic()
+            if time.monotonic() - self._all_misfits_since >= KEY_MISMATCH_SECONDS:
+                raise KeyMismatch(
+                    f"map {run.map_id}: every live worker holds another signing key than this client "
+                    f"(the workers' key fingerprint {', '.join(theirs) or '?'}, this client's "
+                    f"{run.fingerprint}): {', '.join(misfits[:20])}{' ...' if len(misfits) > 20 else ''}. "
+                    "They cannot verify its tasks. Start the workers with this client's key "
+                    "(the same RHTC_KEY or config file), then run the map again.")
+            return
+        self._all_misfits_since = None
+        new = set(misfits) - self._warned_misfits
+        if new:
+            self._warned_misfits |= new
+            warnings.warn(f"map {run.map_id}: worker(s) {', '.join(sorted(new))} hold another signing key "
+                          f"(fingerprint {', '.join(theirs) or '?'}, this client's {run.fingerprint}); "
+                          "the map routes around them. Restart them with this client's key.",
+                          RuntimeWarning, stacklevel=2)
+
+    def _check_forged(self, live: list[WorkerStatus]) -> None:
+        """Name (once per map) the workers whose heartbeat no holder of our key signed: the
+        map never routes to them (:meth:`Storage.locate` leaves them out)."""
+        run = self.run
+        for w in live:
+            if w.forged and w.name not in self._warned_forged:
+                self._warned_forged.add(w.name)
+                msg = (f"map {run.map_id}: worker {w.name} is forged: {w.forged}. Someone with the Redis "
+                       "password wrote it; the map does not route to it. Change the Redis password.")
+                log.warning(msg)
+                run.storage.report(msg)
+
+    def _unclaimed_workers(self, live: list[WorkerStatus]) -> list[Decision]:
+        """Shun a worker that looks live but takes nothing: its queue goes to the shared
+        queue, and no more tasks to it (:mod:`client.engine.unclaimed`)."""
+        return [Shun(name, f"map {self.run.map_id}: worker {name} looks live but took none of the tasks in "
+                           f"its queue for {self._unclaimed.seconds:.0f} s (a forged or replayed heartbeat, "
+                           "or a wedged worker); they were moved to the shared queue and the map routes "
+                           "no more tasks to it")
+                for name in self._unclaimed.stranded(live)]
+
+    def _check_full(self) -> None:
+        """Warn when no result came for a while because Redis is full; give up after the
+        broker patience (nothing is lost until then: workers hold their results)."""
+        run = self.run
+        patience = run.storage.settings.broker_patience
+        if time.monotonic() - run.last_progress < 3 * TICK_SECONDS:
+            self._full_since = None
+            return
+        used, limit = run.memory()
+        if not limit or used < limit * 0.98:
+            self._full_since = None
+            return
+        if self._full_since is None:
+            self._full_since = time.monotonic()
+            log.warning("map %s is stalled: the broker is out of memory (%.0f of %.0f MB); workers "
+                        "hold their results until memory is freed", run.map_id, used / 1e6, limit / 1e6)
+        elif time.monotonic() - self._full_since > patience:
+            raise BrokerFull(f"the broker {run.storage.config!r} has been out of memory ({used / 1e6:.0f} of "
+                             f"{limit / 1e6:.0f} MB) for {patience:.0f} s during map {run.map_id}, "
+                             f"with {run.unfinished} tasks unfinished: free memory in Redis or raise its "
+                             "maxmemory, then run the map again")
+
+    def _stragglers(self, live: list[WorkerStatus]) -> list[Decision]:
+        """In the tail of the map, when a worker is idle, a backup copy of a task that has
+        run much longer than the median (:func:`client.engine.decisions.straggler_backups`)."""
+        run = self.run
+        running = [(w.task.index, w.task_seconds or 0.0) for w in live
+                   if w.task is not None and w.task.map_id == run.map_id]
+        backed_up = {i for i, _ in running if run.backed_up(i)}
+        idle = sum(w.task is None and not w.forged and w.name not in run.misfits for w in live)
+        parked = sum(w.merged for w in live) if run.merging else 0     # finished, in partials
+        backup = straggler_backups(unfinished=max(0, run.unfinished - parked), n=run.n, idle=idle,
+                                   durations=run.durations(), factor=run.straggler_factor, running=running,
+                                   backed_up=backed_up)
+        if backup and parked:
+            backup = dataclasses.replace(backup, indices=backup.indices + self.parked_behind(backup.indices, live))
+        return [backup] if backup else []
+
+    def parked_behind(self, slow: tuple[int, ...], live: list[WorkerStatus]) -> tuple[int, ...]:
+        """The tasks of the map that finished on the workers running ``slow`` but wait in
+        their partials (merge on the workers): backed up with the slow ones, else they would
+        wait for them to end (a task that hangs would hold them for good)."""
+        run = self.run
+        here = [w for w in live if w.task is not None and w.task.map_id == run.map_id]
+        leased: set[int] = set()
+        for w in here:
+            if w.task.index in slow and w.merged:
+                leased |= run.storage.leased_to(w.name, run.map_id)
+        if not leased:
+            return ()
+        leased -= {w.task.index for w in here} | set(slow)
+        return tuple(sorted(leased & set(run.waiting())))
+
+    @property
+    def missing(self) -> set[int]:
+        """Tasks seen missing from the broker once (requeued if missing again)."""
+        return self._missing_before
+
+    def _audit(self) -> list[Decision]:
+        """Requeue waiting tasks that are nowhere in the broker, twice in a row (a worker
+        killed between taking a task and its lease reaching Redis; a lost connection).
+
+        The audit reads every queue, so it runs only when it is cheap (a short shared
+        queue) or needed (no result for a while): a lost task shows at the end of a map.
+        Never while results wait unread: it would copy each into the broker's Lua (8 MB
+        results of 100 workers blocked Redis for 18 s, and with it every heartbeat, so that
+        live workers were reaped); they are read first."""
+        run = self.run
+        self._next_audit = time.monotonic() + AUDIT_SECONDS
+        if run.storage.unread_results(run.map_id):
+            return []
+        stalled = time.monotonic() - run.last_progress > AUDIT_SECONDS
+        if not stalled and run.storage.unrouted_depth(run.map_id) > AUDIT_MAX_QUEUE:
+            return []
+        waiting = set(run.waiting())
+        if not waiting:
+            return []
+        lost, self._missing_before = lost_tasks(waiting=waiting, in_broker=run.storage.audit_map(run.map_id),
+                                                missing_before=self._missing_before)
+        if lost:
+            log.warning("map %s: %d task(s) vanished from the broker; resubmitting them", run.map_id, len(lost))
+        return [Requeue(tuple(lost), why="vanished from the broker")] if lost else []

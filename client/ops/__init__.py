@@ -1,0 +1,1 @@
+"""Operator tools: the command line, the status table and the live dashboard."""

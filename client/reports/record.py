@@ -1,0 +1,407 @@
+"""What happened during one map: which worker ran which chunk, when, and from where it read.
+
+A :class:`RunRecord` is the raw material of the timeline plot (``client.reports.timeline``)
+and of ``rhtc timeline``. ``remote_map`` fills one as results come back, from the
+metadata every worker attaches to its result, and can save it as JSON::
+
+    {"version": 1, "map_id": "ab12...", "function": "dimuon",
+     "start": 1700000000.0,            # unix time the map was submitted
+     "end": 1700000042.5,              # unix time the last result was received
+     "n_tasks": 800,                   # chunks in the map (finished or not)
+     "tasks": [{"index": 0, "worker": "node1-1234", "host": "node1", "pid": 1234,
+                "start": 1700000001.2, "stop": 1700000003.9,
+                "bytes_cache": 0, "bytes_disk": 0, "bytes_file": 123456, "files_opened": 1,
+                "error": null, "retries": 0, "events": 500000}, ...],
+     "attempts": [{"index": 7, "worker": "node2-99", "start": 1700000002.0, "stop": 1700000002.4,
+                   "error": "OSError: flaky", "outcome": "retried", "backoff": 1.1}, ...],
+     "metrics": [{"t": 1700000002.0, "worker": "node1-1234", "cpu": 97.0,
+                  "rss": 123456789, "cache_bytes": 0, "cache_entries": 0,
+                  "bytes_read": 0, "net_recv": 0, "net_sent": 0, "disk_read": 0,
+                  "node_cpu": 35.0, ...}, ...]}
+
+``error`` is ``null`` or a one-line summary such as ``"ValueError: bad branch"``;
+``events`` is ``null`` when the function does not report how many events it saw;
+``files_opened`` counts the files the task had to open (0 when the worker had them
+open already; records written before it existed read as 0);
+``attempts`` are the failed attempts before each task's own row (:mod:`client.reports.attempts`:
+retried after an error, or lost with the process that ran them; records written before
+it existed have none); ``metrics`` may be empty.
+
+Example::
+
+    >>> from rhtc.client.reports.record import RunRecord
+    >>> rec = RunRecord(map_id="ab12", function="dimuon", start=0.0, n_tasks=2)
+    >>> rec.add_task({"index": 0, "worker": "n1-7", "start": 0.5, "stop": 2.0,
+    ...               "bytes_file": 100, "events": 1000})
+    >>> rec.add_task({"index": 1, "host": "n2", "pid": 8, "start": 1.0, "stop": 3.0,
+    ...               "bytes_cache": 100, "events": 1000, "shiny": "ignored"})
+    >>> rec.end, rec.tasks[1].worker
+    (3.0, 'n2-8')
+    >>> RunRecord.from_dict(rec.to_dict()) == rec
+    True
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from ...broker.messages import RUN_COUNTERS, WORKER_METRICS
+from .attempts import AttemptRecord
+from .efficiency import efficiency
+
+FORMAT_VERSION = 1
+MAX_ERROR_CHARS = 200
+
+
+def short_error(error: Any) -> str | None:
+    """Reduce an error (exception, traceback text or message) to one short line.
+
+    A full traceback is reduced to its last non-empty line, which is where Python
+    puts ``ExceptionType: message``.
+
+    Example::
+
+        >>> short_error("Traceback (most recent call last):\\n  ...\\nKeyError: 'Muon_pt'\\n")
+        "KeyError: 'Muon_pt'"
+        >>> short_error(ValueError("bad chunk")), short_error(None)
+        ('ValueError: bad chunk', None)
+    """
+    if error is None or error is False or error == "":
+        return None
+    if isinstance(error, BaseException):
+        text = f"{type(error).__name__}: {error}"
+    else:
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        text = lines[-1] if lines else str(error)
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[: MAX_ERROR_CHARS - 3] + "..."
+    return text
+
+
+def _number(value: Any, default: float | int | None, kind: type, name: str = "value") -> Any:
+    """``kind(value)``, ``default`` when missing (None); else a ValueError naming ``name``."""
+    try:
+        return default if value is None else kind(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"field {name!r} is {value!r}, not a number") from None
+
+
+def _entry(build, item: Any, where: str, i: int):
+    """``build(item)`` for entry ``i`` of the record's list ``where``; errors say which."""
+    try:
+        return build(item)
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{where}[{i}]: {exc}") from None
+
+
+class _TaskRecordMethods:
+    """What :class:`TaskRecord` does; its fields are made below from the worker's
+    result metadata (one int per :data:`~broker.messages.RUN_COUNTERS`)."""
+
+    @property
+    def duration(self) -> float:
+        """Seconds the task held its worker (never negative)."""
+        return max(0.0, self.stop - self.start)
+
+    @property
+    def source(self) -> str:
+        """Where the task read from: ``"error"``, ``"hit"`` (all bytes from the worker's
+        memory), ``"disk"`` (from the node's disk tier, none from the file), ``"partial"``
+        (some from a cache, some from the file), ``"miss"`` (from the file) or
+        ``"compute"`` (read nothing through a chunk)."""
+        if self.error:
+            return "error"
+        cached = self.bytes_cache + self.bytes_disk
+        if cached and self.bytes_file:
+            return "partial"
+        if self.bytes_disk:
+            return "disk"
+        if self.bytes_cache:
+            return "hit"
+        return "miss" if self.bytes_file else "compute"
+
+    @classmethod
+    def from_meta(cls, meta: Mapping[str, Any]) -> "TaskRecord":
+        """Build from a worker's result metadata; unknown keys are ignored.
+
+        ``worker`` defaults to ``"<host>-<pid>"``; ``index``, ``start`` and ``stop`` are
+        required, everything else has a default.
+
+        Example::
+
+            >>> TaskRecord.from_meta({"index": 1, "host": "n1", "pid": 7, "start": 0, "stop": 1}).worker
+            'n1-7'
+        """
+        missing = [key for key in ("index", "start", "stop") if meta.get(key) is None]
+        if missing:
+            raise ValueError(
+                f"task metadata lacks {', '.join(missing)}: every worker result must say "
+                f"which chunk it ran and when (got keys {sorted(meta)})"
+            )
+        host = str(meta.get("host") or "")
+        pid = _number(meta.get("pid"), 0, int, "pid")
+        worker = meta.get("worker") or (f"{host}-{pid}" if host else f"pid-{pid}")
+        return cls(
+            index=_number(meta["index"], 0, int, "index"),
+            worker=str(worker),
+            start=_number(meta["start"], 0.0, float, "start"),
+            stop=_number(meta["stop"], 0.0, float, "stop"),
+            host=host,
+            pid=pid,
+            error=short_error(meta.get("error")),
+            retries=_number(meta.get("retries"), 0, int, "retries"),
+            events=_number(meta.get("events"), None, int, "events"),
+            **{name: _number(meta.get(name), 0, int, name) for name in RUN_COUNTERS},
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready dict of this task (see the module docstring)."""
+        return dataclasses.asdict(self)
+
+
+TaskRecord = dataclasses.make_dataclass(
+    "TaskRecord",
+    [("index", int), ("worker", str), ("start", float), ("stop", float),
+     ("host", str, field(default="")), ("pid", int, field(default=0)),
+     *[(name, int, field(default=0)) for name in RUN_COUNTERS],
+     ("error", "str | None", field(default=None)), ("retries", int, field(default=0)),
+     ("events", "int | None", field(default=None))],
+    bases=(_TaskRecordMethods,),
+    namespace={"__doc__": """One chunk as run by one worker: when, where, and what it read.
+
+    ``start``/``stop`` are unix times on the worker's clock; ``bytes_cache``,
+    ``bytes_disk`` and ``bytes_file`` split what the task read between the worker's
+    memory, the node's disk tier and the ROOT file (the counts are those of
+    :data:`broker.messages.RUN_COUNTERS`).
+
+    Example::
+
+        >>> t = TaskRecord(index=3, worker="n1-7", start=10.0, stop=12.5, bytes_cache=40)
+        >>> t.duration, t.source
+        (2.5, 'hit')
+    """})
+TaskRecord.__module__ = __name__
+
+
+class _MetricSampleMethods:
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "MetricSample":
+        """Build from a dict; unknown keys are ignored, missing counters are 0."""
+        if data.get("t") is None or not data.get("worker"):
+            raise ValueError(f"a metric sample needs 't' and 'worker' (got keys {sorted(data)})")
+        return cls(t=_number(data["t"], 0.0, float, "t"), worker=str(data["worker"]),
+                   **{name: _number(data.get(name), kind(0), kind, name) for name, kind in WORKER_METRICS.items()})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready dict of this sample."""
+        return dataclasses.asdict(self)
+
+
+MetricSample = dataclasses.make_dataclass(
+    "MetricSample",
+    [("t", float), ("worker", str), *[(name, kind, field(default=kind(0))) for name, kind in WORKER_METRICS.items()]],
+    bases=(_MetricSampleMethods,),
+    namespace={"__doc__": """One periodic sample of a worker's figures (:data:`broker.messages.WORKER_METRICS`).
+
+    Example::
+
+        >>> MetricSample.from_dict({"t": 5.0, "worker": "n1-7", "cpu": 97, "node_cpu": 50}).node_cpu
+        50.0
+    """})
+MetricSample.__module__ = __name__
+
+
+@dataclass
+class RunRecord:
+    """Everything the timeline needs to know about one map run.
+
+    ``start`` is when the map was submitted and ``end`` when its last result was
+    received (unix times). ``n_tasks`` is the number of chunks in the map, which may
+    exceed ``len(tasks)`` if the map was abandoned.
+
+    Example::
+
+        >>> rec = RunRecord(map_id="m1", function="count", start=0.0, end=4.0, n_tasks=1)
+        >>> rec.add_task({"index": 0, "worker": "w", "start": 0.0, "stop": 2.0})
+        >>> rec.summary()["efficiency"], rec.summary()["efficiency_to_end"]
+        (1.0, 0.5)
+    """
+
+    map_id: str = ""
+    function: str = ""
+    start: float = 0.0
+    end: float = 0.0
+    n_tasks: int = 0
+    tasks: list[TaskRecord] = field(default_factory=list)
+    metrics: list[MetricSample] = field(default_factory=list)
+    attempts: list[AttemptRecord] = field(default_factory=list)
+    version: int = FORMAT_VERSION
+    _positions: dict[int, int] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def add_task(self, meta: Mapping[str, Any], received: float | None = None) -> None:
+        """Record one finished task from the metadata its worker sent with the result.
+
+        Unknown keys are ignored and missing optional ones get defaults (see
+        :meth:`TaskRecord.from_meta`). A second result for the same chunk index
+        replaces the first. ``end`` moves to ``received`` (when the client got the
+        result) or, without it, to the task's ``stop`` if that is later.
+
+        Example::
+
+            >>> rec = RunRecord(start=0.0)
+            >>> rec.add_task({"index": 0, "worker": "w", "start": 1, "stop": 2}, received=2.5)
+            >>> len(rec.tasks), rec.end, rec.n_tasks
+            (1, 2.5, 1)
+        """
+        task = TaskRecord.from_meta(meta)
+        if len(self._positions) != len(self.tasks):  # tasks were set or edited directly
+            self._positions = {t.index: i for i, t in enumerate(self.tasks)}
+        position = self._positions.get(task.index)
+        if position is not None and self.tasks[position].index == task.index:
+            self.tasks[position] = task
+        else:
+            self._positions[task.index] = len(self.tasks)
+            self.tasks.append(task)
+        self.end = max(self.end, task.stop if received is None else float(received))
+        self.n_tasks = max(self.n_tasks, len(self.tasks))
+
+    def add_metric(self, sample: Mapping[str, Any]) -> None:
+        """Record one worker metrics sample (keys as in the module docstring).
+
+        Example::
+
+            >>> rec = RunRecord()
+            >>> rec.add_metric({"t": 1.0, "worker": "w", "cpu": 50})
+            >>> rec.metrics[0].cpu
+            50.0
+        """
+        self.metrics.append(MetricSample.from_dict(sample))
+
+    def add_attempt(self, meta: Mapping[str, Any]) -> None:
+        """Record one failed attempt (keys as in :class:`~client.reports.attempts.AttemptRecord`)."""
+        self.attempts.append(AttemptRecord.from_meta(meta))
+
+    @property
+    def workers(self) -> list[str]:
+        """Names of the workers that ran at least one task or attempt, in order of first start."""
+        first: dict[str, float] = {}
+        runs = [(t.worker, t.start) for t in self.tasks] + [(a.worker, a.start) for a in self.attempts if a.timed]
+        for worker, start in runs:
+            first[worker] = min(first.get(worker, start), start)
+        return sorted(first, key=lambda name: (first[name], name))
+
+    def summary(self) -> dict[str, Any]:
+        """The headline numbers of the run: counts plus :func:`client.reports.efficiency.efficiency`.
+
+        Example::
+
+            >>> rec = RunRecord(start=0.0, end=10.0, n_tasks=1)
+            >>> rec.add_task({"index": 0, "worker": "w", "start": 0, "stop": 5, "events": 100})
+            >>> s = rec.summary()
+            >>> s["n_done"], s["efficiency_to_end"], s["events_per_s"]
+            (1, 0.5, 10.0)
+        """
+        numbers = efficiency(self)
+        return {
+            "map_id": self.map_id,
+            "function": self.function,
+            "n_tasks": self.n_tasks,
+            "n_done": len(self.tasks),
+            "n_workers": len(numbers["per_worker"]),
+            **numbers,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready dict of the whole record (format in the module docstring)."""
+        return {
+            "version": self.version,
+            "map_id": self.map_id,
+            "function": self.function,
+            "start": self.start,
+            "end": self.end,
+            "n_tasks": self.n_tasks,
+            "tasks": [task.to_dict() for task in self.tasks],
+            "metrics": [sample.to_dict() for sample in self.metrics],
+            "attempts": [attempt.to_dict() for attempt in self.attempts],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "RunRecord":
+        """Rebuild a record from :meth:`to_dict` output (or hand-written JSON).
+
+        Example::
+
+            >>> RunRecord.from_dict({"version": 1, "tasks": []}).n_tasks
+            0
+        """
+        version = int(data.get("version", FORMAT_VERSION))
+        if version > FORMAT_VERSION:
+            raise ValueError(
+                f"run record has format version {version}, this redis-htcondor reads up to "
+                f"version {FORMAT_VERSION}: upgrade redis-htcondor to read it"
+            )
+        tasks = [_entry(TaskRecord.from_meta, task, "tasks", i) for i, task in enumerate(data.get("tasks") or [])]
+        metrics = [_entry(MetricSample.from_dict, sample, "metrics", i)
+                   for i, sample in enumerate(data.get("metrics") or [])]
+        attempts = [_entry(AttemptRecord.from_meta, a, "attempts", i)
+                    for i, a in enumerate(data.get("attempts") or [])]
+        start = data.get("start")
+        end = data.get("end")
+        return cls(
+            map_id=str(data.get("map_id") or ""),
+            function=str(data.get("function") or ""),
+            start=_number(start, min((t.start for t in tasks), default=0.0), float, "start"),
+            end=_number(end, max((t.stop for t in tasks), default=0.0), float, "end"),
+            n_tasks=_number(data.get("n_tasks") or len(tasks), 0, int, "n_tasks"),
+            tasks=tasks,
+            metrics=metrics,
+            attempts=attempts,
+            version=FORMAT_VERSION,
+        )
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the record as JSON (atomically: a reader never sees half a file).
+
+        Example::
+
+            >>> import tempfile, os
+            >>> path = os.path.join(tempfile.mkdtemp(), "run.json")
+            >>> RunRecord(map_id="m1").save(path).name
+            'run.json'
+            >>> RunRecord.load(path).map_id
+            'm1'
+        """
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as out:
+                json.dump(self.to_dict(), out, separators=(",", ":"))
+                out.write("\n")
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> "RunRecord":
+        """Read a record written by :meth:`save` (see its example)."""
+        with open(path) as inp:
+            try:
+                data = json.load(inp)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path} is not a run record (invalid JSON: {exc})") from None
+        if not isinstance(data, dict):
+            raise ValueError(f"{path} is not a run record (expected a JSON object)")
+        try:
+            return cls.from_dict(data)
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}; fix or remove that value (a record written by "
+                             "MapHandle.record().save() has none such)") from None
