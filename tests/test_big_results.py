@@ -26,8 +26,9 @@ def test_the_audit_waits_while_results_are_unread(storage):
     def audit_map(map_id):
         raise AssertionError("the audit read the broker while results waited unread")
     storage.audit_map = audit_map
-    run.last_progress -= 60                                # as stalled as can be
-    assert run.upkeep._audit() == []
+    run.state.last_progress -= 60                                # as stalled as can be
+    run.upkeep._audit()
+    assert run.state.missing == set() and run.resubmissions == 0   # nothing found, nothing sent
     storage.r.delete(storage.keys.results(run.map_id))
     del storage.audit_map
     run.cancel()

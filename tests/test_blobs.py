@@ -92,7 +92,7 @@ def test_a_blob_that_expired_before_it_was_read_costs_a_rerun_not_the_task(broke
     wait_until(lambda: storage.r.llen(key) == 3, 30, "three stubs in the results list")
     storage.r.delete(storage.r.keys(storage.keys.blob(f"{run.map_id}:*"))[0])    # one blob expires
     h = MapHandle(run, reduce=False).start_background()
-    run.last_progress -= 60                            # the audit looks at once
+    run.state.last_progress -= 60                            # the audit looks at once
     got = h.wait(timeout=60)
     assert [g["c"] for g in got] == [{i: 1} for i in range(3)]
     assert run.resubmissions == 1 and sorted(len(p) for p in runs(tmp_path).values()) == [1, 1, 2]

@@ -60,7 +60,7 @@ def test_a_one_slash_url_is_refused_before_any_request():
 @needs_nanoaod
 def test_a_relative_path_the_server_refuses_is_not_a_credential_problem(server):
     from XRootD import client
-    from rhtc.client import xrootd
+    from rhtc.client.data import xrootd
     url = f"root://127.0.0.1:{server.port}/{REAL}"          # straight to the server, no check of ours
     status, _ = client.File().open(url, timeout=10)
     assert not status.ok and "3010" in status.message, status.message
@@ -102,7 +102,7 @@ def test_every_reason_is_documented_in_the_readme():
 
 def test_xrd_requesttimeout_is_the_one_request_timeout():
     pytest.importorskip("XRootD.client", reason="the [xrootd] extra is not installed")
-    code = ("from rhtc.client import xrootd; xrootd.apply_settings(); "
+    code = ("from rhtc.client.data import xrootd; xrootd.apply_settings(); "
             "from fsspec_xrootd import XRootDFileSystem; "
             "print(xrootd.request_timeout(), XRootDFileSystem.default_timeout, xrootd.open_options()['timeout'])")
     out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, XRD_REQUESTTIMEOUT="7"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rhtc.client.engine.decisions import Requeue, lost_tasks, straggler_backups
+from rhtc.client.engine.decisions import Slow, lost_tasks, straggler_backups
 from rhtc.client.engine.invariants import InvariantBroken, check
 from rhtc.client.engine.routing import contiguous_blocks, owners
 from rhtc.client.engine.tasks import TaskState
@@ -19,7 +19,7 @@ def _backups(**kw):
 
 
 def test_stragglers_are_backed_up_in_the_tail_only():
-    assert _backups() == Requeue((5, 7), route=False, backup=True, why="straggler over 3.0 s")
+    assert _backups() == Slow((5, 7), why="straggler over 3.0 s")
     assert _backups(unfinished=10) is None                      # not the tail: 10 of 100 left
     assert _backups(idle=0) is None                             # nobody free to run a copy
     assert _backups(backed_up={5}).indices == (7, 8)            # one copy per task
@@ -62,12 +62,12 @@ def test_every_map_checks_its_containers_and_a_disagreement_is_named(broker, wor
     workers.start(1)
     assert remote_map(_square, range(6), broker=broker.config, progress=False) == [x * x for x in range(6)]
     run = last_map().run
-    assert check(run) == []
+    assert check(run.state) == []
     run.tasks._state[3] = int(TaskState.QUEUED)      # as if a bug had sent a finished task back
     with pytest.raises(InvariantBroken, match="task 3 is queued but has 1 ledger rows") as info:
         run.validate()
     assert "counts 6 done tasks but holds 5" in str(info.value)
     run.tasks._state[3] = int(TaskState.DONE)
-    run._outbox.append(run._outbox[0] if run._outbox else object())   # a result delivered twice
+    run.state.outbox.append(object())                  # a result delivered twice
     with pytest.raises(InvariantBroken, match="6 task.s. finished but 7 result"):
         run.validate()

@@ -27,6 +27,7 @@ NEEDS_WORKERS = {"rhtc", "rhtc.client", "rhtc.client.api", "rhtc.client.handle",
 SHARED = NANOAOD.parent.parent
 #: modules that cannot be imported without an optional extra that is not installed here
 OPTIONAL = {"rhtc.coffea": "coffea", "rhtc.client.coffea": "coffea", "rhtc.client.data.coffea_parity": "coffea",
+            "rhtc.client.data.coffea_items": "coffea",
             "rhtc.bench.agc": "coffea", "rhtc.client.ops.dashboard": "tornado", "rhtc.client.ops.dashmetrics": "prometheus_client"}
 
 
@@ -35,8 +36,8 @@ def _modules() -> list[str]:
     for folder in FOLDERS:
         package = importlib.import_module(f"rhtc.{folder}")
         names.append(package.__name__)
-        names += [m.name for m in pkgutil.iter_modules(package.__path__, f"{package.__name__}.")
-                  if not m.name.endswith("__main__")]
+        names += [m.name for m in pkgutil.walk_packages(package.__path__, f"{package.__name__}.")
+                  if not m.name.endswith("__main__")]     # sub-packages too (client/engine/...)
     return sorted(set(names))
 
 

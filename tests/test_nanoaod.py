@@ -181,7 +181,7 @@ def test_changed_file_is_detected(tmp_path):
     shutil.copy(REAL[0], path)
     chunk = make_chunks(str(path), step=100)[0]
     shutil.copy(REAL[1], path)                              # same name, another file
-    from rhtc.client import chunks as chunks_module
+    from rhtc.client.data import chunks as chunks_module
     chunks_module.close_files()                             # as a fresh process would
     with pytest.raises(ChunkFileError, match="has changed since the chunks were made"):
         chunk.arrays(["Muon_pt"])

@@ -257,7 +257,7 @@ def test_3_swapped_function_blob_is_refused(broker, storage, pool):
 def test_3_task_frames_replayed_into_a_recreated_map_are_refused(broker, storage, pool, monkeypatch):
     """Old signed task frames pushed into a map created again under the same id are
     refused and reported; the map's results stay its own (C4)."""
-    from rhtc.client import maprun
+    from rhtc.client.engine import maprun
     first = submit(square, [1, 2, 3], broker=broker)                  # nobody serves yet
     old_frames = storage.r.lrange(storage.keys.shared_queue, 0, -1)  # what an eavesdropper keeps
     assert len(old_frames) == 3

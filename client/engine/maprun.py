@@ -1,11 +1,12 @@
-"""One map in flight on the client: pack, route, submit, collect, clean up.
+"""One map in flight on the client: the driver of its state through Redis.
 
 This is the engine under :func:`client.remote_map`; analysts use the functions in
-:mod:`client.api`. A :class:`MapRun` owns its map's keys in Redis and deletes them
-when it ends, however it ends. Each task's state lives in a
-:class:`~client.engine.tasks.TaskTable` and moves only through its transitions table; the
-once-a-second care (:mod:`client.engine.upkeep`) acts through the public verbs of the
-"upkeep verbs" section below (``requeue``, ``fail``, ``function_lost``, ``observe``).
+:mod:`client.api`. A :class:`MapRun` holds no per-task state of its own: that is its
+:class:`~client.engine.state.MapState`. The driver packs and queues the tasks, turns
+what Redis answers (result frames, worker statuses, the audit, upkeep's findings) into
+events for the state (:meth:`MapRun.apply`), and carries out the instructions the state
+returns (queue these tasks, upload the function, take a queue back, end the map). It
+owns its map's keys in Redis and deletes them when the map ends, however it ends.
 """
 from __future__ import annotations
 
@@ -18,32 +19,32 @@ from typing import Iterable, Sequence
 
 from ...broker import messages, protocol
 from ...broker.errors import BrokerOutOfMemory, BrokerTrouble, ConnectionProblem
-from ...broker.messages import ErrorKind, Fault, ResultMeta, TaskError, WorkerStatus
+from ...broker.merge import decode_partial
+from ...broker.messages import Fault, TaskError
 from ...broker.registry import renew_map_entry
 from ...broker.storage import Storage
+from ..errors import BrokerFull, BrokerLost, describe, undecodable_error
 from . import beacon
-from ..errors import BrokerFull, BrokerLost, RemoteError, describe, undecodable_error
-from .decisions import apply
+from .events import (Cancel, CancelMap, Enqueue, Faulted, Finish, NoteError, Observed, Partial, Raised,
+                     Report, Result, TakeBack, Tick, Undecodable, Unverifiable)
 from .feed import MapFeed
 from .interrupts import held_interrupt
-from .invariants import Checked
-from .ledger import Ledger
-from .merged import accept_partial, function_to_send
-from .faults import answered_by_misfit, fault
+from .invariants import validate
+from .merged import function_to_send
 from .options import MapOptions
 from .packing import Frames, pack_function
-from .retry import RetryPolicy, RetryQueue
+from .retry import RetryPolicy
 from .routing import owners
-from .tasks import TaskResult, TaskState, TaskTable
+from .state import MapState
 from .upkeep import Upkeep
 
 log = logging.getLogger("rhtc.client")
 
-_DONE = int(TaskState.DONE)           # the per-result path compares plain ints
 SUBMIT_BATCH = 65536     # tasks packed and queued per round trip (bounds the client's memory)
+_MERGED, _SYSTEM_ERROR, _USER_ERROR = protocol.MERGED, protocol.SYSTEM_ERROR, protocol.USER_ERROR
 
 
-class MapRun(Checked):
+class MapRun:
     """Submit ``fn`` over ``args`` and collect the results, exactly once each."""
 
     def __init__(self, storage: Storage, fn, args: Sequence, options: MapOptions = MapOptions(), *,
@@ -58,44 +59,78 @@ class MapRun(Checked):
         self.label = options.label or getattr(fn, "__name__", type(fn).__name__)
         self.n = len(args)
         self.args = args
-        self.policy = RetryPolicy(options.retries, options.retry_on, self.settings.max_attempts,
-                                  self.settings.retry_delay)
         self.straggler_factor = options.stragglers
         self.task_timeout = options.task_timeout
         self.sample_metrics = metrics
-        self.metric_samples: list[dict] = []
         sent = function_to_send(fn, reduce, options, self.settings.merge_tasks,
                                 lambda: max(self.settings.merge_seconds, storage.worker_count() / self.settings.merge_rate))
         self.packed_fn = pack_function(self.key, sent, self.label)
         self.merging = sent is not fn                   # workers fold results into partials
-        self.in_partial = bytearray(self.n if self.merging else 0)   # per task: accepted partials covering it
-        self.partials_accepted = self.partials_refused = 0
         self.fn_hash = protocol.function_hash(self.packed_fn)
         self.routing = options.routing and any(getattr(a, "routing_key", None) for a in args)
-        self.tasks = TaskTable(self.n)
-        self.ledger = Ledger(self.n)
+        policy = RetryPolicy(options.retries, options.retry_on, self.settings.max_attempts, self.settings.retry_delay)
+        self.state = MapState(self.n, self.map_id, policy, fingerprint=self.fingerprint, merging=self.merging,
+                              describe=self.describe_argument, now=time.time())
         self.feed = MapFeed(self)                       # the dashboard's view of the map
-        self.workers: dict[str, WorkerStatus] = {}     # latest status of each live worker
-        self.misfits: set[str] = set()                  # live workers holding another key
-        self.shunned: set[str] = set()                  # live-looking workers that took none of their queue
         self.start = self.end = None
-        self.last_progress = time.monotonic()
         self.routed_to_workers = 0
-        self.resubmissions = 0
-        self.retry_queue = RetryQueue()
-        self.delivered = 0                              # results handed to the caller
-        self.cancelled = self.closed = False
+        self.closed = False
         self._sent = self._end_signed = False           # something may be queued in Redis; its end signed
-        self.cancelled_by: str | None = None            # who asked, when not this client
         self._fn_uploaded = False
-        self._outbox: list[TaskResult] = []
-        self._warned_unverified = False
+        self._removed = 0                               # queued tasks a cancel took out of the broker
         self.upkeep = Upkeep(self)
         self.frames = Frames(self.key, self.map_id, self.nonce, self.fn_hash, args, max_task_bytes)
         self.frames.check(range(min(self.n, SUBMIT_BATCH)))   # fail fast on an unpicklable argument
 
     def describe_argument(self, index: int) -> str:
         return describe(self.args[index])
+
+    # -- what the map shows (read from its state) -----------------------------------------
+    tasks = property(lambda self: self.state.tasks)
+    ledger = property(lambda self: self.state.ledger)
+    cancelled = property(lambda self: self.state.cancelled)
+    cancelled_by = property(lambda self: self.state.cancelled_by)
+    done = property(lambda self: self.state.done, doc="Every task answered, or the map cancelled. O(1).")
+    unfinished = property(lambda self: self.state.tasks.unfinished)
+    resubmissions = property(lambda self: self.state.resubmissions)
+    partials_accepted = property(lambda self: self.state.partials_accepted)
+    partials_refused = property(lambda self: self.state.partials_refused)
+    in_partial = property(lambda self: self.state.in_partial)
+    metric_samples = property(lambda self: self.upkeep.metric_samples)
+
+    @property
+    def metas(self) -> list[dict]:
+        """Each finished task's metadata (worker, times, bytes, error), in arrival order."""
+        return list(self.state.ledger.metas())
+
+    def validate(self) -> None:
+        """Raise :class:`~client.engine.invariants.InvariantBroken` if the state's containers disagree."""
+        validate(self.state)
+
+    # -- events in, instructions out --------------------------------------------------------
+    def apply(self, event) -> None:
+        """Hand ``event`` to the map's state and carry out what it returns."""
+        for ins in self.state.handle(event):
+            kind = type(ins)
+            if kind is Enqueue:
+                if ins.upload:
+                    self._fn_uploaded = False
+                for lo in range(0, len(ins.indices), SUBMIT_BATCH):
+                    self._enqueue(ins.indices[lo:lo + SUBMIT_BATCH], route=ins.route, fair=ins.fair)
+            elif kind is NoteError:
+                self.feed.note_error(ins.index, ins.error)
+            elif kind is Report:
+                log.log(logging.WARNING if ins.level == "warning" else logging.INFO, "%s", ins.message)
+                if ins.broker:
+                    self.storage.report(ins.message)
+            elif kind is TakeBack:
+                self.storage.take_back_queue(ins.worker)
+            elif kind is CancelMap:
+                self._cancel_in_broker(ins.by)
+            elif kind is Finish:
+                self._finish()
+            else:                                     # pragma: no cover (a new instruction unhandled)
+                raise TypeError(f"map {self.map_id}: no driver for the instruction {ins!r}")
 
     # -- submitting ---------------------------------------------------------------------
     def submit(self, wait_first: float = 0.0) -> None:
@@ -117,15 +152,18 @@ class MapRun(Checked):
             raise
         if not wait_first:                # a map that may run long: its registry entry expires
             renew_map_entry(self.storage, self.map_id)    # if this client dies (ticks renew it)
+        if not self.n:
+            self.apply(Tick(time.time()))                 # nothing to wait for: it ends now
         self.upkeep.schedule()
 
     def _enqueue(self, indices: Iterable[int], wait_first: float = 0.0, route: bool = True,
                  fair: bool = True) -> list[bytes]:
         indices = list(indices)
+        state = self.state
         route = route and self.routing
         owner, home = owners(self.args, indices, locate=self.storage.locate, route=route,
-                             avoid=self.misfits | self.shunned,
-                             good=self.good_workers() if self.misfits else None)   # a mixed pool
+                             avoid=state.misfits | state.shunned,
+                             good=state.good_workers() if state.misfits else None)   # a mixed pool
         if route:
             self.routed_to_workers = home
         routed: dict[str | None, list[bytes]] = {}
@@ -158,93 +196,26 @@ class MapRun(Checked):
         """(used, maxmemory) bytes of the broker; (0, 0) when it cannot say."""
         return self.storage.memory_or_none()
 
-    # -- upkeep verbs: how client.engine.upkeep (and only it) changes the map ---------------------
-    def waiting(self) -> list[int]:
-        """Indices of the tasks still owed an answer (walks the table: not per result)."""
-        return self.tasks.indices(TaskState.QUEUED, TaskState.LEASED)
-
-    def requeue(self, indices: Iterable[int], *, route: bool = True, backup: bool = False,
-                fair: bool = False) -> list[int]:
-        """Send these tasks again (those still waiting); ``backup``: a copy beside a slow
-        one (first result wins); ``fair``: behind the map's backlog (a broker that lost
-        everything), else straight into the shared queue. Returns the ones sent."""
-        moved = self.tasks.move_all(indices, TaskState.QUEUED)
-        if moved:
-            if backup:
-                for i in moved:
-                    self.tasks.note(i).backup = True
-            self.resubmissions += len(moved)
-            for lo in range(0, len(moved), SUBMIT_BATCH):
-                self._enqueue(moved[lo:lo + SUBMIT_BATCH], route=route, fair=fair)
-        return moved
-
-    def fail(self, index: int, error: RemoteError, meta: ResultMeta | None = None) -> bool:
-        """Give up on a task: it fails with ``error``. False if it had already finished."""
-        if not self.tasks.move(index, TaskState.FAILED):
-            return False
-        note = self.tasks.notes.get(index)
-        if meta is None and error.remote_type == ErrorKind.WORKER_LOST:      # its last run is its row
-            meta = self.ledger.lost_runs(index, error.history, final=True)
-        self.ledger.add(index, meta, error=f"{error.remote_type}: {error.message}",
-                        retries=note.user_attempts if note else 0, received=time.time())
-        self.feed.note_error(index, error)
-        self.last_progress = time.monotonic()
-        self._outbox.append(TaskResult(index, None, meta, error))
-        return True
-
-    def function_lost(self) -> None:
-        """The broker lost the map and its function (it restarted): upload the function
-        again and resend every task still waiting."""
-        self._fn_uploaded = False
-        self.requeue(self.waiting(), fair=True)
-
-    def observe(self, statuses: list[WorkerStatus]) -> None:
-        """What the live workers say: which of our tasks run where, which key they hold."""
-        self.workers = {s.name: s for s in statuses}
-        self.misfits = {s.name for s in statuses if s.key_fingerprint and s.key_fingerprint != self.fingerprint}
-        for s in statuses:
-            if s.task is not None and s.task.map_id == self.map_id:
-                self.tasks.move(s.task.index, TaskState.LEASED)
-
-    def good_workers(self) -> list[str]:
-        """Live workers known to hold this client's key."""
-        return sorted(n for n, s in self.workers.items() if n not in self.misfits and n not in self.shunned
-                      and not s.forged and s.key_fingerprint == self.fingerprint)
-
-    def durations(self):
-        """Run times of the latest finished tasks (numpy array), for the straggler check."""
-        return self.ledger.durations()
-
-    def backed_up(self, index: int) -> bool:
-        note = self.tasks.notes.get(index)
-        return bool(note and note.backup)
-
     # -- collecting ---------------------------------------------------------------------
-    @property
-    def done(self) -> bool:
-        """Nothing more to wait for: every task answered (or provisionally refused), or
-        the map was cancelled. O(1)."""
-        return self.cancelled or self.tasks.finished
-
-    @property
-    def unfinished(self) -> int:
-        return self.tasks.unfinished
-
-    def poll(self, timeout: float) -> list[TaskResult]:
+    def poll(self, timeout: float):
         """New results (each index at most once), waiting up to ``timeout`` for the first."""
-        if self.cancelled:
-            return self._take()
+        state = self.state
+        if state.cancelled:
+            return state.take()
         deadline = time.monotonic() + max(0.0, timeout)
         lost_since = None
-        out = self._take()
-        while not self.tasks.finished:
+        out = state.take()
+        while not state.tasks.finished:
             try:
                 if self.upkeep.due():
-                    apply(self, self.upkeep.tick())
-                    out += self._take()
-                next_retry = self._send_due_retries()
-                now = time.monotonic()
-                wait = 0.0 if out else max(0.0, min(deadline, self.upkeep.next_tick, next_retry) - now)
+                    self.upkeep.tick()
+                    out += state.take()
+                now = time.time()
+                if state.retries.next_due <= now:
+                    self.apply(Tick(now))
+                mono = time.monotonic()
+                wait = 0.0 if out else max(0.0, min(deadline, self.upkeep.next_tick,
+                                                     mono + state.retries.next_due - now) - mono)
                 frames = self.storage.fetch_results(self.map_id, timeout=wait)
                 lost_since = None
             except ConnectionProblem as err:
@@ -257,121 +228,89 @@ class MapRun(Checked):
                 continue
             for frame in frames:
                 self._accept(frame)
-            out += self._take()
+            out += state.take()
             if out or time.monotonic() >= deadline:
                 break
-        if self.tasks.finished:
-            self._settle_refusals()
-            out += self._take()
-            if self.end is None:
-                self.end = time.time()
-                self._sign_end()
-                if self.settings.check_invariants:
-                    self.validate()
-                if self.end - self.start > 0.5:     # a task process restart takes longer
-                    self.ledger.read_lost_runs(self.storage, self.map_id)
-                self.feed.flush(later=True)    # off the map's path: no round trip
-        return out
-
-    def _take(self) -> list[TaskResult]:
-        out, self._outbox = self._outbox, []
-        self.delivered += len(out)
-        return out
-
-    def _settle_refusals(self) -> None:
-        """Every other task answered: the refused ones fail with their refusal."""
-        for i in self.tasks.indices(TaskState.REFUSED):
-            note = self.tasks.note(i)
-            self.tasks.move(i, TaskState.FAILED)
-            self.ledger.add(i, None, error=f"{note.refusal.remote_type}: {note.refusal.message}")
-            self._outbox.append(TaskResult(i, None, None, note.refusal))
+        return out + state.take() if state.tasks.finished else out
 
     def _accept(self, frame: bytes) -> None:
+        """One frame from the map's result list, as an event for its state."""
         by = messages.cancelled_by(frame)
         if by is not None:                # `rhtc cancel` from another shell
             log.warning("map %s (%s) cancelled by %s", self.map_id, self.label, by)
-            self.cancelled_by = by
-            self.cancel()
+            self.apply(Cancel(time.time(), by))
             return
         try:
             map_id, index, status, payload = protocol.unpack_result(self.key, frame)
         except protocol.BadFrame as err:
-            answered_by_misfit(self, frame, err)
+            self._unverifiable(frame, err)
             return
-        if status == protocol.MERGED and map_id == self.map_id:
-            accept_partial(self, payload)     # several tasks: all counted once, or none
+        if map_id != self.map_id:
             return
-        if map_id != self.map_id or not 0 <= index < self.n or self.tasks.is_final(index):
-            return                        # a duplicate (a slow worker's or a backup's second copy)
-        if status == protocol.SYSTEM_ERROR:
-            fault(self, index, Fault.decode(payload))
+        now = time.time()
+        if status == _MERGED:             # several tasks: all counted once, or none
+            indices, metas, packed = decode_partial(payload)
+            self.apply(Partial(indices, metas, lambda: protocol.loads(packed), now))
+            return
+        state = self.state
+        if not 0 <= index < self.n or state.tasks.is_final(index):
+            return                        # a duplicate: not even decoded
+        if status == _SYSTEM_ERROR:
+            self.apply(Faulted(index, Fault.decode(payload), now))
             return
         meta, packed = messages.decode_result(payload)
         try:
             value = protocol.loads(packed)
-        except Exception as err:          # C5: pickled with something this client lacks
-            self.fail(index, undecodable_error(index, meta, err, self.workers.get(meta.worker),
-                                               self.describe_argument(index)), meta)
+        except Exception as err:          # pickled with something this client lacks
+            self.apply(Undecodable(index, undecodable_error(index, meta, err, state.workers.get(meta.worker),
+                                                            self.describe_argument(index)), meta, now))
             return
-        note = self.tasks.notes.get(index)
-        if status == protocol.USER_ERROR:
-            if self.tasks.state(index) is TaskState.BACKOFF:
-                return                    # a second copy's error: the retry is already planned
-            info = TaskError.from_wire(value)
-            if self.policy.retry_user_error(self.tasks.note(index), info):
-                self._retry_later(index, info, meta)
-                return
-            self.fail(index, self._remote_error(index, info, meta), meta)
-            return
-        self.tasks.move(index, _DONE)
-        self.ledger.add(index, meta, retries=note.user_attempts if note else 0, received=time.time(),
-                        backup=bool(note and note.backup))
-        self.last_progress = time.monotonic()
-        self._outbox.append(TaskResult(index, value, meta))
-
-    def _retry_later(self, index: int, info: TaskError, meta: ResultMeta) -> None:
-        """Send a task whose function raised again, after the policy's pause."""
-        note = self.tasks.note(index)
-        pause = self.policy.delay(note)
-        self.ledger.attempt(index, meta, info.summary(), "retried", backoff=pause)
-        log.info("map %s: task %d raised %s; retry %d of %d in %.1f s", self.map_id, index,
-                 info.type, note.user_attempts, self.policy.retries, pause)
-        if pause > 0 and self.tasks.move(index, TaskState.BACKOFF):
-            self.retry_queue.add(index, pause)
+        if status == _USER_ERROR:
+            self.apply(Raised(index, TaskError.from_wire(value), meta, now))
         else:
-            self.requeue([index])
+            self.apply(Result(index, value, meta, now))
 
-    def _send_due_retries(self) -> float:
-        """Send the retries whose pause has passed; return when the next one is due."""
-        due = [i for i in self.retry_queue.pop_due() if self.tasks.state(i) is TaskState.BACKOFF]
-        if due:                                  # (a task sent again meanwhile is not sent twice)
-            self.requeue(due)
-        return self.retry_queue.next_due
+    def _unverifiable(self, frame: bytes, err: Exception) -> None:
+        """A frame for our map that we cannot verify: a worker holding another key took the task."""
+        ref = protocol.frame_ref(frame)
+        if ref is None or ref.map_id != self.map_id:
+            log.warning("map %s: dropped a result that failed verification: %s", self.map_id, err)
+            return
+        if not self.state.workers:        # before the first tick: learn who holds which key
+            self.apply(Observed(self.storage.worker_statuses(queue_depths=False), time.time()))
+        self.apply(Unverifiable(ref.index, str(err), time.time()))
 
-    def _remote_error(self, index: int, info: TaskError, meta: ResultMeta) -> RemoteError:
-        return RemoteError(index, info.type, info.message, info.traceback, worker=meta.worker, host=meta.host,
-                           argument=info.argument or None, exception=self.policy.exception_of(info))
+    # -- ending -------------------------------------------------------------------------
+    def _finish(self) -> None:
+        """Every task answered: sign the map's end, check its state, keep its lost runs."""
+        self.end = time.time()
+        self._sign_end()
+        if self.settings.check_invariants:
+            self.validate()
+        if self.end - (self.start or self.end) > 0.5:     # a task process restart takes longer
+            self.state.ledger.read_lost_runs(self.storage, self.map_id)
+        self.feed.flush(later=True)    # off the map's path: no round trip
 
     def cancel(self) -> int:
         """Remove the map's queued tasks and keys; returns how many queued tasks were dropped.
         A map already ended (cancelled, or closed) stays as it is (returns 0)."""
         if self.closed:
             return 0
-        self.cancelled = True
-        self.tasks.move_all(self.tasks.indices(TaskState.QUEUED, TaskState.LEASED, TaskState.REFUSED,
-                                               TaskState.BACKOFF), TaskState.CANCELLED)
-        self.retry_queue.clear()
+        self._removed = 0
+        self.apply(Cancel(time.time()))
+        self.closed = True
+        return self._removed
+
+    def _cancel_in_broker(self, by: str | None) -> None:
         beacon.detach(self)
-        removed = 0
         if self._sent:
             try:
                 with held_interrupt():           # a Ctrl-C now would leave the keys behind
-                    removed = self.storage.cancel_map(self.map_id)
+                    self._removed = self.storage.cancel_map(self.map_id)
             except BrokerTrouble:                # unreachable, or refusing (out of memory):
                 pass                             # the keys expire by themselves
         self._sign_end()
         self.closed = True
-        return removed
 
     def close(self) -> None:
         """Delete the map's keys (results already read)."""
@@ -379,7 +318,7 @@ class MapRun(Checked):
             self.closed = True
             beacon.detach(self)
             try:
-                if self.tasks.unfinished:
+                if self.state.tasks.unfinished:
                     self.storage.cancel_map(self.map_id)
                 else:
                     self.storage.end_map(self.map_id, lazy=True)
@@ -395,8 +334,3 @@ class MapRun(Checked):
                 self.storage.sign_map_end(self.map_id, self.nonce)
             except BrokerTrouble:
                 pass
-
-    @property
-    def metas(self) -> list[dict]:
-        """Each finished task's metadata (worker, times, bytes, error), in arrival order."""
-        return list(self.ledger.metas())

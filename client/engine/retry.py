@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import random
-import time
 
 from ...broker import protocol
 from ...broker.messages import TaskError
@@ -41,7 +40,7 @@ class RetryPolicy:
     retry_delay: float = 1.0               # pause before the first retry (Settings.retry_delay)
     max_delay: float = 60.0
 
-    def delay(self, note: TaskNote) -> float:
+    def delay(self, note: TaskNote, rng: random.Random | None = None) -> float:
         """Seconds to wait before the retry just granted: ``retry_delay`` doubled for each
         earlier retry, capped at ``max_delay``, times a random 0.8-1.2.
 
@@ -55,7 +54,7 @@ class RetryPolicy:
         if self.retry_delay <= 0:
             return 0.0
         base = min(self.max_delay, self.retry_delay * 2 ** max(0, note.user_attempts - 1))
-        return base * random.uniform(0.8, 1.2)
+        return base * (rng or random).uniform(0.8, 1.2)
 
     def retry_user_error(self, note: TaskNote, info: TaskError) -> bool:
         """Whether to rerun a task whose function raised (counts the attempt if so)."""
@@ -92,30 +91,40 @@ class RetryPolicy:
 
 class RetryQueue:
     """The retries waiting out their pause, soonest first (the client holds them: a task
-    in its back-off is in no Redis key, so nothing there can be lost or expire).
+    in its back-off is in no Redis key, so nothing there can be lost or expire). Times
+    are the caller's (the map's events carry them): no clock is read here.
 
     >>> q = RetryQueue()
-    >>> q.add(7, 0.0); q.add(8, 60.0)
-    >>> q.pop_due(), q.next_due > time.monotonic()
-    ([7], True)
+    >>> q.add(7, due=100.0); q.add(8, due=160.0)
+    >>> q.pop_due(now=100.5), q.next_due, 8 in q
+    ([7], 160.0, True)
     """
 
     def __init__(self) -> None:
         self._heap: list[tuple[float, int]] = []
 
-    def add(self, index: int, pause: float) -> None:
-        heapq.heappush(self._heap, (time.monotonic() + pause, index))
+    def add(self, index: int, due: float) -> None:
+        heapq.heappush(self._heap, (due, index))
 
-    def pop_due(self) -> list[int]:
-        """The tasks whose pause has passed (removed from the queue)."""
-        now, due = time.monotonic(), []
+    def __contains__(self, index: int) -> bool:
+        return any(i == index for _, i in self._heap)
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def indices(self) -> set[int]:
+        return {i for _, i in self._heap}
+
+    def pop_due(self, now: float) -> list[int]:
+        """The tasks whose pause has passed by ``now`` (removed from the queue)."""
+        due = []
         while self._heap and self._heap[0][0] <= now:
             due.append(heapq.heappop(self._heap)[1])
         return due
 
     @property
     def next_due(self) -> float:
-        """When the next retry is due (``time.monotonic()``), ``inf`` if none waits."""
+        """When the next retry is due (in the events' time), ``inf`` if none waits."""
         return self._heap[0][0] if self._heap else float("inf")
 
     def clear(self) -> None:

@@ -16,8 +16,10 @@ States (``TaskState``)::
 
 Every move goes through :meth:`TaskTable.move`, which allows exactly the pairs in
 :data:`TRANSITIONS` (dask's ``TaskState`` transitions and rq's ``JobStatus`` are the
-models). A move that the table does not allow is refused and changes nothing: that is
-how a late duplicate result of a finished task is ignored.
+models). A move that the table does not allow changes nothing and returns False; the
+map's state (:class:`client.engine.state.MapState`), the table's only writer, filters
+what it expects (a late duplicate of a finished task) before it moves a task and raises
+:class:`InvalidTransition`, with the task's story, on any other refusal.
 
 The broker's side of the same states (which Redis key holds a task in each, and who
 moves it) is the table in :mod:`broker.keys`; ``REFUSED`` exists only on the client.
@@ -45,6 +47,11 @@ import numpy as np
 
 from ...broker.messages import ResultMeta
 from ..errors import RemoteError, describe
+
+
+class InvalidTransition(RuntimeError):
+    """A map tried a move of a task that :data:`TRANSITIONS` does not allow: a bug in
+    rhtc (please report it with the message, which tells the task's story)."""
 
 
 class TaskState(enum.IntEnum):
@@ -75,6 +82,7 @@ TRANSITIONS: dict[tuple[TaskState, TaskState], str] = {
     (R, Q): "requeued after a refusal (the map was sent again)",
     (Q, B): "its function raised: it runs again after the back-off",
     (L, B): "its function raised: it runs again after the back-off",
+    (R, B): "a genuine copy's function raised after a refusal: it runs again after the back-off",
     (B, Q): "the back-off passed: sent again",
     (B, D): "a backup copy's result arrived", (B, F): "given up on during its back-off",
     (Q, C): "the map was cancelled", (L, C): "the map was cancelled", (R, C): "the map was cancelled",
@@ -95,6 +103,7 @@ class TaskNote:
     system_attempts: int = 0      # reruns after a fault (the function blob went missing)
     backup: bool = False          # a backup copy was sent (straggler)
     refusal: object = None        # the provisional error of a REFUSED task
+    timed_since: float | None = None   # when its task_timeout clock started (backed up, or no one free)
 
 
 class TaskTable:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from ...broker.messages import ErrorKind
 from ..errors import RemoteError
+from .events import Backup, GiveUp
 
 if TYPE_CHECKING:  # pragma: no cover
     from ...broker.messages import WorkerStatus
@@ -46,36 +47,39 @@ class TaskTimeouts:
     def __init__(self, run: "MapVerbs", seconds: float, parked_behind=lambda slow, live: ()):
         self.run, self.seconds = run, seconds
         self.parked_behind = parked_behind     # finished tasks held in the partial of a slow one's worker
-        self._since: dict[int, float] = {}        # index -> when its backup was sent (monotonic)
 
     def check(self, live: list["WorkerStatus"]) -> None:
-        """Once a tick, with the live workers' statuses."""
-        run, limit = self.run, self.seconds
+        """Once a tick, with the live workers' statuses: what it finds goes to the map as
+        events (a backup whose task_timeout clock starts, a task given up)."""
+        run, limit, state = self.run, self.seconds, self.run.state
         copies: dict[int, list[WorkerStatus]] = {}
         for w in live:
             if w.task is not None and w.task.map_id == run.map_id:
                 copies.setdefault(w.task.index, []).append(w)
         busy = {w.name for ws in copies.values() for w in ws}
-        idle = [w for w in live if w.task is None and w.name not in run.misfits and w.name not in busy]
+        idle = [w for w in live if w.task is None and w.name not in state.misfits and w.name not in busy]
+        now = time.time()
         for index, ws in sorted(copies.items()):
             first = max(ws, key=lambda w: w.task_seconds or 0.0)
             ran = first.task_seconds or 0.0
-            if ran <= limit:
-                continue
-            sent = self._since.get(index)
-            if sent is None and (run.backed_up(index) or idle):
-                if not run.backed_up(index):
-                    if not run.requeue([index], route=False, backup=True):
-                        continue                # it has its result: a late copy still runs
-                    run.requeue(self.parked_behind((index,), live), route=False, backup=True)
+            if ran <= limit or not 0 <= index < run.n or state.tasks.is_final(index):
+                continue                        # within bound, or it has its result: a late copy still runs
+            note = state.tasks.notes.get(index)
+            since = note.timed_since if note else None
+            if since is None and (state.backed_up(index) or idle):
+                why = f"over task_timeout={limit:g} s on worker {first.name} ({ran:.0f} s)"
+                if not state.backed_up(index):
                     idle.pop()
                     log.warning("map %s: task %d has run %.0f s on worker %s, over task_timeout=%g s; "
                                 "backing it up on another worker", run.map_id, index, ran, first.name, limit)
-                self._since[index] = time.monotonic()
-            elif (sent is not None and time.monotonic() - sent > limit) or (sent is None and ran > 2 * limit):
-                self._fail(index, first, ran, backed_up=sent is not None)
+                run.apply(Backup((index,), why, now, timed=True))
+                behind = self.parked_behind((index,), live)
+                if behind:
+                    run.apply(Backup(behind, f"finished behind task {index} in its worker's partial", now))
+            elif (since is not None and now - since > limit) or (since is None and ran > 2 * limit):
+                self._fail(index, first, ran, backed_up=since is not None, now=now)
 
-    def _fail(self, index: int, worker: "WorkerStatus", ran: float, backed_up: bool) -> None:
+    def _fail(self, index: int, worker: "WorkerStatus", ran: float, backed_up: bool, now: float) -> None:
         run, limit = self.run, self.seconds
         also = (f", and a backup copy on another worker had none within {limit:g} s either" if backed_up
                 else f"; no other worker was free to run a backup copy")
@@ -83,6 +87,6 @@ class TaskTimeouts:
                f"{worker.name} ({worker.host}){also}. Does it hang (a stalled FUSE mount or XRootD "
                f"read of its file)? The worker stays busy with it until it returns; pass a larger "
                f"task_timeout= if the task is only slow")
-        if run.fail(index, RemoteError(index, ErrorKind.TASK_TIMEOUT, msg, worker=worker.name, host=worker.host,
-                                       argument=run.describe_argument(index))):
-            log.warning("map %s: task %d failed: %s", run.map_id, index, msg)
+        log.warning("map %s: task %d failed: %s", run.map_id, index, msg)
+        run.apply(GiveUp(index, RemoteError(index, ErrorKind.TASK_TIMEOUT, msg, worker=worker.name,
+                                            host=worker.host, argument=run.describe_argument(index)), now))

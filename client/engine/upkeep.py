@@ -4,31 +4,36 @@ broker, take back tasks stranded in the queue of a worker that takes none, back 
 stragglers, sample the workers' metrics, name workers that hold another key or whose
 heartbeat is forged, and notice a full broker.
 
-Upkeep only looks after a map: it reads the broker and what the map shows, and returns
-its decisions (:mod:`client.engine.decisions`: requeue these, fail this, the function was lost,
-shun that worker) for the map to apply; it never edits the map's state itself, and it
-does not import :mod:`client.engine.maprun` (which imports this module). The task timeouts
-(:mod:`client.engine.timeouts`) still act through the map's verbs.
+Upkeep only looks after a map: it reads the broker and what the map's state shows, and
+hands what it finds to the map as events (:mod:`client.engine.events`: the workers'
+statuses, the audit's findings, backups of stragglers, a task given up, the map vanished,
+a worker that takes nothing) through the map's one verb, :meth:`MapRun.apply`; it never
+writes the map's state, and it does not import :mod:`client.engine.maprun` (which
+imports this module). The task timeouts (:mod:`client.engine.timeouts`) do the same.
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 import warnings
 import weakref
-from typing import Iterable, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ...broker import protocol
 from ...broker.errors import BrokerOutOfMemory
-from ...broker.messages import WORKER_METRICS, ErrorKind, ResultMeta, WorkerStatus
+from ...broker.messages import WORKER_METRICS, ErrorKind, WorkerStatus
 from ...broker.registry import renew_map_entry
 from ...broker.storage import Storage
-from .decisions import Decision, Fail, FunctionLost, Requeue, Shun, lost_tasks, straggler_backups
+from .decisions import straggler_backups
+from .events import Audited, Backup, GiveUp, MapVanished, Observed, Unclaimed
 from ..errors import BrokerFull, KeyMismatch, RemoteError
 from .feed import MapFeed
+from .tasks import TaskState
 from .unclaimed import UnclaimedWatch
 from .timeouts import TaskTimeouts
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .state import MapState
 
 log = logging.getLogger("rhtc.client")
 
@@ -39,11 +44,12 @@ MAX_METRIC_SAMPLES = 200_000
 KEY_MISMATCH_SECONDS = 3.0    # every live worker holds another key this long: give up
 LOOK_SECONDS = 1.0            # maps submitted within this long share one look at the workers
 _looks: "weakref.WeakKeyDictionary[Storage, tuple[float, list[WorkerStatus]]]" = weakref.WeakKeyDictionary()
+_WAITING = (TaskState.QUEUED, TaskState.LEASED)
 METRIC_KEYS = ("t", *WORKER_METRICS)          # what a map samples of each live worker
 
 
 class MapVerbs(Protocol):
-    """What upkeep reads from a map and the verbs it may ask of it (:class:`client.engine.maprun.MapRun`)."""
+    """What upkeep reads from a map, and its one verb (:class:`client.engine.maprun.MapRun`)."""
 
     storage: Storage
     map_id: str
@@ -51,27 +57,14 @@ class MapVerbs(Protocol):
     nonce: str
     n: int
     fingerprint: str
-    cancelled: bool
-    last_progress: float
     straggler_factor: float | None
     task_timeout: float | None
     merging: bool
     sample_metrics: bool
-    metric_samples: list
-    misfits: set
-    shunned: set
     feed: "MapFeed"
+    state: "MapState"
 
-    @property
-    def done(self) -> bool: ...
-    @property
-    def unfinished(self) -> int: ...
-    def waiting(self) -> list[int]: ...
-    def requeue(self, indices: Iterable[int], *, route: bool = True, backup: bool = False) -> list[int]: ...
-    def fail(self, index: int, error: RemoteError, meta: ResultMeta | None = None) -> bool: ...
-    def observe(self, statuses: list[WorkerStatus]) -> None: ...
-    def durations(self): ...
-    def backed_up(self, index: int) -> bool: ...
+    def apply(self, event) -> None: ...
     def describe_argument(self, index: int) -> str: ...
     def memory(self) -> tuple[int, int]: ...
 
@@ -83,13 +76,13 @@ class Upkeep:
         self.run = run
         self.next_tick = 0.0
         self._next_audit = 0.0
-        self._missing_before: set[int] = set()
         self._warned_no_workers = False
         self._warned_misfits: set[str] = set()
         self._all_misfits_since: float | None = None
         self._full_since: float | None = None
         self._warned_forged: set[str] = set()
         self._unclaimed = UnclaimedWatch(run.storage.settings.unclaimed_seconds)
+        self.metric_samples: list[dict] = []      # the live workers' metrics, once a tick
         self.timeouts = TaskTimeouts(run, run.task_timeout, self.parked_behind) if run.task_timeout else None
 
     def look(self) -> None:
@@ -101,7 +94,7 @@ class Upkeep:
         seen = _looks.get(storage)
         if seen is None or time.monotonic() - seen[0] > LOOK_SECONDS:
             seen = _looks[storage] = (time.monotonic(), storage.worker_statuses(queue_depths=False))
-        self.run.observe(seen[1])
+        self.run.apply(Observed(seen[1], time.time()))
         self._check_keys(seen[1])
         self._check_forged(seen[1])
 
@@ -112,50 +105,44 @@ class Upkeep:
     def due(self) -> bool:
         return time.monotonic() >= self.next_tick
 
-    def tick(self) -> list[Decision]:
+    def tick(self) -> None:
         """Once a second: keep the map alive, recover from dead workers and restarts,
-        check the workers' keys, back up stragglers, sample the workers' metrics. Returns
-        what the map must do (:mod:`client.engine.decisions`)."""
+        check the workers' keys, back up stragglers, sample the workers' metrics; what it
+        finds goes to the map as events."""
         self.next_tick = time.monotonic() + TICK_SECONDS
-        decisions: list[Decision] = []
         try:
-            self._tick(decisions)
+            self._tick()
         except BrokerOutOfMemory:
             self._full_since = self._full_since or time.monotonic()
         self._check_full()
-        return decisions
 
-    def _tick(self, decisions: list[Decision]) -> None:
+    def _tick(self) -> None:
         run = self.run
         storage = run.storage
         if not storage.keep_map_alive(run.map_id, run.fn_hash, run.nonce):
-            if run.cancelled or run.done:
-                return
-            log.warning("map %s vanished from the broker (did it restart?); resubmitting %d tasks",
-                        run.map_id, run.unfinished)
-            decisions.append(FunctionLost("the map vanished from the broker"))
+            run.apply(MapVanished(time.time()))
             return
         renew_map_entry(storage, run.map_id)
         run.feed.flush()
         storage.reap()
         if time.monotonic() >= self._next_audit:
-            decisions += self._audit()
+            self._audit()
         live = storage.worker_statuses()
         _looks[storage] = (time.monotonic(), live)      # fresh for the next map's look
-        run.observe(live)
+        run.apply(Observed(live, time.time()))
         self._check_keys(live)
         self._check_forged(live)
-        decisions += self._unclaimed_workers(live)
+        self._unclaimed_workers(live)
         if not live and not self._warned_no_workers:
             self._warned_no_workers = True
             log.warning("map %s waits for workers: none is connected to %r (`rhtc workers -n 4`, "
                         "or `condor_submit condor/workers.sub`)", run.map_id, storage.config)
-        if run.sample_metrics and len(run.metric_samples) < MAX_METRIC_SAMPLES:
+        if run.sample_metrics and len(self.metric_samples) < MAX_METRIC_SAMPLES:
             for w in live:
                 d = w.to_dict()
-                run.metric_samples.append({k: d.get(k) for k in METRIC_KEYS} | {"worker": w.name})
+                self.metric_samples.append({k: d.get(k) for k in METRIC_KEYS} | {"worker": w.name})
         if run.straggler_factor:
-            decisions += self._stragglers(live)
+            self._stragglers(live)
         if self.timeouts is not None:
             self.timeouts.check(live)
         for frame in storage.fetch_dead_tasks(run.map_id):
@@ -163,22 +150,22 @@ class Upkeep:
             if index is None or not 0 <= index < run.n:
                 continue
             history = storage.attempt_history(run.map_id, protocol.task_id(frame))
-            decisions.append(Fail(index, RemoteError(
+            run.apply(GiveUp(index, RemoteError(
                 index, ErrorKind.WORKER_LOST, "the process running the task died every time it was tried "
                 "(see the attempts); the task may be what kills it (memory? a crash in compiled code?)",
                 worker=None,
-                argument=run.describe_argument(index), history=history)))
+                argument=run.describe_argument(index), history=history), time.time()))
 
     def _check_keys(self, live: list[WorkerStatus]) -> None:
         """Workers holding another key cannot run this map: fail fast when all of them do,
         warn (and let the map route around them) when some do."""
         run = self.run
         live = [w for w in live if not w.forged]
-        misfits = sorted(w.name for w in live if w.name in run.misfits)
+        misfits = sorted(w.name for w in live if w.name in run.state.misfits)
         if not misfits:
             self._all_misfits_since = None
             return
-        theirs = sorted({w.key_fingerprint for w in live if w.name in run.misfits and w.key_fingerprint})
+        theirs = sorted({w.key_fingerprint for w in live if w.name in run.state.misfits and w.key_fingerprint})
         if len(misfits) == len(live):
             self._all_misfits_since = self._all_misfits_since or time.monotonic()
             if time.monotonic() - self._all_misfits_since >= KEY_MISMATCH_SECONDS:
@@ -210,21 +197,21 @@ class Upkeep:
                 log.warning(msg)
                 run.storage.report(msg)
 
-    def _unclaimed_workers(self, live: list[WorkerStatus]) -> list[Decision]:
+    def _unclaimed_workers(self, live: list[WorkerStatus]) -> None:
         """Shun a worker that looks live but takes nothing: its queue goes to the shared
         queue, and no more tasks to it (:mod:`client.engine.unclaimed`)."""
-        return [Shun(name, f"map {self.run.map_id}: worker {name} looks live but took none of the tasks in "
+        for name in self._unclaimed.stranded(live):
+            self.run.apply(Unclaimed(name, f"map {self.run.map_id}: worker {name} looks live but took none of the tasks in "
                            f"its queue for {self._unclaimed.seconds:.0f} s (a forged or replayed heartbeat, "
                            "or a wedged worker); they were moved to the shared queue and the map routes "
-                           "no more tasks to it")
-                for name in self._unclaimed.stranded(live)]
+                           "no more tasks to it", time.time()))
 
     def _check_full(self) -> None:
         """Warn when no result came for a while because Redis is full; give up after the
         broker patience (nothing is lost until then: workers hold their results)."""
         run = self.run
         patience = run.storage.settings.broker_patience
-        if time.monotonic() - run.last_progress < 3 * TICK_SECONDS:
+        if time.time() - run.state.last_progress < 3 * TICK_SECONDS:
             self._full_since = None
             return
         used, limit = run.memory()
@@ -238,24 +225,24 @@ class Upkeep:
         elif time.monotonic() - self._full_since > patience:
             raise BrokerFull(f"the broker {run.storage.config!r} has been out of memory ({used / 1e6:.0f} of "
                              f"{limit / 1e6:.0f} MB) for {patience:.0f} s during map {run.map_id}, "
-                             f"with {run.unfinished} tasks unfinished: free memory in Redis or raise its "
+                             f"with {run.state.tasks.unfinished} tasks unfinished: free memory in Redis or raise its "
                              "maxmemory, then run the map again")
 
-    def _stragglers(self, live: list[WorkerStatus]) -> list[Decision]:
+    def _stragglers(self, live: list[WorkerStatus]) -> None:
         """In the tail of the map, when a worker is idle, a backup copy of a task that has
         run much longer than the median (:func:`client.engine.decisions.straggler_backups`)."""
-        run = self.run
+        run, state = self.run, self.run.state
         running = [(w.task.index, w.task_seconds or 0.0) for w in live
                    if w.task is not None and w.task.map_id == run.map_id]
-        backed_up = {i for i, _ in running if run.backed_up(i)}
-        idle = sum(w.task is None and not w.forged and w.name not in run.misfits for w in live)
+        backed_up = {i for i, _ in running if state.backed_up(i)}
+        idle = sum(w.task is None and not w.forged and w.name not in state.misfits for w in live)
         parked = sum(w.merged for w in live) if run.merging else 0     # finished, in partials
-        backup = straggler_backups(unfinished=max(0, run.unfinished - parked), n=run.n, idle=idle,
-                                   durations=run.durations(), factor=run.straggler_factor, running=running,
-                                   backed_up=backed_up)
-        if backup and parked:
-            backup = dataclasses.replace(backup, indices=backup.indices + self.parked_behind(backup.indices, live))
-        return [backup] if backup else []
+        slow = straggler_backups(unfinished=max(0, state.tasks.unfinished - parked), n=run.n, idle=idle,
+                                 durations=state.ledger.durations(), factor=run.straggler_factor,
+                                 running=running, backed_up=backed_up)
+        if slow:
+            behind = self.parked_behind(slow.indices, live) if parked else ()
+            run.apply(Backup(slow.indices + behind, slow.why, time.time()))
 
     def parked_behind(self, slow: tuple[int, ...], live: list[WorkerStatus]) -> tuple[int, ...]:
         """The tasks of the map that finished on the workers running ``slow`` but wait in
@@ -270,14 +257,9 @@ class Upkeep:
         if not leased:
             return ()
         leased -= {w.task.index for w in here} | set(slow)
-        return tuple(sorted(leased & set(run.waiting())))
+        return tuple(sorted(leased & set(run.state.waiting())))
 
-    @property
-    def missing(self) -> set[int]:
-        """Tasks seen missing from the broker once (requeued if missing again)."""
-        return self._missing_before
-
-    def _audit(self) -> list[Decision]:
+    def _audit(self) -> None:
         """Requeue waiting tasks that are nowhere in the broker, twice in a row (a worker
         killed between taking a task and its lease reaching Redis; a lost connection).
 
@@ -289,15 +271,9 @@ class Upkeep:
         run = self.run
         self._next_audit = time.monotonic() + AUDIT_SECONDS
         if run.storage.unread_results(run.map_id):
-            return []
-        stalled = time.monotonic() - run.last_progress > AUDIT_SECONDS
+            return
+        stalled = time.time() - run.state.last_progress > AUDIT_SECONDS
         if not stalled and run.storage.unrouted_depth(run.map_id) > AUDIT_MAX_QUEUE:
-            return []
-        waiting = set(run.waiting())
-        if not waiting:
-            return []
-        lost, self._missing_before = lost_tasks(waiting=waiting, in_broker=run.storage.audit_map(run.map_id),
-                                                missing_before=self._missing_before)
-        if lost:
-            log.warning("map %s: %d task(s) vanished from the broker; resubmitting them", run.map_id, len(lost))
-        return [Requeue(tuple(lost), why="vanished from the broker")] if lost else []
+            return
+        if run.state.tasks.count(*_WAITING):
+            run.apply(Audited(run.storage.audit_map(run.map_id), time.time()))
