@@ -240,3 +240,12 @@ def test_a_timed_backup_starts_the_clock_once_and_requeues_once():
     again = s.handle(ev.Backup((2,), "over task_timeout", 9.0, timed=True))
     assert ev.Enqueue([2], route=False) in first and again == []
     assert s.tasks.note(2).timed_since == 5.0
+
+
+def test_a_partial_for_a_map_that_does_not_merge_costs_its_tasks_only():
+    """Found by the machine: a partial reaching a map that does not merge crashed the
+    state half-way (a task counted, then an IndexError); it is now refused whole."""
+    s = _state()
+    out = s.handle(ev.Partial([0, 1], [meta(), meta()], lambda: 1, 1.0))
+    assert "does not merge" in out[0].message and out[-1] == ev.Enqueue([0, 1], route=False)
+    assert s.take() == [] and check(s) == []

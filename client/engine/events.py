@@ -21,7 +21,7 @@ from typing import Any, Callable, Union
 from ...broker.messages import Fault, ResultMeta, TaskError, WorkerStatus
 from ..errors import RemoteError
 
-_event = dataclasses.dataclass(slots=True, frozen=True)
+_event = dataclasses.dataclass(slots=True)     # not frozen: a frozen one costs 2x to build, per result
 
 
 # -- events: what happened --------------------------------------------------------------

@@ -44,6 +44,7 @@ from .retry import RetryPolicy, RetryQueue
 from .tasks import InvalidTransition, TaskResult, TaskState, TaskTable
 
 Q, L, R, B, D, F, C = TaskState
+_DONE = int(D)                    # the per-result path moves with a plain int (enum hashing costs)
 _WAITING = (Q, L)
 _NONE: list = []                  # "no instruction" (never appended to)
 STORY_EVENTS = 2000               # recent events kept to tell a task's story
@@ -86,7 +87,7 @@ class MapState:
         """Apply one event; return the instructions for the driver (a list, maybe empty)."""
         self._recent.append(event)
         out = self._handlers[type(event)](event)
-        if not self.ended and not self.cancelled and self.tasks.unanswered == 0:
+        if self.tasks.unanswered == 0 and not self.ended and not self.cancelled:
             out = (out or []) + self._finish()
         return out
 
@@ -171,11 +172,11 @@ class MapState:
 
     # -- events -----------------------------------------------------------------------------
     def _result(self, e: Result) -> list:
-        i = e.index
-        if not 0 <= i < self.n or self.tasks.is_final(i):
+        i, tasks = e.index, self.tasks
+        if not 0 <= i < self.n or tasks.is_final(i):
             return _NONE                          # a duplicate (a slow worker's or a backup's copy)
-        self._move(i, D)
-        note = self.tasks.notes.get(i)
+        tasks.move(i, _DONE) or self._move(i, D)  # (the second call raises with the story)
+        note = tasks.notes.get(i)
         self.ledger.add(i, e.meta, retries=note.user_attempts if note else 0, received=e.now,
                         backup=bool(note and note.backup))
         self.last_progress = e.now
