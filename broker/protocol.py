@@ -1,4 +1,5 @@
-"""The wire protocol: how functions, tasks and results are framed, signed and packed.
+"""The wire protocol: how functions, tasks and results are framed and signed (the values
+inside are packed by :mod:`broker.pickling`: cloudpickle + lz4).
 
 Every payload that crosses Redis is a *frame*::
 
@@ -43,16 +44,17 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import hmac
-import io
-import pickle
 import secrets
 import struct
 import sys
 from typing import NamedTuple
 
 import cloudpickle
-import lz4.block
 from rhtc.errors import RhtcError
+
+# how a value becomes a body (cloudpickle + lz4): its own module, named here as ever
+# (``protocol.dumps``); bound once at import, so a call costs no more than before
+from .pickling import RAW, WIRE_SAMPLE, WIRE_SHRINK, dumps, loads, loads_plain  # noqa: F401
 
 VERSION = 3          # 3: a big pickle that LZ4 cannot shrink travels as is (RAW)
 MAGIC = b"RH"
@@ -112,75 +114,6 @@ def versions() -> dict[str, str]:
         "cloudpickle": cloudpickle.__version__,
         "protocol": str(VERSION),
     }
-
-
-#: values that pickle the same with the standard pickler, which is much cheaper to start
-#: than cloudpickle's (per task argument and per result)
-_PLAIN = frozenset({int, float, str, bytes, bool, type(None)})
-
-
-#: a packed body stored as is: LZ4's header (the uncompressed size) is never 0 for a pickle
-RAW = b"\0\0\0\0"
-WIRE_SAMPLE = 1 << 14      # bytes LZ4 tries at the start, middle and end of a big pickle ...
-WIRE_SHRINK = 0.875        # ... which goes compressed unless none of them shrinks below this
-
-
-def dumps(obj) -> bytes:
-    """cloudpickle then lz4 (raises the pickling error unchanged); a big pickle that LZ4
-    cannot shrink (filled histograms of floats) goes as is: compressing and decompressing
-    8 MB of it costs the worker and the client ~12 ms each for nothing.
-
-    >>> loads(dumps(7)), loads(dumps(lambda: 7))()
-    (7, 7)
-    >>> import numpy as np
-    >>> dumps(np.random.default_rng(1).random(100_000))[:4] == RAW, dumps(np.zeros(100_000))[:4] == RAW
-    (True, False)
-    """
-    if type(obj) in _PLAIN:
-        raw = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    else:
-        with io.BytesIO() as out:
-            _Pickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
-            raw = out.getvalue()
-    if len(raw) > 8 * WIRE_SAMPLE and not _shrinks(memoryview(raw)):
-        return RAW + raw
-    return lz4.block.compress(raw)
-
-
-class _Pickler(cloudpickle.Pickler):
-    """cloudpickle, and a read-only numpy array (a view of what a worker's cache serves)
-    arrives writable, as any other array does: pickle keeps a read-only buffer read-only,
-    and what comes back from a task is the analyst's own to change.
-
-    >>> import numpy as np
-    >>> served = np.arange(3.0); served.flags.writeable = False
-    >>> loads(dumps({"h": served}))["h"].flags.writeable
-    True
-    """
-
-    def reducer_override(self, obj):
-        if type(obj).__name__ == "ndarray" and type(obj).__module__ == "numpy" \
-                and not obj.flags.writeable and obj.dtype.hasobject is False:
-            return obj.copy().__reduce_ex__(self.proto)
-        return super().reducer_override(obj)
-
-
-def _shrinks(view: memoryview) -> bool:
-    mid = len(view) // 2
-    return any(len(lz4.block.compress(part, store_size=False)) <= WIRE_SHRINK * WIRE_SAMPLE
-               for part in (view[:WIRE_SAMPLE], view[mid:mid + WIRE_SAMPLE], view[-WIRE_SAMPLE:]))
-
-
-def loads(data: bytes):
-    """Inverse of :func:`dumps`. Only call it on a body whose frame was verified."""
-    if data[:4] == RAW:
-        return pickle.loads(memoryview(data)[4:])
-    return pickle.loads(lz4.block.decompress(data))
-
-
-def loads_plain(data: bytes):
-    """Unpickle bytes that travelled *inside* a verified body (no lz4 layer)."""
-    return pickle.loads(data)
 
 
 def new_nonce() -> str:

@@ -22,14 +22,14 @@ import redis
 
 from . import blobs, protocol, scripts
 
-from . import messages
-from .records import PROBLEM, MalformedLog, MalformedRecord, checked, map_entry
+from .records import PROBLEM, MalformedLog, checked
 from .config import BrokerConfig, Settings, redact
 from .config import settings as default_settings
 from .errors import PARSER, ConnectionProblem
 from .fastlane import FastLane
+from .inflight import InFlight
 from .keepers import Keepers
-from .keys import MAP_CLIENT, MAP_DATA, MAP_NONCE, MAP_REFUSED, MAP_SENT, Keys
+from .keys import MAP_DATA, MAP_NONCE, MAP_REFUSED, Keys
 from .leases import Leases
 from .pool import Pool
 
@@ -52,11 +52,13 @@ def connect(config: BrokerConfig, **kwargs) -> redis.Redis:
                          "redis://[:password@]host:port[/db], rediss://... or unix:///path.sock") from err
 
 
-class Storage(Leases, Pool, Keepers):
+class Storage(Leases, Pool, Keepers, InFlight):
     """The broker as the project sees it: queues, leases, maps, results, workers.
-    The worker's side (claims, takes, leases) is in :class:`broker.leases.Leases`; who is
-    alive and which chunks they hold, in :class:`broker.pool.Pool`; what a pool keeper
-    publishes, in :class:`broker.keepers.Keepers`."""
+    Here: the connection and a map's own life (queued, kept alive, its results fetched,
+    ended). The worker's side (claims, takes, leases) is in :class:`broker.leases.Leases`;
+    who is alive and which chunks they hold, in :class:`broker.pool.Pool`; what a pool
+    keeper publishes, in :class:`broker.keepers.Keepers`; the maps in flight across every
+    queue (audit, cancel), in :class:`broker.inflight.InFlight`."""
 
     def __init__(self, config: BrokerConfig, settings: Settings | None = None, *,
                  client: redis.Redis | None = None, **redis_kwargs):
@@ -298,114 +300,6 @@ class Storage(Leases, Pool, Keepers):
         done, self._finished_maps = self._finished_maps, []
         for m in done:
             self.end_map(m)
-
-    def _queues(self) -> list[str]:
-        return [self.keys.shared_queue] + [self.keys.queue(w.decode()) for w in self.r.smembers(self.keys.workers)]
-
-    def audit_map(self, map_id: str) -> set[int]:
-        """Indices of a map's tasks that are somewhere: queued, leased by a live incarnation,
-        dead or answered. Walks the queues in bounded steps (``settings.scan_step`` items
-        per script call), so a long queue never blocks Redis."""
-        script, step, ns = self._scripts["audit"], self.settings.scan_step, self.keys.ns
-        seen: set[int] = set()
-        # in the order tasks move (backlog -> shared queue -> lease), so that a task moving
-        # during the walk lands where the walk has not looked yet
-        lists = [self.keys.backlog(map_id)] + self._queues() + [self.keys.dead(map_id), self.keys.results(map_id)]
-        for key in lists:
-            start = 0
-            while start >= 0:
-                got = script(args=[ns, map_id, "list", key, start, step])
-                start = int(got[0])
-                seen.update(int.from_bytes(x, "big") for x in got[1:])
-        for w in self.r.smembers(self.keys.workers):
-            seen |= self.leased_to(w.decode(), map_id)
-        return seen
-
-    def leased_to(self, worker: str, map_id: str) -> set[int]:
-        """Indices of a map's tasks leased to ``worker``'s live incarnation (running, waiting
-        in its batch, or finished in a partial it has not handed in)."""
-        got = self._scripts["audit"](args=[self.keys.ns, map_id, "lease", worker, 0, self.settings.scan_step])
-        return {int.from_bytes(x, "big") for x in got[1:]}
-
-    def cancel_map(self, map_id: str) -> int:
-        """End a map and remove its queued tasks from every queue (in bounded steps);
-        returns how many were removed."""
-        pipe = self.r.pipeline(transaction=True)
-        pipe.llen(self.keys.backlog(map_id))          # deleted with the map's keys (unlinked: a long
-        self._scripts["sweep"](args=[self.keys.ns, 0, self.settings.scan_step, map_id], client=pipe)
-        removed = int(pipe.execute()[0])              # backlog is freed in the background), blobs too
-        return removed + self._purge(map_id)
-
-    def request_cancel(self, map_id: str, by: str) -> int | None:
-        """Ask the client of a map to cancel it (``rhtc cancel``): a cancel request among
-        its results (it ends at once with MapCancelled and deletes the keys), and its queued
-        tasks removed now, backlog and all, in case that client is gone (its keys then
-        expire). Returns how many queued tasks were removed; None if there is no such map."""
-        if not self.r.exists(self.keys.map(map_id)):
-            return None
-        pipe = self.r.pipeline(transaction=True)
-        pipe.llen(self.keys.backlog(map_id))
-        pipe.unlink(self.keys.backlog(map_id))
-        pipe.rpush(self.keys.results(map_id), messages.cancel_request(by))
-        pipe.expire(self.keys.results(map_id), self.settings.result_ttl)
-        removed = int(pipe.execute()[0])
-        return removed + self._purge(map_id)
-
-    def _purge(self, map_id: str) -> int:
-        """Remove a map's queued tasks from the shared and the workers' queues (in bounded
-        steps); returns how many."""
-        script, step, removed = self._scripts["purge"], self.settings.scan_step, 0
-        for q in self._queues():
-            todo = int(self.r.llen(q))
-            while todo > 0:
-                gone, seen = script(args=[self.keys.ns, map_id, q, min(step, todo)])
-                removed += int(gone)
-                todo = todo - int(seen) if int(seen) else 0
-        return removed
-
-    def maps_in_flight(self, tidy: bool = True) -> list[dict]:
-        """Every client's maps: their info, ``unread_results``, ``queued`` (tasks in the shared
-        queue and the map's backlog, not counting those routed to a worker) and
-        ``client_alive`` (its client's beacon is current; None for a map without one).
-        ``tidy=False``: read only (the registry's stale entries are left to their owners)."""
-        ids = [m.decode() for m in self.r.zrange(self.keys.maps, 0, -1)]
-        pipe = self.r.pipeline(transaction=False)
-        for m in ids:
-            pipe.hgetall(self.keys.map(m))
-            pipe.llen(self.keys.results(m))
-            pipe.llen(self.keys.backlog(m))
-        pipe.lrange(self.keys.shared_queue, 0, self.settings.scan_step - 1)
-        *raw, window = pipe.execute()
-        in_shared: dict[str, int] = {}
-        for frame in window:                  # a few tasks per map (fair turns): cheap to count
-            ref = protocol.frame_ref(frame)
-            if ref is not None:
-                in_shared[ref.map_id] = in_shared.get(ref.map_id, 0) + 1
-        out, gone, malformed = [], [], []
-        for m, info, nres, nback in zip(ids, raw[0::3], raw[1::3], raw[2::3]):
-            if not info:
-                gone.append(m)
-                continue
-            try:
-                d = map_entry(info, self.keys.map(m))
-            except MalformedRecord as err:
-                malformed.append(err)
-                continue
-            d.pop(MAP_NONCE, None)
-            d.pop(MAP_SENT, None)
-            d.pop(MAP_REFUSED, None)
-            d.update(map_id=m, unread_results=nres, queued=nback + in_shared.get(m, 0), client_alive=None)
-            out.append(d)
-        beacons = [d[MAP_CLIENT] for d in out if d.get(MAP_CLIENT)]
-        if beacons:
-            alive = dict(zip(beacons, self.r.mget([self.keys.client(c) for c in beacons])))
-            for d in out:
-                if d.get(MAP_CLIENT):
-                    d["client_alive"] = alive[d[MAP_CLIENT]] is not None
-        if gone and tidy:
-            self.r.zrem(self.keys.maps, *gone)
-        self.malformed.read([self.keys.map(m) for m in ids] if self.malformed else (), malformed)
-        return out
 
     def report(self, message: str) -> None:
         """Leave a problem where `rhtc status` and the client can see it."""

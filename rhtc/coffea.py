@@ -4,8 +4,9 @@
     >>> from rhtc.coffea import RedisExecutor, worker_cache          # doctest: +SKIP
     >>> run = processor.Runner(executor=RedisExecutor(), cachestrategy=worker_cache)  # doctest: +SKIP
 
-The executor and cache strategy live in :mod:`rhtc.client.coffea`; this module is the
-name users import. ``import rhtc`` alone never imports coffea.
+The executor lives in :mod:`rhtc.client.coffea`, the cache strategy (and what runs for an
+item on a worker) in :mod:`rhtc.client.data.coffea_items`; this module is the name users
+import. ``import rhtc`` alone never imports coffea.
 """
 from rhtc.client.coffea import (CoffeaTask, RedisExecutor, WorkItemFailed, describe_item,  # noqa: F401
                                 routing_key, worker_cache)

@@ -19,7 +19,7 @@ import pytest
 from rhtc.client.engine.options import MapOptions
 from rhtc.broker.config import settings
 from rhtc.broker.storage import Storage
-from rhtc.client import maprun
+from rhtc.client.engine import maprun
 from rhtc.client.engine.maprun import MapRun
 from rhtc.client.ops.status import render_status
 

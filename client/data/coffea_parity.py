@@ -1,7 +1,7 @@
 """What makes an item run on our workers behave as under coffea's own executors: the
 processor's own exception (not coffea's wrapper), the warnings a user would see (not the
 libraries' noise), and ``savemetrics`` bytes of the item alone. Used by
-:mod:`client.coffea` on the worker; needs no coffea itself.
+:mod:`client.data.coffea_items` on the worker; needs no coffea itself.
 """
 from __future__ import annotations
 

@@ -46,10 +46,12 @@ from typing import Any, Iterable
 import numpy as np
 
 from ...broker.messages import ResultMeta
+from rhtc.errors import RhtcError
+
 from ..errors import RemoteError, describe
 
 
-class InvalidTransition(RuntimeError):
+class InvalidTransition(RhtcError, RuntimeError):
     """A map tried a move of a task that :data:`TRANSITIONS` does not allow: a bug in
     rhtc (please report it with the message, which tells the task's story)."""
 

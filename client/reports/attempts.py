@@ -1,6 +1,6 @@
 """Failed attempts of a map's tasks, for the run record and the timeline.
 
-A task's own row in the record (:class:`~client.reports.record.TaskRecord`) is how it ended; the
+A task's own row in the record (:class:`~client.reports.rows.TaskRecord`) is how it ended; the
 attempts before that are kept here: runs whose function raised and that were retried
 (``outcome="retried"``, with the back-off that followed), and runs lost with the process
 that ran them (``outcome="lost"``: a task process that died and was restarted, a worker

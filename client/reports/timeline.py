@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from .efficiency import time_range, efficiency
-from .record import RunRecord, TaskRecord
+from .record import RunRecord
+from .rows import TaskRecord
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.axes import Axes
