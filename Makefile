@@ -24,8 +24,9 @@ example: setup
 test: setup
 	$(PY) -m pytest -q
 
+# the fast tier (tests/conftest.py): the pure tests and a few smoke tests on a real broker
 test-quick: setup
-	$(PY) -m pytest -q -m "not slow and not pool"
+	$(PY) -m pytest -q -m quick
 
 clean:
 	rm -rf $(VENV) data/generated *.egg-info

@@ -41,7 +41,8 @@ from coffea.util import rich_bar
 
 from .api import submit
 from .engine.options import MapOptions
-from .errors import RemoteError, WorkItemFailed
+from .data.coffea_parity import as_coffea_raises
+from .errors import RemoteError, WorkItemFailed, item_failure_note
 
 
 def _fold(a: tuple[Any, list], b: tuple[Any, list]) -> tuple[Any, list]:
@@ -82,8 +83,16 @@ class RedisExecutor(ExecutorBase):
     The Runner's options behave as with IterativeExecutor: ``skipbadfiles`` (a bad item
     returns nothing; its "Skipping bad file" warning is repeated on the client, naming
     the item), ``use_result_type`` (an ``Err``), ``savemetrics`` (``bytesread`` counts
-    each item's own reads, also from a kept-open file), ``maxchunks``. ``retry_on`` and
-    ``skipbadfiles`` match the processor's own exception, not coffea's wrapper.
+    each item's own reads, also from a kept-open file), ``maxchunks``, ``checkpointer``.
+    ``retry_on`` and ``skipbadfiles`` match the processor's own exception, not coffea's
+    wrapper. A failing item raises what IterativeExecutor raises: coffea's
+    ``Exception("Failed processing file: ...")`` from the processor's own exception, or
+    the reader's (``FileNotFoundError``, ``UprootMissTreeError``) from preprocessing, with
+    a note naming the item and the worker; at the end of its ``__cause__`` chain is the
+    :class:`RemoteError` with the remote traceback; of several failing items, the first to
+    fail (as FuturesExecutor; the rest are cancelled). An exception that could not come back
+    (it did not pickle) or a failure of ours (a worker lost three times, a timeout) raises
+    :class:`WorkItemFailed`.
 
     >>> from coffea import processor
     >>> run = processor.Runner(executor=RedisExecutor(), cachestrategy=worker_cache)  # doctest: +SKIP
@@ -125,7 +134,7 @@ class RedisExecutor(ExecutorBase):
         try:                      # Ctrl-C at any instant, from the submission on, cancels the map
             handle = submit(_RunItem(function, self.keep_files_open), tasks, broker=self.broker, reduce=_fold,
                             errors="return", options=self.map_options())
-            handle.warn_failures = False      # a failed item raises below (WorkItemFailed), never left out
+            handle.warn_failures = False      # a failed item raises below (as with coffea's executors), never left out
             with rich_bar() as bar:
                 bar_id = bar.add_task(self.desc, total=len(tasks), unit=self.unit, disable=not self.status)
                 while not handle.done():
@@ -153,7 +162,14 @@ class RedisExecutor(ExecutorBase):
         return accumulate([total], accumulator), 0
 
     @staticmethod
-    def _failure(error: RemoteError, tasks: list[CoffeaTask]) -> WorkItemFailed:
-        failed = WorkItemFailed(tasks[error.index].item, error, describe_item(tasks[error.index].item))
+    def _failure(error: RemoteError, tasks: list[CoffeaTask]) -> BaseException:
+        """What the caller gets for a failed item: what coffea's IterativeExecutor raises
+        (:func:`~client.data.coffea_parity.as_coffea_raises`), noting the item and the
+        worker; :class:`WorkItemFailed` only where that cannot be rebuilt."""
+        item = tasks[error.index].item
+        raised = as_coffea_raises(error, item_failure_note(item, error, describe_item(item)))
+        if raised is not None:
+            return raised
+        failed = WorkItemFailed(item, error, describe_item(item))
         failed.__cause__ = error.exception if error.exception is not None else error
         return failed

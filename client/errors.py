@@ -48,8 +48,8 @@ class ChunkFileError(OSError, RhtcError):
     def __str__(self) -> str:
         return self.args[0]
 
-    def __reduce__(self):
-        return (ChunkFileError, (self.args[0], self.reason, self.transient))
+    def __reduce__(self):   # with its __dict__: its notes (and what a coffea item's error carries) travel too
+        return (ChunkFileError, (self.args[0], self.reason, self.transient), self.__dict__ or None)
 
 
 class RemoteError(RhtcError):
@@ -119,32 +119,53 @@ class KeyMismatch(RuntimeError, RhtcError):
 
 
 class WorkItemFailed(RuntimeError, RhtcError):
-    """A coffea WorkItem failed on a worker: which item, which worker, the remote traceback
-    (raised by ``rhtc.coffea.RedisExecutor``; defined here so that ``except WorkItemFailed``
-    needs no coffea).
+    """A coffea WorkItem failed on a worker, and its own exception cannot be raised here:
+    it did not pickle (its type name, message and the remote traceback came back), or the
+    task failed for a reason of ours (``WorkerLost``, ``TaskTimeout``, ``ResultTooLarge``),
+    or it is no ``Exception`` (``SystemExit``). Otherwise ``rhtc.coffea.RedisExecutor``
+    raises what coffea's IterativeExecutor raises, the original type with a note naming
+    the item and the worker (:func:`item_failure_note`). Defined here so that ``except
+    WorkItemFailed`` needs no coffea.
 
-    ``__cause__`` is the processor's own exception when it could travel (so coffea's
-    ``skipbadfiles``/``use_result_type`` checks see e.g. an ``OSError``), else the
-    :class:`RemoteError`; ``.remote`` is always the :class:`RemoteError`.
+    ``.item`` is the item, ``.remote`` the :class:`RemoteError` (worker, task, traceback);
+    ``__cause__`` is the remote exception when one came back, else the RemoteError.
 
-    >>> e = WorkItemFailed("item", RemoteError(0, "OSError", "gone", worker="w1"), "file a.root")
+    >>> e = WorkItemFailed("item", RemoteError(0, "WorkerLost", "died 3 times", worker="w1"), "file a.root")
     >>> "file a.root" in str(e) and "w1" in str(e)
     True
     """
 
     def __init__(self, item: Any, error: RemoteError, described: str | None = None):
         self.item, self.remote = item, error
-        where = f"worker {error.worker}" + (f" ({error.host})" if error.host else "") if error.worker \
-            else "a worker"
-        todo = _missing_tree_advice(item, error) or (
-            "  Fix the processor or the file, or pass skipbadfiles=True to processor.Runner "
-            "to skip unreadable files; rerun just this item with "
-            "processor.IterativeExecutor() on [item] to debug it locally.")
-        text = (f"coffea work item failed on {where}: {described or describe(item)}\n"
-                f"  {error.remote_type}: {error.message}\n{todo}")
+        text = item_failure_note(item, error, described)
         if error.remote_traceback:
             text += "\n\nRemote traceback:\n" + error.remote_traceback.rstrip()
         super().__init__(text)
+
+
+def item_failure_note(item: Any, error: RemoteError, described: str | None = None) -> str:
+    """Which coffea item failed, on which worker, and what to do: the note on the error a
+    failed item raises (the remote traceback is in the :class:`RemoteError` at the end of
+    its ``__cause__`` chain).
+
+    >>> print(item_failure_note("item", RemoteError(2, "OSError", "gone", worker="w1"), "file a.root"))
+    coffea work item failed on worker w1: file a.root
+      OSError: gone
+      Fix the processor or the file, or pass skipbadfiles=True (any OSError) or skipbadfiles=(OSError,)
+      to processor.Runner to skip the files that raise it; rerun just this item with
+      processor.IterativeExecutor() on [item] to debug it locally.
+    """
+    where = f"worker {error.worker}" + (f" ({error.host})" if error.host else "") if error.worker \
+        else "a worker"
+    if error.remote_type in {str(kind) for kind in ErrorKind}:       # not the processor's exception
+        todo = "  The processor did not raise: rhtc could not run this item to its end (the message says why)."
+    else:
+        todo = _missing_tree_advice(item, error) or (
+            f"  Fix the processor or the file, or pass skipbadfiles=True (any OSError) or "
+            f"skipbadfiles=({error.remote_type},) to processor.Runner to skip the files that raise it; "
+            "rerun just this item with processor.IterativeExecutor() on [item] to debug it locally.")
+    return (f"coffea work item failed on {where}: {described or describe(item)}\n"
+            f"  {error.remote_type}: {error.message}\n{todo}")
 
 
 def _missing_tree_advice(item: Any, error: RemoteError) -> str | None:
@@ -157,7 +178,8 @@ def _missing_tree_advice(item: Any, error: RemoteError) -> str | None:
     keys = sorted({k.split(";")[0] for k in re.findall(r"'([^']+)'", found.group(1))}) if found else []
     return (f"  The file has no tree {tree!r}; its trees and other top-level keys: {', '.join(keys) or 'none'}. Pass "
             "treename=... to processor.Runner's call, or give the file's tree in the fileset "
-            "({'dataset': {'files': {path: tree}}}); skipbadfiles cannot help with a wrong tree name.")
+            "({'dataset': {'files': {path: tree}}}); skipbadfiles=True cannot help with a wrong tree name (it "
+            "skips OSErrors; skipbadfiles=(UprootMissTreeError,) skips files without the tree).")
 
 
 def _top_version(module: str, versions: dict | None = None) -> str | None:

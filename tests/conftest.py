@@ -1,6 +1,20 @@
-"""Fixtures: a real redis-server on a free port, real worker processes.
+"""Fixtures: a real redis-server on a free port, real worker processes; and the tiers.
 
 Nothing here is mocked; every process a test starts is stopped by pid.
+
+Two tiers (the Makefile's targets, the README's "Testing"):
+
+* ``make test-quick`` (``pytest -m quick``): the pure tests and a few end-to-end smoke
+  tests, in well under two minutes. A test is in it **automatically** when it requests
+  none of :data:`PROCESS_FIXTURES` (directly or through another fixture) and is not
+  marked ``slow``, ``pool`` or ``heavy``; a smoke test that uses a broker is put in it by
+  hand with ``@pytest.mark.quick``. A test that starts a redis-server or a worker itself
+  without such a fixture fails in the quick run (:func:`_quick_tier_guard`) naming the fix:
+  mark it ``@pytest.mark.heavy`` (so is a test that builds data or runs a notebook for seconds).
+* ``make test`` (``pytest -q``, what CI runs): everything, the pools and chaos included.
+
+Workers are stopped at teardown without waiting out their idle poll (:meth:`Workers.stop_all`):
+that wait, a second per test, was most of what a test's own broker and workers cost.
 """
 from __future__ import annotations
 
@@ -11,7 +25,9 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
+import redis
 
 from rhtc.broker.embedded import EmbeddedBroker
 from rhtc.broker.storage import Storage
@@ -25,6 +41,63 @@ from tests.pools.fixtures import (condor_env_pack, condor_pool, pool_analyst, po
 
 # every map the tests run checks, when it ends, that its task containers agree (client/engine/invariants.py)
 os.environ.setdefault("RHTC_CHECK_INVARIANTS", "1")
+
+# -- the tiers ------------------------------------------------------------------------------
+#: fixtures that start a redis-server, worker processes, a pool or another server: a test
+#: that requests one (itself or through another fixture) runs in the full suite only
+PROCESS_FIXTURES = frozenset({
+    "broker", "storage", "workers",                                   # here
+    "condor_pool", "slurm_pool", "pool_broker", "condor_env_pack", "pool_analyst",   # tests/pools
+    "aof_broker", "toxiproxy", "pool", "served", "server", "xrootd_server", "chrome",
+})
+#: markers that keep a test out of the quick tier (pytest.ini_options.markers says what each means)
+FULL_ONLY = ("slow", "pool", "heavy")
+_AUTO_QUICK = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(tryfirst=True)        # before ``-m`` deselects: the marker must be there by then
+def pytest_collection_modifyitems(config, items):
+    """Put every test that needs no broker, worker or pool in the quick tier."""
+    for item in items:
+        if item.get_closest_marker("quick") or any(item.get_closest_marker(m) for m in FULL_ONLY):
+            continue
+        if PROCESS_FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.quick)
+            item.stash[_AUTO_QUICK] = True
+
+
+class QuickTierViolation(RuntimeError):
+    """A test put in the quick tier by :func:`pytest_collection_modifyitems` started a
+    redis-server or a worker itself."""
+
+
+def _heavy_process(args) -> str | None:
+    """What a command line starts, if it is what the quick tier must not start."""
+    argv = [os.fsdecode(a) for a in ([args] if isinstance(args, (str, bytes, os.PathLike)) else args)]
+    if argv and argv[0].strip() and os.path.basename(argv[0].split()[0]) == "redis-server":
+        return "a redis-server"
+    if any(a == "-m" and b in ("rhtc.worker", "rhtc.worker.cli") for a, b in zip(argv, argv[1:])):
+        return "a worker process"
+    return None
+
+
+@pytest.fixture(autouse=True)
+def _quick_tier_guard(request, monkeypatch):
+    """In a run of the quick tier (``-m quick``), a test that is there by default (it requests no
+    broker fixture) but starts a redis-server or a worker fails at once, naming the fix."""
+    if request.node.stash.get(_AUTO_QUICK, False) and "quick" in (request.config.option.markexpr or ""):
+        execute_child = subprocess.Popen._execute_child
+
+        def guarded(self, args, *rest, **kw):
+            what = _heavy_process(args)
+            if what:
+                raise QuickTierViolation(
+                    f"{request.node.nodeid} requests no broker or worker fixture, so it runs in the "
+                    f"quick tier (make test-quick), but it starts {what}: use the broker/workers "
+                    "fixtures, or mark it @pytest.mark.heavy (tests/conftest.py)")
+            return execute_child(self, args, *rest, **kw)
+        monkeypatch.setattr(subprocess.Popen, "_execute_child", guarded)
+    yield
 
 
 @pytest.fixture(autouse=True)
@@ -101,8 +174,62 @@ class Workers:
     def signal(self, name: str, sig=signal.SIGTERM) -> None:
         self.procs[name].send_signal(sig)
 
-    def stop_all(self) -> None:
-        stop_processes(self.procs.values())
+    def stop_all(self, grace: float = 10.0) -> None:
+        """SIGTERM every worker (by pid), wait up to ``grace`` s, SIGKILL what is left.
+
+        An idle worker notices SIGTERM when its blocking pop returns (``IDLE_WAIT``, 1 s):
+        meanwhile its blocked connections are unblocked here (``CLIENT UNBLOCK ... TIMEOUT``,
+        as if the pop had timed out), so that it stops in a tenth of that. Only the workers'
+        own connections are unblocked (found by pid), never the test's."""
+        procs = list(self.procs.values())
+        alive = [p for p in procs if p.poll() is None]
+        for p in alive:
+            try:
+                p.send_signal(signal.SIGCONT)           # a frozen worker acts on its SIGTERM
+                p.terminate()
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace
+        if alive:
+            self._unblock_until_gone(alive, deadline)
+        stop_processes(procs, grace=max(0.0, deadline - time.monotonic()))
+
+    def _unblock_until_gone(self, procs, deadline: float) -> None:
+        try:
+            r = redis.Redis.from_url(self.config.url, socket_timeout=2, socket_connect_timeout=2)
+            port = r.connection_pool.connection_kwargs.get("port")
+        except Exception:
+            return
+        try:
+            while port and time.monotonic() < deadline and any(p.poll() is None for p in procs):
+                ours = _local_ports_to(procs, port)
+                try:
+                    for c in r.client_list() if ours else ():
+                        if "b" in c.get("flags", "") and int(c["addr"].rsplit(":", 1)[1]) in ours:
+                            r.execute_command("CLIENT", "UNBLOCK", c["id"], "TIMEOUT")
+                except (redis.RedisError, ValueError, KeyError, IndexError):
+                    return                               # the broker is gone: wait as before
+                time.sleep(0.02)
+        finally:
+            r.close()
+
+
+def _local_ports_to(procs, port: int) -> set[int]:
+    """Local ports of the TCP connections that ``procs`` and their children hold to ``port``."""
+    ports = set()
+    for p in procs:
+        try:
+            top = psutil.Process(p.pid)
+            family = [top, *top.children(recursive=True)]
+        except psutil.Error:
+            continue
+        for q in family:
+            try:
+                ports.update(c.laddr.port for c in q.net_connections(kind="tcp")
+                             if c.raddr and c.raddr.port == port)
+            except psutil.Error:
+                pass
+    return ports
 
 
 @pytest.fixture

@@ -13,6 +13,9 @@ from tests.conftest import NANOAOD, needs_nanoaod
 from rhtc.bench.agcgen import ANALYSIS_BRANCHES, SAMPLES, make_agc_data, read_fraction  # noqa: E402
 from rhtc.bench.datagen import make_data_command  # noqa: E402
 
+#: generates the AGC samples (seconds each): the full suite only
+pytestmark = pytest.mark.heavy
+
 REAL = NANOAOD / "nanoAOD_2015_CMS_Open_Data_ttbar.root"
 
 

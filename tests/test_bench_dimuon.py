@@ -33,6 +33,7 @@ def test_figures_are_saved_as_soon_as_measured(tmp_path, capsys):
     assert "4.0x" in row("x", {"cold_s": 2.0, "warm_s": 0.5}, 100)
 
 
+@pytest.mark.heavy  # starts a dask cluster
 @needs_nanoaod
 @pytest.mark.timeout(120)
 def test_a_dask_that_cannot_start_in_time_is_one_line_and_leaves_nothing():

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from rhtc.bench.scale import scale_command
+
+#: starts its own broker and light-worker processes: the full suite only
+pytestmark = pytest.mark.heavy
 
 
 def test_bench_scale_small_grid(tmp_path):

@@ -10,8 +10,13 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import pytest
+
 from .chaoskit import read_until
 from .pools.common import terminate
+
+#: runs rhtc broker / rhtc workers, which start a redis-server and workers: the full suite only
+pytestmark = pytest.mark.heavy
 
 
 def _run_until(argv: list[str], env: dict, marker: str, config: Path,

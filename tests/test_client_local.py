@@ -8,6 +8,10 @@ import sys
 import textwrap
 
 import psutil
+import pytest
+
+#: starts the local default cluster: the full suite only
+pytestmark = pytest.mark.heavy
 
 SCRIPT = textwrap.dedent("""
     import threading, time

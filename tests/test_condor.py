@@ -173,6 +173,7 @@ def test_executable_names_the_worker_and_passes_sigterm_on(tmp_path, env, name):
     assert "TERM" in (tmp_path / "args").read_text()
 
 
+@pytest.mark.heavy  # builds a worker pack
 def test_pack_holds_the_worker_for_the_requested_python(tmp_path):
     from rhtc.condor.pack import pack_environment, read_manifest
     path = pack_environment(tmp_path / "env.tar.gz", python_version="3.13")
@@ -205,6 +206,7 @@ def _site_versions(tarball: Path) -> dict[str, str]:
     return found
 
 
+@pytest.mark.heavy  # builds a worker pack
 def test_pack_pins_the_clients_exact_versions(tmp_path):
     """The nodes get the versions installed here (numpy, awkward, uproot, their dependencies),
     recorded in the manifest's lock and installed in site/, for the nodes' Python 3.13."""
@@ -222,6 +224,7 @@ def test_pack_pins_the_clients_exact_versions(tmp_path):
     assert "matplotlib" not in site, "the plotting stack stays out unless asked for"
 
 
+@pytest.mark.heavy  # builds a worker pack
 def test_pack_extra_packages_are_pinned_when_installed_here(tmp_path):
     """`rhtc pack --extra dask --extra hepunits`: dask (installed here, with the test extra) and
     its dependencies travel at this environment's versions; hepunits (not installed here:

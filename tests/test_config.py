@@ -53,6 +53,7 @@ def test_password_never_printed():
     assert "s3cret" not in repr(cfg) and "s3cret" not in redact(cfg.url)
 
 
+@pytest.mark.heavy  # starts its own broker on a unix socket
 def test_unix_socket_broker_and_wrong_password(tmp_path):
     with EmbeddedBroker(unix_socket=True) as b:
         s = Storage(b.config)

@@ -42,6 +42,7 @@ def touch(path):
     return path
 
 
+@pytest.mark.quick  # smoke: a map
 def test_results_come_back_in_order(broker, workers):
     workers.start(2)
     out = remote_map(square, range(300), broker=broker, progress=False)
@@ -54,6 +55,7 @@ def test_lambda_and_closure_travel(broker, workers):
     assert remote_map(lambda x: x + k, [1, 2], broker=broker, progress=False) == [8, 9]
 
 
+@pytest.mark.quick  # smoke: a user error comes back
 def test_error_carries_remote_traceback_worker_and_argument(broker, workers):
     names = workers.start(2)
     with pytest.raises(RemoteError) as info:
@@ -187,6 +189,7 @@ def test_unpicklable_argument_named_before_sending(broker, storage):
     assert storage.count_keys() == 0
 
 
+@pytest.mark.quick  # smoke: a cancel
 def test_cancel_removes_queued_tasks_and_keys(broker, workers, storage):
     workers.start(1)
     h = submit(slow, [0.5] * 40, broker=broker)
@@ -240,6 +243,7 @@ def test_worker_survives_broker_restart(broker, workers):
     assert remote_map(square, [4, 5], broker=broker, progress=False, timeout=60) == [16, 25]
 
 
+@pytest.mark.heavy  # starts the local default cluster
 def test_no_broker_configured_starts_local_default(tmp_path):
     script = textwrap.dedent("""
         from rhtc.client import remote_map, live_workers

@@ -200,6 +200,7 @@ def test_metrics_match_the_maps_that_ran(broker, workers, storage):
         assert 0 < storage.r.ttl(storage.keys.feed) <= storage.settings.feed_ttl
 
 
+@pytest.mark.heavy  # starts a local cluster
 def test_local_cluster_and_map_handle_show_the_dashboard():
     from rhtc import LocalCluster
     with LocalCluster(1, dashboard=True, name_prefix="dash") as c:

@@ -22,6 +22,9 @@ from rhtc.bench.compression import compression_benchmark
 from rhtc.bench.datagen import (COMPRESSIONS, DIMUON_BRANCHES, dimuon_fraction, make_data,
                            make_data_command, parse_compression)
 
+#: writes NanoAOD-schema files with every compression (seconds each): the full suite only
+pytestmark = pytest.mark.heavy
+
 REAL = Path("/work/shared/data/nanoaod/nano_dimuon.root")
 EVENTS = 20_000
 # ROOT's compressed-block header starts with two bytes naming the algorithm

@@ -55,6 +55,7 @@ def _check_all(directory: Path) -> int:
     return found
 
 
+@pytest.mark.heavy  # starts and kills writer processes
 def test_a_writer_killed_at_any_instant_leaves_no_torn_entry(tmp_path):
     for attempt in range(6):
         p = _writer(tmp_path, attempt)
@@ -67,6 +68,7 @@ def test_a_writer_killed_at_any_instant_leaves_no_torn_entry(tmp_path):
     assert _check_all(tmp_path) > 0
 
 
+@pytest.mark.heavy  # starts writer processes
 def test_two_processes_writing_the_same_entries_at_once(tmp_path):
     a, b = _writer(tmp_path, 0), _writer(tmp_path, 3)
     try:

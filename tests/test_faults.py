@@ -92,6 +92,7 @@ def test_sigkill_random_workers_during_a_2000_task_map(broker, workers):
     assert seen == {i: (i, i * i) for i in range(2000)}
 
 
+@pytest.mark.heavy  # starts its own broker and workers
 def test_recovery_after_sigkill_is_bounded():
     from rhtc.bench.recovery import measure_recovery     # the same measurement `bench recovery` prints
     (recovery,) = measure_recovery(kills=1)          # the default lease (5 s)
@@ -234,6 +235,7 @@ def _muon_count(chunk):
     return int(ak.sum(ak.num(chunk.arrays(["Muon_pt"], how=dict)["Muon_pt"])))
 
 
+@pytest.mark.heavy  # starts its own broker and workers
 def test_full_broker_refuses_a_map_cleanly_then_a_stalled_map_finishes(tmp_path):
     with EmbeddedBroker(maxmemory="8mb") as b:
         s = Storage(b.config)
@@ -311,7 +313,7 @@ def die_unless_int(x):
 
 @pytest.mark.slow
 def test_killed_client_leaves_nothing_after_expiry(broker, workers, storage):
-    workers.start(1)
+    workers.start(1, env={"RHTC_RESULT_GRACE": "1"})    # results outlive the map by 1 s, not 30 (the wait)
     script = textwrap.dedent("""
         from rhtc.client import submit
         import time

@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from rhtc import remote_map
 from rhtc.bench.lightworkers import LightPool, light_task
 from rhtc.broker.embedded import EmbeddedBroker
 from rhtc.client import submit
 from rhtc.client.reports.efficiency import efficiency
+
+#: starts its own broker and light-worker processes: the full suite only
+pytestmark = pytest.mark.heavy
 
 
 def test_map_over_200_light_workers_in_two_processes():

@@ -108,6 +108,7 @@ def test_a_merged_reduction_equals_the_unmerged_one(broker, workers):
     assert all(m.get("worker") and m["stop"] >= m["start"] for m in metas)
 
 
+@pytest.mark.quick  # smoke: a worker killed mid-map
 def test_a_worker_killed_holding_a_partial_loses_nothing_and_counts_nothing_twice(broker, workers, storage, tmp_path):
     a, b = workers.start(2, env=FAST_LEASE)
     pid = task_pid(storage, a)

@@ -74,6 +74,7 @@ def test_missing_branch_on_a_worker_comes_back_as_remote_error(broker, workers):
     assert "scouting_nano.root" in str(err) and "ScoutingMuon_pt" in str(err)
 
 
+@pytest.mark.quick  # smoke: the cache and routing
 def test_rerun_reads_nothing_from_files_and_stays_on_the_same_worker(broker, workers):
     workers.start(2)
     chunks = make_chunks(REAL, step=5)
@@ -153,6 +154,7 @@ def test_dead_workers_chunks_go_to_the_living(broker, workers):
     assert all(r.meta["bytes_file"] == 0 for r in second.values() if first[r.index].meta["worker"] == survivor)
 
 
+@pytest.mark.quick  # smoke: a reduce over chunks of real NanoAOD
 def test_reduce_combines_histograms_counts_and_dicts(broker, workers):
     workers.start(2)
     chunks = make_chunks(REAL, step=4)

@@ -7,6 +7,9 @@ import pytest
 
 from tests.conftest import NANOAOD, ROOT
 
+#: runs a notebook in a kernel that starts a local cluster: the full suite only
+pytestmark = pytest.mark.heavy
+
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 

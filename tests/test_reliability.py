@@ -554,6 +554,7 @@ def test_10_worker_named_DEL_gets_routed_tasks(broker, storage, pool):
 
 
 # -- 11. secrets -----------------------------------------------------------------------------------
+@pytest.mark.heavy  # runs rhtc broker and rhtc workers
 @pytest.mark.timeout(120)
 def test_11_broker_and_workers_commands_print_no_secret(tmp_path):
     """`rhtc broker` and `rhtc workers` say where the config is and print a redacted URL (C14)."""

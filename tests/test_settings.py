@@ -17,7 +17,8 @@ ROOT = Path(rhtc.__file__).resolve().parent.parent
 NOT_SETTINGS = {"RHTC_BROKER", "RHTC_KEY", "RHTC_KEY_FILE", "RHTC_NAMESPACE", "RHTC_CONFIG", "RHTC_CACHE",
                 "RHTC_PYTHON", "RHTC_CONDOR_JOB", "RHTC_WORKER_SH", "RHTC_NANOAOD",
                 "RHTC_DASHBOARD_TOKEN",     # `rhtc dashboard --token`'s click envvar
-                "RHTC_CHAOS_SEED", "RHTC_SOAK_SEED"}    # the chaos tests' seeds (tests/test_chaos.py)
+                "RHTC_CHAOS_SEED", "RHTC_SOAK_SEED",    # the chaos tests' seeds (tests/test_chaos.py)
+                "RHTC_COFFEA_CONTRACT"}                 # coffea's executor tests, all cases (tests/test_coffea_contract.py)
 
 
 def _sample(field: dataclasses.Field) -> tuple[str, object]:

@@ -131,10 +131,7 @@ class PreadSource(uproot.source.chunk.Source):
         self._open()
 
     def _open(self) -> None:
-        try:
-            self._fd = os.open(self._file_path, os.O_RDONLY)
-        except FileNotFoundError as err:
-            raise uproot._util._file_not_found(self._file_path) from err
+        self._fd = os.open(self._file_path, os.O_RDONLY)   # a missing file: uproot's own FileNotFoundError ([Errno 2])
         self._num_bytes = os.fstat(self._fd).st_size
 
     def __getstate__(self):
