@@ -8,8 +8,9 @@ baseline). Each system runs alone; its figures print as soon as they are measure
 
 Every system gets the same WorkItems (preprocessed once) and a warm-up run on a tiny
 file of its own, so that "cold" measures reading the data, not importing coffea and
-compiling numba kernels. Then for one chunk it prints where the time goes: reading and
-decompressing, building NanoEvents, and the processing itself.
+compiling numba kernels. Then for one chunk it prints where the time goes, cold (reading
+and decompressing, building NanoEvents, the processing itself) and warm on one of our
+workers (bench/agcchunk.py).
 """
 from __future__ import annotations
 
@@ -67,15 +68,36 @@ def _phases(name: str, executor, items, warmup, systematics, cachestrategy=None,
     _timed(executor, warmup, systematics, cachestrategy)
     cold_s, out = _timed(executor, items, systematics, cachestrategy)
     res = {"cores": cores, "cold_s": cold_s, "entries": out["entries"],
-           "events": sum(out["nevents"].values())}
+           "events": sum(out["nevents"].values()), "hists": {"cold": _hist_views(out)}}
     res.update(after("cold") if after else {})
     warm = []
     for _ in range(warm_runs):
-        warm.append(_timed(executor, items, systematics, cachestrategy)[0])
+        seconds, out = _timed(executor, items, systematics, cachestrategy)
+        warm.append(seconds)
         res.update(after("warm") if after else {})
+    res["hists"]["warm"] = _hist_views(out)
     res["warm_s"], res["warm_all_s"] = statistics.median(warm), warm
     _print_row(name, res)
     return res
+
+
+def _hist_views(out: dict) -> dict:
+    """Every histogram slice of an AGC output: (region, process, variation) -> its sums of
+    weights and of their squares, with the flow bins."""
+    views = {}
+    for region, h in out["hist"].items():
+        for p in h.axes["process"]:
+            for v in h.axes["variation"]:
+                view = h[:, p, v].view(flow=True)
+                views[(region, p, v)] = (view["value"].copy(), view["variance"].copy())
+    return views
+
+
+def _same_hists(got: dict, want: dict) -> bool:
+    """The same slices, with sums equal up to the order in which they were added."""
+    import numpy as np
+    return got.keys() == want.keys() and all(
+        np.allclose(g, w, rtol=1e-9, atol=0) for key in want for g, w in zip(got[key], want[key]))
 
 
 def _print_row(name: str, r: dict) -> None:
@@ -138,44 +160,6 @@ def _futures(items, warmup, systematics, workers: int) -> dict:
         pool.shutdown(wait=True)
 
 
-def where_time_goes(item, systematics: bool) -> dict:
-    """For one WorkItem, in seconds: opening the file and its tree's metadata (every
-    executor does it for every item), reading and decompressing the branches the analysis
-    reads, building NanoEvents, and processing with every buffer already in memory."""
-    import uproot
-    from coffea.nanoevents import NanoAODSchema, NanoEventsFactory
-    from .agcgen import ANALYSIS_BRANCHES
-    from ..examples.agc_ttbar import TtbarAnalysis
-    meta = dict(item.usermeta or {}, entrystart=item.entrystart, entrystop=item.entrystop,
-                fileuuid="one-chunk")
-    proc, cache, out, runs = TtbarAnalysis(systematics), {}, {}, []
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for k in range(4):
-            t0 = time.perf_counter()
-            with uproot.open(item.filename) as f:
-                tree = f[item.treename]
-                t1 = time.perf_counter()
-                if k == 0:
-                    tree.arrays(list(ANALYSIS_BRANCHES), entry_start=item.entrystart,
-                                entry_stop=item.entrystop)
-                t2 = time.perf_counter()
-                events = NanoEventsFactory.from_root(
-                    file=f, treepath=item.treename, schemaclass=NanoAODSchema, metadata=meta, mode="virtual",
-                    entry_start=item.entrystart, entry_stop=item.entrystop, buffer_cache=cache).events()
-                t3 = time.perf_counter()
-                proc.process(events)
-                t4 = time.perf_counter()
-            if k == 0:
-                out.update(open_s=t1 - t0, read_decompress_s=t2 - t1, nanoevents_s=t3 - t2,
-                           cold_process_s=t4 - t3)
-            else:
-                runs.append(t4 - t3)
-    out["processing_s"] = statistics.median(runs)       # buffers in memory: the processing alone
-    out["events"] = item.entrystop - item.entrystart
-    return out
-
-
 @click.command("agc")
 @click.option("--workers", default=2, show_default=True, help="Workers / processes for each parallel system.")
 @click.option("--events", default=50_000, show_default=True, help="Generated events (nine AGC samples).")
@@ -193,6 +177,7 @@ def where_time_goes(item, systematics: bool) -> dict:
 def agc_command(workers, events, chunk_size, systematics, data_dir, systems, repeats, json_path, timeline_path):
     """The AGC ttbar analysis cold and warm: ours vs coffea+dask vs Futures vs one process."""
     from coffea import processor
+    from .agcchunk import describe, one_chunk
     from .agcgen import ANALYSIS_BRANCHES, make_agc_data
     from ..examples.agc_ttbar import agc_fileset
     from .dimuon_runs import read_into_page_cache
@@ -235,15 +220,22 @@ def agc_command(workers, events, chunk_size, systematics, data_dir, systems, rep
             _print_row(_LABELS[system], r)
     for system, r in res.items():
         assert r["entries"] == res[names[0]]["entries"], f"{system} filled other histograms than {names[0]}"
+    reference = "iterative" if "iterative" in res else names[0]
+    want = runs[reference][0]["hists"]["cold"]
+    for system, rounds in runs.items():
+        res[system].pop("hists", None)
+        for k, r in enumerate(rounds):
+            for phase, views in r.pop("hists").items():
+                assert _same_hists(views, want), \
+                    f"{system} {phase} (round {k + 1}): histograms differ from {reference}'s"
+    click.echo(f"histograms: all {len(want)} slices (region, process, variation) of every system, cold and "
+               f"warm, every round, equal to {_LABELS[reference]}'s (sums of weights and variances to 1e-9)")
     summary = _summary(res, n)
     chunk = max(items, key=len)
-    t = where_time_goes(chunk, systematics)
+    t = one_chunk(chunk, systematics)
     summary["one_chunk"] = t
-    click.echo(f"one chunk ({t['events']:,} events of {os.path.basename(chunk.filename)}): open file + tree "
-               f"metadata {t['open_s']:.3f} s, read+decompress its {len(ANALYSIS_BRANCHES)} branches "
-               f"{t['read_decompress_s']:.3f} s, NanoEvents construction {t['nanoevents_s']:.3f} s, "
-               f"processing {t['processing_s']:.3f} s (processing with the lazy reads: "
-               f"{t['cold_process_s']:.3f} s)")
+    for line in describe(os.path.basename(chunk.filename), t, len(ANALYSIS_BRANCHES)):
+        click.echo(line)
     result = {"events": n, "work_items": len(items), "chunk_size": chunk_size, "systematics": systematics,
               "workers": workers, "cores": os.cpu_count(), "systems": res, "summary": summary}
     if json_path:

@@ -36,10 +36,11 @@ from hypothesis import HealthCheck, example, given, settings
 from rhtc import RemoteError
 from rhtc.bench.datagen import make_data
 from tests.conftest import NANOAOD, needs_nanoaod
-from tests.warmcold import (ANALYSES, ON_DISK, RAW, REDUCERS, Files, Node, PlainChunk, _plain_tree,
-                            assert_same, assert_same_output, expected, muon_processor, raw_muon_processor)
+from tests.warmcold import (ANALYSES, ON_DISK, RAW, REDUCERS, Files, Node, PlainChunk, _plain_tree, agc_processor,
+                            assert_same, assert_same_agc, assert_same_output, expected, muon_processor,
+                            raw_muon_processor)
 
-pytestmark = [needs_nanoaod, pytest.mark.timeout(900)]
+pytestmark = [needs_nanoaod, pytest.mark.timeout(900), pytest.mark.heavy]
 
 settings.register_profile(
     "warm-equals-cold", derandomize=True, database=None, deadline=None, print_blob=True,
@@ -219,7 +220,7 @@ def test_a_coffea_processor_writing_into_its_columns_is_refused_on_every_tier(no
     run, cold, warm and after every worker was replaced, naming the branch and how to copy.
     Without that, the warm run returns what the cold run wrote (2x)."""
     pytest.importorskip("coffea")
-    from rhtc import WorkItemFailed
+    from rhtc import ReadOnlyArrayError
     from rhtc.coffea import RedisExecutor, worker_cache
     names, chunksize = ("ttbar",), 50
     fileset = {name: [files.copy(files.paths[name])] for name in names}
@@ -231,18 +232,54 @@ def test_a_coffea_processor_writing_into_its_columns_is_refused_on_every_tier(no
         try:
             outcomes[phase] = _coffea_run(ours, fileset, chunksize, cachestrategy=worker_cache,
                                           make=raw_muon_processor)
-        except WorkItemFailed as err:
+        except ReadOnlyArrayError as err:       # the item's own error reaches the caller (issue 33)
             outcomes[phase] = err
 
     def returned(output: dict) -> str:
         plain = _iterative(tuple((name, (files.paths[name],)) for name in names), chunksize, make=raw_muon_processor)
         return f"returned {output['doubled']:.6g} (the plain loop: {plain['doubled']:.6g})"
 
-    table = "\n".join(f"  {phase}: " + (f"refused: {str(o.remote.message).splitlines()[0][:300]}"
-                                         if isinstance(o, WorkItemFailed) else returned(o))
+    table = "\n".join(f"  {phase}: " + (f"refused: {str(o).splitlines()[0][:300]}"
+                                         if isinstance(o, ReadOnlyArrayError) else returned(o))
                       for phase, o in outcomes.items())
     for phase, outcome in outcomes.items():
-        assert isinstance(outcome, WorkItemFailed), f"{phase}: the write was not refused\n{table}"
-        message = outcome.remote.message
+        assert isinstance(outcome, ReadOnlyArrayError), f"{phase}: the write was not refused\n{table}"
+        message = str(outcome)
         assert "'Muon_pt'" in message and "np.array(" in message, \
             f"{phase}: the error does not name 'Muon_pt' and say how to copy\n{table}"
+
+
+@pytest.mark.heavy            # writes the AGC samples and replaces the node's workers
+def test_the_agc_histograms_are_iteratives_cold_warm_and_after_every_worker_is_replaced(node, tmp_path_factory):
+    """The AGC ttbar processor with RedisExecutor and worker_cache: the first run, the warm
+    rerun (every item on the worker that keeps its NanoEvents, none built again), a rerun
+    after every worker was replaced (built again, from the node's disk tier) and the rerun
+    after that all fill the histograms IterativeExecutor fills."""
+    pytest.importorskip("coffea")
+    from rhtc.bench.agcgen import make_agc_data
+    from rhtc.coffea import RedisExecutor, worker_cache
+    from rhtc.examples.agc_ttbar import agc_fileset
+    out = tmp_path_factory.mktemp("agc")
+    make_agc_data(out, events=3_000, min_events=200, lean=True, progress=False, workers=1)
+    fileset, chunksize = agc_fileset(str(out)), 400
+    want = _coffea_run(processor_iterative(), fileset, chunksize, make=agc_processor)
+    ours = RedisExecutor(broker=node.broker.config, status=False, stragglers=None)
+    items = None
+    for phase in ("cold", "warm", "after every worker was replaced", "warm again"):
+        if phase.startswith("after"):
+            node.replace_all()
+        got = _coffea_run(ours, fileset, chunksize, cachestrategy=worker_cache, make=agc_processor)
+        assert_same_agc(got, want, phase)
+        items = items or len(last_map_tasks())
+        reused = {"cold": 0, "warm": items, "after every worker was replaced": 0, "warm again": items}[phase]
+        assert got["served before"] == reused, f"{phase}: {got['served before']} of {items} items had kept events"
+
+
+def processor_iterative():
+    from coffea import processor
+    return processor.IterativeExecutor(status=False)
+
+
+def last_map_tasks():
+    from rhtc import last_map
+    return last_map().record().tasks

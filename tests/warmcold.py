@@ -389,3 +389,36 @@ def raw_muon_processor():
             return accumulator
 
     return RawMuonPt()
+
+
+# -- coffea: the AGC ttbar processor, telling whether its events were kept ------------------------
+
+def agc_processor(systematics: bool = True):
+    """The AGC ttbar processor (rhtc.examples.agc_ttbar), which also counts, under ``"served
+    before"``, the items that had each item's kept NanoEvents before it (0 when they were
+    built for it, and always 0 with coffea's own executors)."""
+    from rhtc.examples.agc_ttbar import TtbarAnalysis
+
+    class Ttbar(TtbarAnalysis):
+        def process(self, events):
+            out = super().process(events)
+            kept = getattr(events.attrs["@events_factory"], "kept", None)
+            out["served before"] = kept.items_served - 1 if kept is not None else 0
+            return out
+
+    return Ttbar(systematics)
+
+
+def assert_same_agc(got: dict, want: dict, what: str) -> None:
+    """The AGC output: entry, event and cutflow counts exact; every histogram slice's sums
+    of weights and their variances to RTOL (they are added up in another order)."""
+    assert got["entries"] == want["entries"], f"{what}: entry counts differ"
+    assert got["nevents"] == want["nevents"] and got["cutflow"] == want["cutflow"], what
+    for region in ("4j1b", "4j2b"):
+        g, w = got["hist"][region], want["hist"][region]
+        slices = {(p, v) for p in w.axes["process"] for v in w.axes["variation"]}
+        assert slices == {(p, v) for p in g.axes["process"] for v in g.axes["variation"]}, f"{what}: {region}"
+        for p, v in sorted(slices):
+            for field in ("value", "variance"):
+                np.testing.assert_allclose(g[:, p, v].view(flow=True)[field], w[:, p, v].view(flow=True)[field],
+                                           rtol=RTOL, atol=0, err_msg=f"{what}: {region} {p} {v} {field}")

@@ -98,8 +98,39 @@ class BranchCache(MutableMapping):
             self._data.move_to_end(key)
             return self._data[key][0]
         value, size = self._share_offsets(value, tag) if tag is not None else (value, nbytes_of(value))
+        self._store(key, value, size, tag)
+        return value
+
+    def keep(self, key: str, value: Any, nbytes: int, tag: str | None) -> bool:
+        """Keep an object that is not an array read from a file (coffea's NanoEvents built
+        for a chunk, :mod:`client.data.coffea_events`) under ``key`` for the chunk ``tag``:
+        ``nbytes`` (what it holds in memory) counts against the cap and it is evicted, least
+        recently used first, with the branches. It stays in RAM (never the node's disk tier)
+        and is never handed out as an array. False when it is larger than the whole cache.
+
+        >>> c = BranchCache(limit_bytes=100)
+        >>> c.keep("k", object(), 60, "chunk-A"), c.nbytes, "chunk-A" in c.tags()
+        (True, 60, True)
+        >>> c.keep("k2", object(), 60, "chunk-B"), c.kept("k") is None    # the older one goes
+        (True, True)
+        """
+        if key in self._data:
+            self._data.move_to_end(key)
+            return True
+        return self._store(key, value, int(nbytes), tag)
+
+    def kept(self, key: str) -> Any:
+        """What :meth:`keep` kept under ``key`` (now the most recently used), or None. It is
+        not counted as bytes served from the cache: those are the arrays read through it."""
+        entry = self._data.get(key)
+        if entry is None:
+            return None
+        self._data.move_to_end(key)
+        return entry[0]
+
+    def _store(self, key: str, value: Any, size: int, tag: str | None) -> bool:
         if size > self.limit_bytes:
-            return value                # larger than the whole cache: don't thrash it
+            return False                # larger than the whole cache: don't thrash it
         self._data[key] = (value, size, tag)
         self.nbytes += size
         if tag is not None:
@@ -107,7 +138,7 @@ class BranchCache(MutableMapping):
             self.evicted_tags.discard(tag)
         while self.nbytes > self.limit_bytes:
             self._evict_oldest()
-        return value
+        return True
 
     def _share_offsets(self, value: Any, tag: str) -> tuple[Any, int]:
         """Jagged branches of one collection (Muon_pt, Muon_eta, ...) carry identical

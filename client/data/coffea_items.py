@@ -5,8 +5,10 @@ A coffea ``WorkItem`` (file, tree, entry range, file UUID) is the same thing as 
 (:func:`routing_key`), so a rerun goes to the worker that holds its columns; on that worker
 its file comes from the worker's cache of open files, checked against the item's file
 UUID and against the file as it is now (a rewritten file is a :class:`ChunkFileError`,
-never stale data); and :func:`worker_cache` hands NanoEvents the worker's byte-capped
-branch cache as ``buffer_cache``, counted in the run record as ``chunk.arrays`` is.
+never stale data); :func:`worker_cache` hands NanoEvents the worker's byte-capped
+branch cache as ``buffer_cache``, counted in the run record as ``chunk.arrays`` is; and the
+NanoEvents built from the chunk are kept in that cache for the next item on the same chunk
+(:mod:`client.data.coffea_events`).
 :class:`CoffeaTask` is what travels to the worker; the executor that submits them is
 :class:`client.coffea.RedisExecutor`.
 
@@ -36,6 +38,8 @@ except ImportError as err:  # pragma: no cover - depends on the environment
 from rhtc import context
 from . import xrootd
 from .chunks import Chunk
+from .coffea_events import events_kept
+from .heap import fewer_collections
 from .coffea_parity import (MAX_WARNINGS_PER_ITEM, _bytes_requested, _per_item_bytes, _processor_error,
                             _worth_sending)
 from .freshness import PreadSource
@@ -191,8 +195,9 @@ class _RunItem:
     as (text, item described, category). A failing item raises the processor's own
     exception (see :func:`_processor_error`)."""
 
-    def __init__(self, function: Callable, keep_files_open: bool = True):
+    def __init__(self, function: Callable, keep_files_open: bool = True, keep_events: bool = True):
         self.function, self.keep_files_open = function, keep_files_open
+        self.keep_events = keep_events and keep_files_open   # client.data.coffea_events
         self.__name__ = getattr(function, "__name__", "coffea")
 
     def __call__(self, task: CoffeaTask) -> tuple[Any, list[tuple[str, str, type]]]:
@@ -204,7 +209,9 @@ class _RunItem:
             for attempt in range(retries + 1):
                 try:
                     with warnings.catch_warnings(record=True) as caught, \
-                            (_files_kept_open(task.item) if self.keep_files_open else contextlib.nullcontext()) as lent:
+                            (_files_kept_open(task.item) if self.keep_files_open else contextlib.nullcontext()) as lent, \
+                            (events_kept() if self.keep_events else contextlib.nullcontext()), \
+                            fewer_collections():
                         warnings.simplefilter("default")   # each distinct warning once per worker
                         try:
                             out = self.function(task.item)
