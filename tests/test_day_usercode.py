@@ -69,7 +69,9 @@ def raise_odd(i):
 
 def test_4_unformattable_and_unpicklable_exceptions_come_back_as_remote_errors(broker, storage, workers):
     (name,) = workers.start(1)
-    pid = _status(storage, name).task_pid
+    # the first heartbeat may come before the task process is up: wait for the one naming it
+    pid = _wait(lambda: (_status(storage, name) or None) and _status(storage, name).task_pid, 30,
+                "the worker's heartbeat naming its task process")
     out = remote_map(raise_odd, range(6), broker=broker.config, progress=False, errors="return")
     assert out[5] == 5
     errs = out[:5]
