@@ -57,6 +57,15 @@ def _until(what, check, timeout=60.0, every=0.25):
     raise AssertionError(f"{what}: not seen within {timeout} s (last: {last!r})")
 
 
+def _read(chrome, selector, attr=None):
+    """Every element matching ``selector``: its ``attr`` (or its text), read in one call in
+    the page. The page redraws its tables every second; an element found in one WebDriver
+    call may be replaced before the next (a stale reference), so tests read here."""
+    return chrome.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0]))"
+        ".map(e => arguments[1] ? e.getAttribute(arguments[1]) : e.innerText)", selector, attr)
+
+
 def _get(url, headers=None):
     req = urllib.request.Request(url, headers=headers or {})
     try:
@@ -114,24 +123,22 @@ def test_the_page_shows_workers_the_map_its_tasks_and_a_killed_worker(broker, wo
     chunks = make_chunks(REAL, step=8)
     with Dashboard(broker.config) as d:
         chrome.get(d.url)
-        rows = lambda: {e.get_attribute("data-name") for e in   # noqa: E731
-                        chrome.find_elements("css selector", "#workers tbody tr[data-name]")}
+        rows = lambda: set(_read(chrome, "#workers tbody tr[data-name]", "data-name"))  # noqa: E731
         _until("the three live workers in the table", lambda: set(names) <= rows())
 
         h = submit(muon_pt_sum, chunks, broker=broker.config, label="muon_pt_sum")
         assert len(h.wait(120)) == len(chunks)
         bar = f'#maps tr[data-map="{h.map_id}"]'
-        _until("the map at 100 %", lambda: [e.get_attribute("data-progress") for e in
-                                            chrome.find_elements("css selector", bar)] == ["100.0"])
-        assert "muon_pt_sum" in chrome.find_element("css selector", bar).text
+        _until("the map at 100 %", lambda: _read(chrome, bar, "data-progress") == ["100.0"])
+        assert "muon_pt_sum" in _read(chrome, bar)[0]
         _until("every task of the map in the task stream",
                lambda: chrome.execute_script("return window.rhtc.streamTasks(arguments[0])", h.map_id) == len(chunks))
-        assert int(chrome.find_element("id", "stream-count").text) >= len(chunks)
+        assert int(_read(chrome, "#stream-count")[0]) >= len(chunks)
 
         workers.signal(names[0], signal.SIGKILL)
         workers.procs[names[0]].wait(10)
         _until(f"the killed worker {names[0]} shown as gone",
-               lambda: chrome.find_elements("css selector", f'#workers tr.gone[data-name="{names[0]}"]'), timeout=40)
+               lambda: _read(chrome, f'#workers tr.gone[data-name="{names[0]}"]'), timeout=40)
         assert {n for n in names[1:]} <= set(chrome.execute_script("return window.rhtc.workers()"))
 
         errors = [e for e in chrome.get_log("browser") if e["level"] == "SEVERE"]
@@ -252,20 +259,20 @@ def test_a_thousand_workers_with_their_problems_sortable(broker, chrome):
             chrome.get(d.url)
             table = "#workers tbody tr[data-name]"
             _until("1,000 rows in the workers table",
-                   lambda: len(chrome.find_elements("css selector", table)) == 1000)
+                   lambda: len(_read(chrome, table, "data-name")) == 1000)
 
             def problems(name):
-                return chrome.find_element("css selector", f'{table}[data-name="{name}"] td.problems').text
+                return _read(chrome, f'{table}[data-name="{name}"] td.problems')[0]
             assert "another signing key" in problems("sim0001")
             assert "numpy 0.0.1" in problems("sim0002")
-            assert "stalled" in chrome.find_element("css selector", f'{table}[data-name="sim0003"]').get_attribute("class")
+            assert "stalled" in _read(chrome, f'{table}[data-name="sim0003"]', "class")[0]
             assert "forged" in problems("sim0004")
             assert problems("sim0005") == ""
-            header = chrome.find_element("css selector", '#workers th[data-k="tasks_done"]')
-            first = lambda: chrome.find_element("css selector", table).get_attribute("data-name")  # noqa: E731
-            header.click()
+            header = '#workers th[data-k="tasks_done"]'
+            first = lambda: (_read(chrome, table, "data-name") or [None])[0]  # noqa: E731
+            chrome.find_element("css selector", header).click()
             _until("sorted by tasks, fewest first", lambda: first() == "sim0000")
-            header.click()
+            chrome.find_element("css selector", header).click()
             _until("sorted by tasks, most first", lambda: first() == "sim0857")   # 857 * 7 % 1000 == 999
             errors = [e for e in chrome.get_log("browser") if e["level"] == "SEVERE"]
             assert errors == [], f"the page logged errors in the browser: {errors}"
@@ -352,9 +359,8 @@ def test_a_short_map_of_a_script_that_exits_at_once_shows_on_the_page(broker, wo
         map_id = done.stdout.split()[-1]
         chrome.get(d.url)
         row = f'#maps tr[data-map="{map_id}"]'
-        _until("the script's ended map at 100 %", lambda: [e.get_attribute("data-progress") for e in
-                                                          chrome.find_elements("css selector", row)] == ["100.0"])
-        text = chrome.find_element("css selector", row).text
+        _until("the script's ended map at 100 %", lambda: _read(chrome, row, "data-progress") == ["100.0"])
+        text = _read(chrome, row)[0]
         assert "short-script" in text and "20 / 20" in text, text
 
 
@@ -396,10 +402,10 @@ def test_the_page_names_a_malformed_record(broker, workers, storage, chrome):
     with Dashboard(broker.config) as d:
         chrome.get(d.url)
         _until("the malformed heartbeat named on the page",
-               lambda: "field 'task'" in chrome.find_element("id", "malformed").text)
-        assert storage.keys.heartbeat("ghost-1") in chrome.find_element("id", "malformed").text
+               lambda: "field 'task'" in "".join(_read(chrome, "#malformed")))
+        assert storage.keys.heartbeat("ghost-1") in _read(chrome, "#malformed")[0]
         assert chrome.find_element("id", "malformed-box").is_displayed()
         _until("the live worker in the table",
-               lambda: chrome.find_elements("css selector", "#workers tbody tr[data-name]"))
+               lambda: _read(chrome, "#workers tbody tr[data-name]", "data-name"))
         errors = [e for e in chrome.get_log("browser") if e["level"] == "SEVERE"]
         assert errors == [], f"the page logged errors in the browser: {errors}"
