@@ -113,7 +113,8 @@ def _run_task_loops(config: BrokerConfig, workers: list[tuple], st, parent: int)
     stop.wait()
     for tp in loops:
         tp.stopping = True
-    time.sleep(1.5)                      # the idle loops' blocking pops end; their results go in
+        tp.wake()                        # the idle loops' blocking pops end now
+    time.sleep(1.5)                      # their results go in
     os._exit(0)
 
 

@@ -3,8 +3,12 @@ workers (:mod:`bench.lightworkers`: the real protocol, sleeping tasks, results o
 size), over a grid of worker counts x task durations x result sizes.
 
 Each cell is one ``remote_map`` of ``waves`` tasks per worker. Printed per cell: tasks/s;
-the timeline's efficiency; the dispatch delay (a task queued -> taken: its start minus the
-later of the map's submission and the end of the worker's previous task), median and p99,
+the timeline's efficiencies (:mod:`client.reports.efficiency`), by the wall clock first
+(busy task time / (workers x the map's submission to its last result): the ramp and the
+tail count; a note when fewer workers took part than the pool has, as the figure counts
+only those) and then per worker (each from its first task to its last); the dispatch
+delay (a task queued -> taken: its start minus the later of the map's submission and the
+end of the worker's previous task), median and p99,
 and apart: the ramp (the last worker's first task started this long after the submission)
 and the steady state's p99 (every task but each worker's first); the broker's CPU per task and its share of one core (INFO used_cpu_sys + used_cpu_user
 over the map); the client's CPU share and where its main thread's CPU went
@@ -138,7 +142,8 @@ def run_cell(config, storage: Storage, pool: LightPool, seconds: float, nbytes: 
     shares = client.shares()
     return {
         "workers": workers, "seconds": seconds, "bytes": nbytes, "tasks": n, "wall_s": broker.wall,
-        "tasks_per_s": n / broker.wall, "efficiency": eff["efficiency"],
+        "tasks_per_s": n / broker.wall, "efficiency_wall": eff["efficiency_wall"], "efficiency": eff["efficiency"],
+        "workers_took_part": len(eff["per_worker"]), "busy_s": eff["busy"], "map_wall_s": eff["wall"],
         "dispatch_ms_median": statistics.median(delays) * 1e3, "dispatch_ms_p99": _quantile(delays, 0.99) * 1e3,
         "ramp_ms": max(first) * 1e3,
         "steady_dispatch_ms_p99": _quantile(later, 0.99) * 1e3 if later else float("nan"),
@@ -179,8 +184,8 @@ def _size_text(n: int) -> str:
     return f"{n / 1e6:g} MB" if n >= 1e6 else f"{n / 1e3:g} kB"
 
 
-HEADER = (f"{'workers':>7} {'task':>5} {'result':>7} {'tasks/s':>8} {'eff':>7} {'disp med':>8} "
-          f"{'disp p99':>8} {'ramp':>6} {'steady99':>8} {'redis us/t':>10} {'redis':>6} {'client':>6} {'verify':>6} {'decode':>6} "
+HEADER = (f"{'workers':>7} {'task':>5} {'result':>7} {'tasks/s':>8} {'wall eff':>8} {'eff':>7} "
+          f"{'disp med':>8} {'disp p99':>8} {'ramp':>6} {'steady99':>8} {'redis us/t':>10} {'redis':>6} {'client':>6} {'verify':>6} {'decode':>6} "
           f"{'combine':>7} {'I/O':>5} {'books':>5} {'redis MB':>8} {'wait p99':>8} {'return':>7} {'busy':>5} {'light':>5}")
 
 
@@ -190,13 +195,16 @@ def format_row(r: dict) -> str:
     if "skipped" in r or "failed" in r:
         return f"{head}  skipped: {r['skipped']}" if "skipped" in r else f"{head}  FAILED: {r['failed']}"
     w = r["client_where"]
-    return (f"{head} {r['tasks_per_s']:>8.1f} {r['efficiency'] * 100:>6.2f}% {r['dispatch_ms_median']:>8.1f} "
+    return (f"{head} {r['tasks_per_s']:>8.1f} {r['efficiency_wall'] * 100:>7.2f}% {r['efficiency'] * 100:>6.2f}% "
+            f"{r['dispatch_ms_median']:>8.1f} "
             f"{r['dispatch_ms_p99']:>8.1f} {r['ramp_ms']:>6.0f} {r['steady_dispatch_ms_p99']:>8.1f} "
             f"{r['redis_cpu_us_per_task']:>10.0f} {r['redis_cpu_share'] * 100:>5.1f}% "
             f"{r['client_cpu_share'] * 100:>5.1f}% " + " ".join(
                 f"{w[k] * 100:>{n}.0f}%" for k, n in zip(CATEGORIES, (5, 5, 6, 4, 4)))
             + f" {r['redis_peak_mb']:>8.0f} {r['result_wait_s_p99']:>7.2f}s {r['last_result_to_return_ms']:>6.1f}"
-            f" {r['machine_busy_cores']:>5.2f} {r['light_workers_cores']:>5.2f}")
+            f" {r['machine_busy_cores']:>5.2f} {r['light_workers_cores']:>5.2f}"
+            + (f"  (wall eff counts the {r['workers_took_part']} of {r['workers']} workers that took part)"
+               if r.get("workers_took_part", r["workers"]) < r["workers"] else ""))
 
 
 @click.command("scale")
@@ -231,7 +239,9 @@ def scale_command(workers_text, seconds_text, sizes_text, waves, processes, memo
                f"memory budget {budget / 1e9:.1f} GB", err=True)
     with EmbeddedBroker(maxclients=max(4000, 3 * max(counts) + 100)) as b:
         storage = Storage(b.config)
-        click.echo("times in ms; eff: the timeline's efficiency; disp: dispatch delay (queued -> taken); "
+        click.echo("times in ms; wall eff: busy task time / (workers x the map's wall time, submission to last "
+                   "result); eff: per worker, each from its first task to its last (leaves out the ramp and the "
+                   "tail); disp: dispatch delay (queued -> taken); "
                    "ramp: the last worker's first task started after the map's submission; steady99: "
                    "the dispatch p99 of the tasks after each worker's first; "
                    "redis: CPU share of one core; client: process CPU share, then where its main thread's "

@@ -22,11 +22,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from typing import Callable, TypeVar
 
 import redis
 
 from .errors import ConnectionProblem
+from .functions import missing
 
 log = logging.getLogger("rhtc.broker")
 T = TypeVar("T")
@@ -40,9 +42,11 @@ class FastLane:
         self.r = r
         self.conn = None
         self.pending = 0
+        self._quiet: deque[bool] = deque()   # per reply owed: whether its error is dropped (send(quiet=True))
         self._out: list[bytes] = []       # packed commands not written yet (send(flush=False))
         self._health = False              # check the connection before writing them
         self._loaded = set()
+        self._client_id: tuple[object, int] | None = None    # (connection, its CLIENT ID)
         self.lock = threading.RLock()     # for clients with several maps in threads
 
     def _connection(self):
@@ -71,10 +75,14 @@ class FastLane:
         try:
             self._flush()
             while self.pending:
+                quiet = self._quiet.popleft() if self._quiet else False
                 try:
-                    last = self.conn.read_response()
+                    got = self.conn.read_response()
+                    if not quiet:
+                        last = got
                 except redis.ResponseError as err:
-                    error = error or err
+                    if not quiet:
+                        error = error or err
                 self.pending -= 1
         except BaseException:      # a lost connection, or an interrupt between two replies:
             self.reset()           # never leave a reply behind for the next command to read
@@ -83,15 +91,18 @@ class FastLane:
             raise error
         return last
 
-    def send(self, *args, flush: bool = True) -> None:
+    def send(self, *args, flush: bool = True, quiet: bool = False) -> None:
         """Send a command without waiting for its reply; ``flush=False`` keeps it to go out
-        with the next command in one write (one wake-up of the broker, not two)."""
+        with the next command in one write (one wake-up of the broker, not two);
+        ``quiet``: its reply, error or not, is read and dropped (a best-effort write whose
+        refusal must not be raised by an unrelated later command)."""
         try:
             conn = self._connection()
             if not self._out:      # (a health-check PING may only go out when no reply is owed)
                 self._health = not self.pending
             self._out.append(conn.pack_command(*args))
             self.pending += 1
+            self._quiet.append(quiet)
             if flush:
                 self._flush()
         except BaseException:      # half a command may have gone out: start afresh
@@ -128,20 +139,47 @@ class FastLane:
         return self.collect()
 
     def script(self, script, keys: list, args: list, wait: bool = True, flush: bool = True):
-        """Run a Lua script by its hash (loading it if the broker forgot it). With
-        ``wait=False`` the reply is read before the next command instead (the script is
-        then loaded first, so that a NOSCRIPT cannot go unnoticed); ``flush`` as :meth:`send`."""
+        """Run a script of :mod:`broker.functions` (loading the library if the broker lost
+        it). With ``wait=False`` the reply is read before the next command instead (the
+        library is then loaded first on this connection, so that a missing function cannot
+        go unnoticed); ``flush`` as :meth:`send`."""
         if not wait:
-            if script.sha not in self._loaded:
-                self.call("SCRIPT", "LOAD", script.script)
-                self._loaded.add(script.sha)
-            self.send("EVALSHA", script.sha, len(keys), *keys, *args, flush=flush)
+            if script.lib.name not in self._loaded:
+                script.lib.ensure(self.call)
+                self._loaded.add(script.lib.name)
+            self.send(*script.command(keys, args), flush=flush)
             return None
         try:
-            return self.call("EVALSHA", script.sha, len(keys), *keys, *args)
-        except redis.exceptions.NoScriptError:        # a restarted broker forgot it
-            self.call("SCRIPT", "LOAD", script.script)
-            return self.call("EVALSHA", script.sha, len(keys), *keys, *args)
+            return self.call(*script.command(keys, args))
+        except redis.ResponseError as err:
+            if not missing(err):                       # a restarted broker forgot it
+                raise
+            script.lib.ensure(self.call)
+            return self.call(*script.command(keys, args))
+
+    def client_id(self) -> int | None:
+        """The broker's id of this lane's connection (``CLIENT ID``, asked once per
+        connection), for :meth:`unblock` from another thread or a signal handler; None
+        when the broker does not say."""
+        conn = self._connection()
+        if self._client_id is None or self._client_id[0] is not conn:
+            try:
+                self._client_id = (conn, int(self.call("CLIENT", "ID")))
+            except redis.ResponseError:          # CLIENT not allowed to this user
+                self._client_id = (conn, -1)
+        return None if self._client_id[1] < 0 else self._client_id[1]
+
+    def unblock(self) -> bool:
+        """End this lane's blocking command now, as if it had timed out (``CLIENT UNBLOCK
+        ... TIMEOUT``, sent on another connection: callable from a signal handler while the
+        lane waits). False when it could not (no id known, not allowed, no broker)."""
+        known = self._client_id
+        if known is None or known[1] < 0:
+            return False
+        try:
+            return bool(self.r.execute_command("CLIENT", "UNBLOCK", known[1], "TIMEOUT"))
+        except redis.RedisError:
+            return False
 
     def retrying(self, step: Callable[[], T], patience: float, what: str, where: str) -> T:
         """Run ``step`` (which sends on this lane); when the connection breaks or the broker
@@ -181,5 +219,6 @@ class FastLane:
                 pass
         self.conn = None
         self.pending = 0
+        self._quiet.clear()
         self._out = []
         self._loaded = set()

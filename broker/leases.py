@@ -28,7 +28,7 @@ class Claim:
 
     ok: bool
     holder: str = ""
-    duties: int = 0                          # a heartbeat's duties that are due (claim.lua): +1 reap, +2 sweep
+    duties: int = 0                          # a heartbeat's duties that are due (beat.lua): +1 reap, +2 sweep
 
     @property
     def reap_due(self) -> bool:
@@ -58,6 +58,7 @@ class BulkLimits:
 
 
 LIMITS_SECONDS = 60.0       # how long a worker trusts the broker's limits it read
+FULL_BEAT = 30.0            # a heartbeat renews the worker's entry in the workers set and its holds this often (s)
 
 
 def now_text() -> str:
@@ -71,24 +72,21 @@ class Leases:
 
     # -- the name and its incarnation ----------------------------------------------------
     def claim(self, worker: str, incarnation: str, status: messages.WorkerStatus,
-              mode: str = "claim", expected: str = "", duties: float = 0.0) -> Claim:
+              mode: str = "claim", expected: str = "") -> Claim:
         """Claim ``worker`` for ``incarnation`` (``mode`` 'claim', or 'force' to take over from
-        ``expected``, a holder seen dead), or renew it ('renew', the heartbeat; with
-        ``duties`` > 0 it also says whether reaping and the dead clients' sweep are due, at
-        most once per ``duties`` s across the pool). A claim requeues what a predecessor
-        held, at once."""
+        ``expected``, a holder seen dead; :meth:`heartbeat` renews it). A claim requeues
+        what a predecessor held, at once."""
         st = self.settings
         why = f"{worker} was restarted (new incarnation {incarnation}) at {now_text()}"
-        ok, info, *due = self._scripts["claim"](args=[
+        ok, info = self._scripts["claim"](args=[
             self.keys.ns, worker, incarnation, status.encode(self.config.key), int(st.lease * 1000), mode, expected,
-            st.max_attempts, st.result_ttl, why, st.holds_ttl, st.scan_step, int(duties * 1000)])[:3]
+            st.max_attempts, st.result_ttl, why, st.holds_ttl, st.scan_step])[:2]
         if not ok:
             return Claim(False, info.decode() if isinstance(info, bytes) else str(info))
-        if mode == "renew":
-            return Claim(True, duties=int(due[0]) if due else 0)
         left = int(info)
         while left:
             left = int(self._scripts["drain"](args=[self.keys.ns, worker, st.scan_step]))
+        self.__dict__.setdefault("_full_beats", {})[worker] = time.monotonic()   # in the workers set now
         return Claim(True)
 
     def heartbeat(self, worker: str, incarnation: str, status: messages.WorkerStatus,
@@ -96,8 +94,19 @@ class Leases:
         """Say this incarnation is alive (renews its name and lease) and publish its status;
         ``ok`` is False when another incarnation took the name over. With ``duties`` (s),
         the answer also says whether this worker should reap and sweep now (one round
-        trip for all three: :meth:`Supervisor.beat`)."""
-        return self.claim(worker, incarnation, status, mode="renew", duties=duties)
+        trip for all three: :meth:`Supervisor.beat`). Its entry in the workers set and
+        its holds' expiry are renewed every :data:`FULL_BEAT` s (beat.lua)."""
+        st, now = self.settings, time.monotonic()
+        beats = self.__dict__.setdefault("_full_beats", {})
+        full = now - beats.get(worker, -FULL_BEAT) >= FULL_BEAT
+        ok, info, *due = self._scripts["beat"](args=[
+            self.keys.ns, worker, incarnation, status.encode(self.config.key), int(st.lease * 1000),
+            int(duties * 1000), st.holds_ttl, int(full)])[:3]
+        if not ok:
+            return Claim(False, info.decode() if isinstance(info, bytes) else str(info))
+        if full:
+            beats[worker] = now
+        return Claim(True, duties=int(due[0]) if due else 0)
 
     def claim_ms_left(self, worker: str) -> int:
         """Milliseconds until the claim on ``worker`` expires (-2: nobody holds it); a live
@@ -172,6 +181,7 @@ class Leases:
 
         The lease is sent without waiting for its reply; :meth:`leased_token` reads the
         reply (the map's liveness token) while the caller verifies the frame."""
+        self._fast.client_id()                     # known before it blocks: unblock_wait()
         got = self._fast.call("BRPOP", self.keys.queue(worker), self.keys.shared_queue, timeout)
         if not got:
             return None
@@ -180,6 +190,11 @@ class Leases:
                           [self.keys.ns, worker, incarnation, int(self.settings.leases), got[1], shared],
                           wait=False)
         return got[1]
+
+    def unblock_wait(self) -> bool:
+        """End a :meth:`wait_for_task` in progress now (from a signal handler or another
+        thread), as if it had timed out. False if it could not (it ends by its timeout)."""
+        return self._fast.unblock()
 
     def stealable(self) -> bool:
         """Whether some worker's own queue may hold tasks to steal (an idle worker with

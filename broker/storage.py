@@ -20,13 +20,14 @@ import time
 
 import redis
 
-from . import blobs, protocol, scripts
+from . import blobs, protocol
 
 from .records import PROBLEM, MalformedLog, checked
 from .config import BrokerConfig, Settings, redact
 from .config import settings as default_settings
 from .errors import PARSER, ConnectionProblem
 from .fastlane import FastLane
+from .functions import Library, missing
 from .inflight import InFlight
 from .keepers import Keepers
 from .keys import MAP_DATA, MAP_NONCE, MAP_REFUSED, Keys
@@ -68,7 +69,7 @@ class Storage(Leases, Pool, Keepers, InFlight):
         self.settings = settings or default_settings()
         self.keys = Keys(config.namespace)
         self.r = client if client is not None else connect(config, **redis_kwargs)
-        self._scripts = scripts.load(self.r)
+        self._scripts = Library(self.r)         # the Lua scripts (broker/functions.py)
         self._fast = FastLane(self.r)
         self.malformed = MalformedLog()        # what its readers skipped (broker/records.py)
         self._finished_maps: list[str] = []    # deleted with the next enqueue (or flush)
@@ -174,7 +175,9 @@ class Storage(Leases, Pool, Keepers, InFlight):
                     self._fast.drain()
                     return []
                 got = self._fast.call_behind("BLPOP", self.keys.results(map_id), wait_first)
-            except redis.exceptions.NoScriptError:
+            except redis.ResponseError as err:
+                if not missing(err):
+                    raise
                 self._fast.reset()
                 self._fast.call(*set_token)
                 for args in numbered:
@@ -229,10 +232,13 @@ class Storage(Leases, Pool, Keepers, InFlight):
 
     def sign_map_end(self, map_id: str, nonce: str) -> None:
         """Put a map's signed end in its liveness token's place (kept as long as its last
-        token could be valid): workers refuse its frames from now on (worker/tokens.py)."""
+        token could be valid): workers refuse its frames from now on (worker/tokens.py).
+        Written at once on the hot lane, its reply read with the next command's: the map's
+        return does not wait a round trip for it (the broker runs it in order all the same)."""
         ttl = int(self.settings.token_ttl * 1000)
-        self.r.set(self.keys.live(map_id), protocol.pack_map_token(
-            self.config.key, map_id, nonce, self.broker_ms() + ttl, ended=True), px=ttl)
+        with self._fast.lock:
+            self._fast.send("SET", self.keys.live(map_id), protocol.pack_map_token(
+                self.config.key, map_id, nonce, self.broker_ms() + ttl, ended=True), "PX", ttl, quiet=True)
 
     def broker_ms(self) -> int:
         """The broker's clock (ms), estimated from ours and the offset last seen by TIME, so

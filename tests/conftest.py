@@ -177,7 +177,8 @@ class Workers:
     def stop_all(self, grace: float = 10.0) -> None:
         """SIGTERM every worker (by pid), wait up to ``grace`` s, SIGKILL what is left.
 
-        An idle worker notices SIGTERM when its blocking pop returns (``IDLE_WAIT``, 1 s):
+        An idle worker ends its blocking pop on SIGTERM (it unblocks its own connection);
+        one that could not (a frozen one, an unblock lost) notices at the pop's timeout:
         meanwhile its blocked connections are unblocked here (``CLIENT UNBLOCK ... TIMEOUT``,
         as if the pop had timed out), so that it stops in a tenth of that. Only the workers'
         own connections are unblocked (found by pid), never the test's."""

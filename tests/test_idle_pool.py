@@ -8,6 +8,7 @@ worker with nothing to steal waits on its queues without taking at all, and its 
 is one script run (reaping and the sweep of dead clients' maps ride on it)."""
 from __future__ import annotations
 
+import signal
 import uuid
 
 from rhtc.broker.messages import WorkerStatus
@@ -50,10 +51,11 @@ def test_the_routed_set_forgets_empty_and_unregistered_queues(storage):
 
 
 def _script_calls(storage, seconds: float) -> dict[str, int]:
-    """EVALSHA calls by script name over ``seconds`` (read from the slow log, which logs
-    every command while its threshold is 0)."""
+    """Script runs (FCALL, or EVALSHA where the broker has no functions) by script name
+    over ``seconds`` (read from the slow log, which logs every command while its
+    threshold is 0)."""
     import time
-    by_sha = {s.sha: name for name, s in storage._scripts.items()}
+    by_id = {ident: name for name, c in storage._scripts.items() for ident in (c.sha, c.function)}
     storage.r.config_set("slowlog-log-slower-than", 0)
     storage.r.config_set("slowlog-max-len", 100_000)
     storage.r.slowlog_reset()
@@ -63,9 +65,9 @@ def _script_calls(storage, seconds: float) -> dict[str, int]:
     counts: dict[str, int] = {}
     for e in entries:
         cmd = e["command"].split()
-        if cmd and cmd[0].upper() in (b"EVALSHA", "EVALSHA"):
-            sha = cmd[1].decode() if isinstance(cmd[1], bytes) else cmd[1]
-            counts[by_sha.get(sha, sha)] = counts.get(by_sha.get(sha, sha), 0) + 1
+        if cmd and (cmd[0].decode() if isinstance(cmd[0], bytes) else cmd[0]).upper() in ("EVALSHA", "FCALL"):
+            ident = cmd[1].decode() if isinstance(cmd[1], bytes) else cmd[1]
+            counts[by_id.get(ident, ident)] = counts.get(by_id.get(ident, ident), 0) + 1
     return counts
 
 
@@ -78,7 +80,8 @@ def test_an_idle_worker_with_nothing_to_steal_only_waits(storage, workers):
     time.sleep(2.5)                                    # past its first takes
     calls = _script_calls(storage, 4.0)
     assert calls.get("take", 0) <= 1, f"an idle worker ran the take script {calls.get('take')} times in 4 s: {calls}"
-    assert 2 <= calls.get("claim", 0) <= 6, f"the heartbeat did not run once a second: {calls}"
+    assert 2 <= calls.get("beat", 0) <= 6, f"the heartbeat did not run once a second: {calls}"
+    assert not calls.get("claim"), f"an idle worker claimed its name again: {calls}"
 
 
 def test_an_idle_worker_still_steals_when_a_routed_queue_backs_up(storage, workers):
@@ -96,7 +99,7 @@ def test_an_idle_worker_still_steals_when_a_routed_queue_backs_up(storage, worke
     storage.r.hset(storage.keys.lease(victim), "busy-with", "a long task")    # its owner is busy
     deadline = time.monotonic() + 8
     while storage.r.llen(storage.keys.queue(victim)) == len(frames) and time.monotonic() < deadline:
-        storage.claim(victim, inc, status, mode="renew")
+        storage.heartbeat(victim, inc, status)
         time.sleep(0.2)
     assert storage.r.llen(storage.keys.queue(victim)) < len(frames), (
         f"idle worker {thief} never stole from {victim}'s backed-up queue")
@@ -148,3 +151,40 @@ def test_a_maps_window_grows_while_idle_workers_wait(storage):
         assert storage.r.llen(backlog) == 40 - window - 3
     finally:
         h.cancel()
+
+
+def test_a_heartbeat_after_the_name_expired_puts_the_worker_back_in_the_pool(storage):
+    """The light heartbeat (beat.lua) renews the workers set and the holds' expiry only on
+    a full beat (every FULL_BEAT s) or when the name had expired: a worker that stalled past
+    its lease, was reaped from the set, and beats again is back in the set at once."""
+    [(name, inc)] = _register(storage, 1)
+    status = WorkerStatus(name=name, host="h", pid=1, incarnation=inc, key_fingerprint="f")
+    storage.r.sadd(storage.keys.holds(name), "chunk-a")
+    assert storage.heartbeat(name, inc, status).ok
+    storage.r.srem(storage.keys.workers, name)                 # the reaper saw it dead...
+    storage.r.delete(storage.keys.incarnation(name))           # ...its name had expired
+    assert storage.heartbeat(name, inc, status).ok
+    assert storage.r.sismember(storage.keys.workers, name)
+    assert storage.r.ttl(storage.keys.holds(name)) > 0
+    other = "someone-else-" + inc
+    storage.r.set(storage.keys.incarnation(name), other)        # another incarnation took it over
+    got = storage.heartbeat(name, inc, status)
+    assert not got.ok and got.holder == other
+
+
+def test_a_stop_ends_an_idle_workers_wait_at_once(workers):
+    """An idle worker blocks in its pop for IDLE_WAIT (5 s: one pop per worker every 5 s,
+    not every second, at a thousand idle workers); SIGTERM ends the wait at once (the task
+    process unblocks its own connection; a drain's SIGUSR1 does the same), not at the
+    pop's timeout."""
+    import subprocess
+    import time
+    from rhtc.worker.main import IDLE_WAIT
+    [name] = workers.start(1)
+    time.sleep(1.0)                                    # idle, in its blocking pop
+    workers.signal(name, signal.SIGTERM)
+    try:
+        workers.procs[name].wait(IDLE_WAIT / 2)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"the idle worker {name} waited for its pop's timeout ({IDLE_WAIT} s) "
+                             "before stopping") from None

@@ -40,7 +40,7 @@ from .tokens import MapTokens
 log = logging.getLogger("rhtc.worker")
 
 BATCH_SECONDS = 0.005      # take as many tasks as fit in this much time (fast tasks only)
-IDLE_WAIT = 1.0            # an idle worker's blocking pop (s): how soon it sees a stop or a drain
+IDLE_WAIT = 5.0            # an idle worker's blocking pop (s); a stop or a drain ends it at once (wake)
 QUIET_RETAKE = 10.0        # with nothing to steal, an idle worker still takes (checks its name) this often (s)
 
 
@@ -74,6 +74,7 @@ class TaskProcess:
         self.host = socket.gethostname()
         self.pid = os.getpid()
         self.stopping = False
+        self._waiting = False                       # in the idle blocking pop (wake() ends it)
         self._in_user_code = False
         self.outbox = Outbox(self.storage, name, incarnation, self.key)   # results not handed in yet
         self.partials = Partials(self.key, MAX_HELD - max_batch, self.settings.max_result_bytes,
@@ -115,7 +116,11 @@ class TaskProcess:
                         self.outbox.flush()
                         self._hold([])
                     with self.preload.idle():
-                        frame = self.storage.wait_for_task(self.name, self.incarnation, IDLE_WAIT)
+                        self._waiting = not self.stopping     # (wake() ends the wait)
+                        try:
+                            frame = self._waiting and self.storage.wait_for_task(self.name, self.incarnation, IDLE_WAIT)
+                        finally:
+                            self._waiting = False
                     batch = [(frame, None)] if frame else []
                     if frame or self.storage.stealable():   # (a take per idle second costs the broker a
                         self._quiet_until = 0.0             # script run per worker-second: 25 % of a core
@@ -142,11 +147,19 @@ class TaskProcess:
         self.stopping = True
         if self._in_user_code:
             raise HandBack()
+        self.wake()
 
     def _on_drain(self, signum, frame) -> None:
         """SIGUSR1 from the supervisor (the worker leaves on its own terms): finish the task
         in hand, take no more; what the batch still holds goes back when the worker retires."""
         self.stopping = True
+        self.wake()
+
+    def wake(self) -> None:
+        """Told to stop (:attr:`stopping` set): end an idle wait now rather than at its
+        timeout (``IDLE_WAIT``). From a signal handler, or the thread that stops a light worker."""
+        if self._waiting:
+            self.storage.unblock_wait()
 
     def _shutdown(self) -> None:
         self.outbox.frames += self.partials.flush()

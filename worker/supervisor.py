@@ -292,7 +292,7 @@ class Supervisor:
         beat = self.storage.heartbeat(self.name, self.incarnation, self.status(), duties=DUTIES_EVERY)
         if not beat.ok:
             return False
-        if beat.reap_due:             # at most once a second across the pool (claim.lua)
+        if beat.reap_due:             # at most once a second across the pool (beat.lua)
             self.storage.reap(every=0)
         if beat.sweep_due:
             self.storage.drop_maps_of_dead_clients(every=0)

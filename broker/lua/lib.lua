@@ -93,7 +93,14 @@ end
 
 -- The map's signed liveness token (the worker verifies it), or false when the map is
 -- gone or its client died (the map is then dropped). One look per map per script call.
-local tokens = {}
+-- What one call knows: a function library (broker/functions.py) keeps its top level
+-- between calls, so every script starts with begin(its namespace) and nothing is memoised
+-- across calls (a token read once must not be served to a later call).
+local tokens                              -- map id -> its token (or false), read once a call
+local function begin(ns)
+  NS = ns
+  tokens = {}
+end
 local function map_token(mid)
   local known = tokens[mid]
   if known ~= nil then return known end

@@ -5,7 +5,8 @@ Per worker (labels ``worker``, ``host``; one series per worker process, never su
 across the workers of a process): tasks started, finished and failed, bytes read from
 the branch cache and from files (counters of the worker's current incarnation), CPU,
 RSS and cache size. For the namespace: workers by state, queue depths, the cache hit
-ratio of the live workers, maps in flight, and each map's tasks by state.
+ratio of the live workers, maps in flight, each map's tasks by state, and each ended map's
+efficiency by the wall clock and per worker (defined in :mod:`client.reports.efficiency`).
 
     >>> from rhtc.client.api import storage_for
     >>> from rhtc.client.ops.dashstate import DashState
@@ -89,6 +90,17 @@ class BrokerCollector:
             for state, value in (("done", m["done"]), ("failed", m["failed"]), ("waiting", left)):
                 tasks.add_metric([m["map_id"], m["label"], state], value)
         yield tasks
+        wall = GaugeMetricFamily("rhtc_map_wall_clock_efficiency", "Each ended map's busy task time over its "
+                                 "workers x its wall time (submission to last result), 0..1.", labels=["map", "label"])
+        worker = GaugeMetricFamily("rhtc_map_per_worker_efficiency", "Each ended map's busy task time over its "
+                                   "workers' spans (each from its first task to its last), 0..1.",
+                                   labels=["map", "label"])
+        for m in maps:
+            if m["efficiency_wall"] is not None:
+                wall.add_metric([m["map_id"], m["label"]], m["efficiency_wall"])
+                worker.add_metric([m["map_id"], m["label"]], m["efficiency"])
+        yield wall
+        yield worker
 
 
 def render(state) -> bytes:

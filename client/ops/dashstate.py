@@ -1,6 +1,9 @@
 """What the dashboard shows, read from the broker: workers (with their problems, and those
 that went away), maps in flight and just ended, the recent tasks, throughput over time and
-the broker's recent problems. Everything it reads is JSON (heartbeats, the maps registry,
+the broker's recent problems, and each ended map's efficiency by the wall clock and per
+worker (:class:`~client.reports.efficiency.MapTally` over the tasks of the feed; while a map
+runs its finished tasks are not all in the feed yet, results merged on the workers come in
+late, so a running map shows none). Everything it reads is JSON (heartbeats, the maps registry,
 the maps' feed, the problem log); nothing is unpickled, nothing is written.
 
 One :class:`DashState` serves every open page: it reads the broker at most once per
@@ -19,6 +22,7 @@ import time
 from ...broker import feed
 from ...broker.protocol import key_fingerprint
 from ...broker.storage import Storage
+from ..reports.efficiency import MapTally
 from rhtc.versions import stack_versions
 from .status import MALFORMED_NOTE, misfits
 
@@ -52,6 +56,7 @@ class DashState:
         self._gone: dict[str, dict] = {}
         self._maps_seen: dict[str, float] = {}       # map id -> when it was last seen
         self.progress: dict[str, dict] = {}          # map id -> its latest progress (with its errors)
+        self.tallies: dict[str, MapTally] = {}       # map id -> its finished tasks' times, per worker
         self._last_counts: dict[str, tuple] = {}     # worker incarnation -> (t, cache, file, tasks)
         self.samples: collections.deque = collections.deque(maxlen=MAX_SAMPLES)
 
@@ -86,6 +91,7 @@ class DashState:
             if now - t > ENDED_MAP_SECONDS:
                 del self._maps_seen[m]
                 self.progress.pop(m, None)
+                self.tallies.pop(m, None)
         progress = self.progress
         maps = self._maps(registry, progress, now)
         self._sample(statuses, now)
@@ -111,6 +117,7 @@ class DashState:
             if not isinstance(rec, list) or len(rec) != len(feed.TASK_FIELDS):
                 continue
             i, w, start, stop, c, f, ev, err = rec
+            self.tallies.setdefault(map_id, MapTally()).add(str(w), start, stop)
             self._seq += 1
             self.tasks.append({"q": self._seq, "m": map_id, "i": i, "w": w, "s": start, "e": stop, "c": c, "f": f,
                                "ev": ev, "err": err})
@@ -168,9 +175,12 @@ class DashState:
             left = n - done - failed
             state = "done" if n and left <= 0 else ("cancelled" if p.get("cancelled") else
                                                     ("running" if map_id in listed else "ended"))
+            tally = self.tallies.get(map_id)
+            eff = tally.figures(started, ended) if ended and tally else {}
             out.append({"map_id": map_id, "label": p.get("label") or r.get("label", "?"), "n": n, "done": done,
                         "failed": failed, "started": started, "ended": ended, "state": state,
                         "progress": (done + failed) / n if n else 0.0, "tasks_per_s": rate,
+                        "efficiency_wall": eff.get("efficiency_wall"), "efficiency": eff.get("efficiency"),
                         "events": p.get("events", 0), "events_per_s": p.get("events", 0) / span,
                         "bytes_cache": p.get("bytes_cache", 0), "bytes_file": p.get("bytes_file", 0),
                         "eta_s": (left / rate) if rate > 0 and left > 0 and state == "running" else None,

@@ -81,8 +81,9 @@ class RunRecord:
 
         >>> rec = RunRecord(map_id="m1", function="count", start=0.0, end=4.0, n_tasks=1)
         >>> rec.add_task({"index": 0, "worker": "w", "start": 0.0, "stop": 2.0})
-        >>> rec.summary()["efficiency"], rec.summary()["efficiency_to_end"]
-        (1.0, 0.5)
+        >>> s = rec.summary()
+        >>> s["efficiency_wall"], s["efficiency"], s["efficiency_to_end"]
+        (0.5, 1.0, 0.5)
     """
 
     map_id: str = ""

@@ -13,6 +13,7 @@
   const rate = (b) => (b >= 1e6 ? (b / 1e6).toFixed(1) + " MB/s" : (b / 1e3).toFixed(1) + " kB/s");
   const mb = (x) => (x ? (x / 1e6).toFixed(0) : "0");
   const fix = (x, d) => (x === null || x === undefined ? "" : Number(x).toFixed(d));
+  const pct = (x) => (x === null || x === undefined ? "" : (100 * x).toFixed(1) + " %");
   const dur = (s) => (s === null || s === undefined ? "" : s < 90 ? s.toFixed(0) + " s" :
                       s < 5400 ? (s / 60).toFixed(1) + " min" : (s / 3600).toFixed(1) + " h");
 
@@ -78,9 +79,10 @@
         '" data-failed="' + failed.toFixed(1) + '"><div></div><div class="failed"></div></div></td><td class="num">' + m.done + " / " + m.n + " (" + (100 * m.progress).toFixed(0) +
         ' %)</td><td class="num">' + m.failed + '</td><td class="num">' + fix(m.tasks_per_s, 1) +
         '</td><td class="num">' + (m.events ? fix(m.events_per_s, 0) : "") + '</td><td class="num">' +
-        dur(m.eta_s) + "</td><td>" + esc(m.state) + "</td></tr>";
+        dur(m.eta_s) + '</td><td class="num eff-wall">' + pct(m.efficiency_wall) + '</td><td class="num eff-worker">' +
+        pct(m.efficiency) + "</td><td>" + esc(m.state) + "</td></tr>";
     });
-    $("maps").tBodies[0].innerHTML = rows.join("") || '<tr><td colspan="9">no maps in flight</td></tr>';
+    $("maps").tBodies[0].innerHTML = rows.join("") || '<tr><td colspan="11">no maps in flight</td></tr>';
     for (const bar of $("maps").querySelectorAll(".bar")) {     // styles set here: the page's CSP forbids inline ones
       const [ok, bad] = bar.children;
       ok.style.width = bar.dataset.done + "%";
