@@ -26,11 +26,10 @@ The payload of a partial::
 from __future__ import annotations
 
 import dataclasses
-import json
 import struct
 from typing import Any, Callable, Sequence
 
-from .messages import ResultMeta
+from .resultmeta import ResultMeta, pack_meta, unpack_meta
 
 _U32 = struct.Struct(">I")
 
@@ -81,17 +80,24 @@ class MergePlan:
 
 
 def encode_partial(indices: Sequence[int], metas: Sequence[ResultMeta], packed_value: bytes) -> bytes:
-    """The payload of a partial covering ``indices`` (one meta each)."""
-    raw = json.dumps([m.to_dict() for m in metas]).encode()
+    """The payload of a partial covering ``indices`` (one meta each, packed as a single
+    result's: :mod:`broker.resultmeta`)."""
+    raw = [pack_meta(m) for m in metas]
     return b"".join([_U32.pack(len(indices)), struct.pack(f">{len(indices)}I", *indices),
-                     _U32.pack(len(raw)), raw, packed_value])
+                     _U32.pack(len(raw)), struct.pack(f">{len(raw)}I", *map(len, raw)), *raw, packed_value])
 
 
 def decode_partial(payload: bytes | memoryview) -> tuple[list[int], list[ResultMeta], bytes | memoryview]:
     """(indices, metas, packed value) of a verified partial's payload."""
-    n = _U32.unpack_from(payload)[0]
-    indices = list(struct.unpack_from(f">{n}I", payload, 4))
+    view = memoryview(payload)
+    n = _U32.unpack_from(view)[0]
+    indices = list(struct.unpack_from(f">{n}I", view, 4))
     at = 4 + 4 * n
-    m = _U32.unpack_from(payload, at)[0]
-    metas = [ResultMeta.decode(d) for d in json.loads(bytes(payload[at + 4:at + 4 + m]))]
-    return indices, metas, payload[at + 4 + m:]
+    m = _U32.unpack_from(view, at)[0]
+    sizes = struct.unpack_from(f">{m}I", view, at + 4)
+    at += 4 + 4 * m
+    metas = []
+    for size in sizes:
+        metas.append(unpack_meta(view[at:at + size]))
+        at += size
+    return indices, metas, payload[at:]

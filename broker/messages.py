@@ -1,7 +1,8 @@
 """The typed messages between processes: what a worker says about a result
-(:class:`ResultMeta`), why it could not run a task (:class:`Fault`), and what it publishes
-with every heartbeat (:class:`WorkerStatus`). One encode and one decode each; the frames
-that carry them are :mod:`rhtc.broker.protocol`'s.
+(:class:`ResultMeta`, with its wire form in :mod:`broker.resultmeta`), why it could not
+run a task (:class:`Fault`), and what it publishes with every heartbeat
+(:class:`WorkerStatus`). One encode and one decode each; the frames that carry them are
+:mod:`rhtc.broker.protocol`'s.
 
     >>> meta = ResultMeta(worker="w1", host="n1", pid=7, start=1.0, stop=2.5)
     >>> ResultMeta.decode(meta.encode()).worker
@@ -13,11 +14,12 @@ import dataclasses
 import enum
 import hmac
 import json
-import struct
 
 from . import records
 from .history import lost_run_line, parse_lost_run  # noqa: F401  (imported from here too)
 from .protocol import TaskRef, key_fingerprint
+from .resultmeta import (BYTES_SOURCES, RUN_COUNTERS, ResultMeta, decode_result,  # noqa: F401
+                         encode_result)       # (imported from here too)
 
 # -- a cancel request (`rhtc cancel MAP`) -------------------------------------------------
 #: what starts the message that asks a map's client to cancel it (pushed among its results;
@@ -113,67 +115,6 @@ class Requeued(str, enum.Enum):
     GONE = "gone"
 
 
-# -- results ----------------------------------------------------------------------------
-def _counter(what: str):
-    """A count a worker reports about one run of a task: the client's ledger, the run
-    record and the timeline each get a column of it (:data:`RUN_COUNTERS`)."""
-    return dataclasses.field(default=0, metadata={"counter": what})
-
-
-@dataclasses.dataclass
-class ResultMeta:
-    """What a worker says about one run of a task (travels beside the pickled value, so it
-    can be read even when the value cannot be unpickled)."""
-
-    worker: str
-    host: str
-    pid: int
-    start: float
-    stop: float
-    incarnation: str = ""
-    bytes_cache: int = _counter("bytes served from the worker's memory (its branch cache)")
-    bytes_disk: int = _counter("bytes served from the node's disk tier")
-    bytes_file: int = _counter("bytes read from the input files")
-    events: int | None = None
-    files_opened: int = _counter("files the task had to open (not already open on the worker)")
-    extra: dict = dataclasses.field(default_factory=dict)
-
-    @property
-    def bytes_read(self) -> int:
-        return sum(getattr(self, name) for name in BYTES_SOURCES)
-
-    def to_dict(self) -> dict:
-        d = {name: getattr(self, name) for name in _META_FIELDS}
-        d.update(self.extra)
-        d["bytes_read"] = self.bytes_read
-        return d
-
-    def encode(self) -> bytes:
-        return json.dumps(self.to_dict()).encode()
-
-    @classmethod
-    def decode(cls, raw: bytes | dict) -> "ResultMeta":
-        if isinstance(raw, (bytes, str)):    # (str first: json's encoding sniffing costs more)
-            d = json.loads(raw.decode() if isinstance(raw, bytes) else raw)
-            d = d if type(d) is dict else dict(d)
-        else:
-            d = dict(raw)
-        d.pop("bytes_read", None)
-        if _META_REQUIRED <= d.keys() <= _META_SET:
-            return cls(**d)                  # the common case, once per result: keep it fast
-        known = {k: d.pop(k) for k in list(d) if k in _META_SET}
-        return cls(**{"worker": "?", "host": "?", "pid": 0, "start": 0.0, "stop": 0.0, **known}, extra=d)
-
-
-_META_FIELDS = tuple(f.name for f in dataclasses.fields(ResultMeta) if f.name != "extra")
-_META_SET = frozenset(_META_FIELDS)
-_META_REQUIRED = frozenset({"worker", "host", "pid", "start", "stop"})
-#: the counts of a run (``bytes_cache``, ``bytes_disk``, ``bytes_file``, ``files_opened``):
-#: a field added to ResultMeta with :func:`_counter` is counted everywhere from here
-RUN_COUNTERS = tuple(f.name for f in dataclasses.fields(ResultMeta) if "counter" in f.metadata)
-#: ... of which the bytes, by where they came from (their sum is ``bytes_read``)
-BYTES_SOURCES = tuple(name for name in RUN_COUNTERS if name.startswith("bytes_"))
-
 #: What a map samples of each live worker every upkeep tick for its run record (the
 #: heartbeat's counters and the process and node figures of worker/metrics.py): name ->
 #: type. The run record's MetricSample and the client's sampling derive theirs from here.
@@ -184,20 +125,6 @@ WORKER_METRICS: dict[str, type] = {
     "node_cpu": float, "node_mem": float,                   # the node
 }
 
-
-_META_LEN = struct.Struct(">I")
-
-
-def encode_result(packed_value: bytes, meta: ResultMeta) -> bytes:
-    """The payload of an OK or USER_ERROR result: meta first, then the packed value."""
-    raw = meta.encode()
-    return _META_LEN.pack(len(raw)) + raw + packed_value
-
-
-def decode_result(payload: bytes | memoryview) -> tuple[ResultMeta, bytes | memoryview]:
-    """(meta, packed value) of a verified result payload; unpickle the value with :func:`loads`."""
-    n = _META_LEN.unpack_from(payload)[0]
-    return ResultMeta.decode(bytes(payload[4:4 + n])), payload[4 + n:]
 
 
 # -- faults -----------------------------------------------------------------------------

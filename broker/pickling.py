@@ -5,7 +5,7 @@ LZ4 unless it cannot shrink them.
 result's value, a map's function); it calls :func:`dumps` and :func:`loads` once per task
 and per result, and re-exports them, so ``protocol.dumps`` stays the name callers use.
 A packed body is ``lz4.block`` output (its first four bytes: the uncompressed size, never
-0 for a pickle) or :data:`RAW` + the pickle, for a big pickle that LZ4 cannot shrink.
+0 for a pickle) or :data:`RAW` + the pickle, for a big pickle that LZ4 cannot shrink and for a tiny one.
 
     >>> loads(dumps({"x": 1}))
     {'x': 1}
@@ -28,6 +28,7 @@ _PLAIN = frozenset({int, float, str, bytes, bool, type(None)})
 RAW = b"\0\0\0\0"
 WIRE_SAMPLE = 1 << 14      # bytes LZ4 tries at the start, middle and end of a big pickle ...
 WIRE_SHRINK = 0.875        # ... which goes compressed unless none of them shrinks below this
+SMALL = 64                 # a pickle this short goes as is too: LZ4 would only add its header
 
 
 def dumps(obj) -> bytes:
@@ -47,7 +48,7 @@ def dumps(obj) -> bytes:
         with io.BytesIO() as out:
             _Pickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
             raw = out.getvalue()
-    if len(raw) > 8 * WIRE_SAMPLE and not _shrinks(memoryview(raw)):
+    if len(raw) < SMALL or (len(raw) > 8 * WIRE_SAMPLE and not _shrinks(memoryview(raw))):
         return RAW + raw
     return lz4.block.compress(raw)
 

@@ -78,6 +78,10 @@ class MapStateMachine(RuleBasedStateMachine):
     def result(self, i, worker):
         self.apply(ev.Result(i, f"v{i}", meta(worker, self.now), self.now))
 
+    @rule(indices=st.lists(tasks, min_size=1, max_size=4), worker=st.sampled_from(["w1", "w2"]))
+    def results(self, indices, worker):      # one fetch's OK results (duplicates within it too)
+        self.apply(ev.Results([(i, f"v{i}", meta(worker, self.now)) for i in indices], self.now))
+
     @rule(i=tasks, retryable=st.booleans())
     def raised(self, i, retryable):
         self.apply(ev.Raised(i, TaskError("OSError" if retryable else "ValueError", "boom"), meta(), self.now))

@@ -36,6 +36,20 @@ class Result:
 
 
 @_event
+class Results:
+    """Several tasks returned, in arrival order: (index, value, meta) each. One event for a
+    fetch of results (a million-task map's client handles one per ~1,000 results, not one
+    per result); the same moves as that many :class:`Result` events."""
+
+    results: list
+    now: float
+
+    @property
+    def indices(self) -> tuple:
+        return tuple(r[0] for r in self.results)
+
+
+@_event
 class Raised:
     """Task ``index``'s function raised (``info``: its type, message, traceback)."""
 

@@ -4,7 +4,11 @@ map's progress, its new errors and the tasks that finished since. The client has
 result's metadata already; nothing here is read back by the map.
 
 Publishing is best-effort: a broker that refuses it costs the dashboard a second, never
-the map its results. A map's last note is sent a moment after it ends (with the other
+the map its results. The finished tasks' rows (the page's task stream) go only while a
+dashboard serves the namespace (it announces itself: ``broker.feed.announce_dashboard``;
+looked at every :data:`WATCH_EVERY` s, and assumed before the first look): nobody
+watching, a million-task map does not JSON-encode a million rows for nobody (a tenth of
+its client's CPU). Its progress, errors and sums always go. A map's last note is sent a moment after it ends (with the other
 maps ending then), and at the latest when the process exits: a script whose map ends
 within a second and exits still shows its map on the page, for as long as the feed keeps
 it (``feed_ttl``).
@@ -25,6 +29,8 @@ log = logging.getLogger("rhtc.client")
 #: errors (with their tracebacks) a map's progress note carries, at most; and their length
 MAX_ERRORS = 10
 MAX_TRACEBACK = 6000
+#: how often (s) a map looks whether a dashboard serves its namespace
+WATCH_EVERY = 5.0
 
 
 class MapFeed:
@@ -38,6 +44,8 @@ class MapFeed:
         self.events = 0
         self.bytes_cache = 0
         self.bytes_file = 0
+        self._watched: bool | None = None    # a dashboard serves the namespace (None: not looked yet)
+        self._looked = 0.0
 
     def note_error(self, index: int, error) -> None:
         """Keep the first few errors of the map, with their tracebacks, for the page."""
@@ -59,7 +67,7 @@ class MapFeed:
         map's last note, sent as it ends) none on the map's path, a background thread
         sends it a moment after."""
         run = self.run
-        records, events, cache, files = run.ledger.feed_rows(self._sent)
+        records, events, cache, files = run.ledger.feed_rows(self._sent, rows=self._watching(later))
         self._sent = len(run.ledger)
         self.events += events
         self.bytes_cache += cache
@@ -73,6 +81,19 @@ class MapFeed:
             _start_publisher()
         else:
             _publish(run.storage, f"map {run.map_id}", [(progress, records)])
+
+
+    def _watching(self, later: bool) -> bool:
+        """Whether a dashboard serves the namespace (looked at every WATCH_EVERY s, never
+        on the map's path: ``later``; unknown counts as yes)."""
+        now = time.monotonic()
+        if not later and now - self._looked >= WATCH_EVERY:
+            self._looked = now
+            try:
+                self._watched = bool(self.run.storage.r.exists(self.run.storage.keys.dashboard))
+            except Exception:                # the broker away or refusing: as before
+                pass
+        return self._watched is not False
 
 
 def _publish(storage, what: str, notes: list) -> None:

@@ -48,6 +48,7 @@ class Ledger:
         self._stop = array("d")
         self._received = array("d")
         self._counts = {name: array("q") for name in RUN_COUNTERS}    # bytes_cache, bytes_file...
+        self._count_items = tuple(self._counts.items())
         self._events = array("q")
         self._retries = array("h")
         self._backup = bytearray()
@@ -72,13 +73,16 @@ class Ledger:
         table guarantees it)."""
         self._index.append(index)
         if meta is not None:
-            self._worker.append(self._name(meta.worker))
-            self._host.append(self._name(meta.host))
+            ids = self._name_ids               # (inlined _name: once per result)
+            w, h = ids.get(meta.worker), ids.get(meta.host)
+            self._worker.append(self._name(meta.worker) if w is None else w)
+            self._host.append(self._name(meta.host) if h is None else h)
             self._pid.append(meta.pid or 0)
             self._start.append(meta.start)
             self._stop.append(meta.stop)
-            for name, col in self._counts.items():
-                col.append(getattr(meta, name) or 0)
+            d = meta.__dict__
+            for name, col in self._count_items:
+                col.append(d[name] or 0)
             self._events.append(_NONE if meta.events is None else meta.events)
         else:
             for col, v in ((self._worker, _NONE), (self._host, _NONE), (self._pid, 0), (self._start, _NAN),
@@ -143,20 +147,24 @@ class Ledger:
         got = got[~np.isnan(got)]
         return float(got.max()) if got.size else None
 
-    def feed_rows(self, start: int = 0) -> tuple[list[list], int, int, int]:
+    def feed_rows(self, start: int = 0, rows: bool = True) -> tuple[list[list], int, int, int]:
         """The rows from the ``start``-th on as the dashboard's task records (in the order
-        of :data:`broker.feed.TASK_FIELDS`; rows without times are left out), and the sums
-        of their events, cache bytes and file bytes: :meth:`metas` without a dict per row."""
+        of :data:`broker.feed.TASK_FIELDS`; rows without times are left out; none without
+        ``rows``), and the sums of their events, cache bytes and file bytes: :meth:`metas`
+        without a dict per row."""
         names, errors, end = self._names, self._errors, len(self._index)
         cache, files = self._counts["bytes_cache"][start:end], self._counts["bytes_file"][start:end]
         events = self._events[start:end]
+        sums = sum(ev for ev in events if ev != _NONE), sum(cache), sum(files)
+        if not rows:
+            return [], *sums
         rows = []
         for index, w, t0, t1, c, f, ev in zip(self._index[start:end], self._worker[start:end],
                                                self._start[start:end], self._stop[start:end], cache, files, events):
             if t0 == t0 and t1 == t1:
                 rows.append([index, names[w] if w != _NONE else None, round(t0, 3), round(t1, 3), c, f,
                              None if ev == _NONE else ev, int(bool(errors.get(index)))])
-        return rows, sum(ev for ev in events if ev != _NONE), sum(cache), sum(files)
+        return rows, *sums
 
     def metas(self, start: int = 0):
         """Each outcome as the dict a worker's metadata reads as (plus ``index``, ``error``,

@@ -26,7 +26,7 @@ from ...broker.storage import Storage
 from ..errors import BrokerFull, BrokerLost, describe, undecodable_error
 from . import beacon
 from .events import (Cancel, CancelMap, Enqueue, Faulted, Finish, NoteError, Observed, Partial, Raised,
-                     Report, Result, TakeBack, Tick, Undecodable, Unverifiable)
+                     Report, Result, Results, TakeBack, Tick, Undecodable, Unverifiable)
 from .feed import MapFeed
 from .interrupts import held_interrupt
 from .invariants import validate
@@ -41,7 +41,7 @@ from .upkeep import Upkeep
 log = logging.getLogger("rhtc.client")
 
 SUBMIT_BATCH = 65536     # tasks packed and queued per round trip (bounds the client's memory)
-_MERGED, _SYSTEM_ERROR, _USER_ERROR = protocol.MERGED, protocol.SYSTEM_ERROR, protocol.USER_ERROR
+_OK, _MERGED, _SYSTEM_ERROR = protocol.OK, protocol.MERGED, protocol.SYSTEM_ERROR
 
 
 class MapRun:
@@ -226,33 +226,63 @@ class MapRun:
                                      f"{err}") from err
                 time.sleep(0.5)
                 continue
-            for frame in frames:
-                self._accept(frame)
+            self._accept_all(frames)
             out += state.take()
             if out or time.monotonic() >= deadline:
                 break
         return out + state.take() if state.tasks.finished else out
 
-    def _accept(self, frame: bytes) -> None:
-        """One frame from the map's result list, as an event for its state."""
+    def _accept_all(self, frames: list[bytes]) -> None:
+        """Frames from the map's result list, as events for its state: the OK results of
+        a run of frames go as one :class:`Results` event (in order with the others)."""
+        batch: list = []
+        for frame in frames:
+            self._accept(frame, batch)
+        self._flush(batch)
+
+    def _flush(self, batch: list) -> None:
+        if batch:
+            self.apply(Results(batch[:], time.time()))
+            batch.clear()
+
+    def _accept(self, frame: bytes, batch: list | None = None) -> None:
+        """One frame from the map's result list, as an event for its state (an OK result
+        appended to ``batch`` instead, when given)."""
         by = messages.cancelled_by(frame)
         if by is not None:                # `rhtc cancel` from another shell
             log.warning("map %s (%s) cancelled by %s", self.map_id, self.label, by)
+            self._flush(batch or [])
             self.apply(Cancel(time.time(), by))
             return
         try:
             map_id, index, status, payload = protocol.unpack_result(self.key, frame)
         except protocol.BadFrame as err:
+            self._flush(batch or [])
             self._unverifiable(frame, err)
             return
         if map_id != self.map_id:
             return
+        state = self.state
+        if status == _OK and 0 <= index < self.n and not state.tasks.is_final(index):
+            meta, packed = messages.decode_result(payload)
+            try:
+                value = protocol.loads(packed)
+            except Exception as err:      # pickled with something this client lacks
+                self._flush(batch or [])
+                self.apply(Undecodable(index, undecodable_error(index, meta, err, state.workers.get(meta.worker),
+                                                                self.describe_argument(index)), meta, time.time()))
+                return
+            if batch is None:
+                self.apply(Result(index, value, meta, time.time()))
+            else:
+                batch.append((index, value, meta))
+            return
+        self._flush(batch or [])
         now = time.time()
         if status == _MERGED:             # several tasks: all counted once, or none
             indices, metas, packed = decode_partial(payload)
             self.apply(Partial(indices, metas, lambda: protocol.loads(packed), now))
             return
-        state = self.state
         if not 0 <= index < self.n or state.tasks.is_final(index):
             return                        # a duplicate: not even decoded
         if status == _SYSTEM_ERROR:
@@ -265,10 +295,7 @@ class MapRun:
             self.apply(Undecodable(index, undecodable_error(index, meta, err, state.workers.get(meta.worker),
                                                             self.describe_argument(index)), meta, now))
             return
-        if status == _USER_ERROR:
-            self.apply(Raised(index, TaskError.from_wire(value), meta, now))
-        else:
-            self.apply(Result(index, value, meta, now))
+        self.apply(Raised(index, TaskError.from_wire(value), meta, now))   # USER_ERROR
 
     def _unverifiable(self, frame: bytes, err: Exception) -> None:
         """A frame for our map that we cannot verify: a worker holding another key took the task."""

@@ -37,7 +37,7 @@ from ...broker.messages import ErrorKind, FaultKind
 from ..errors import RemoteError, undecodable_error
 from .decisions import lost_tasks
 from .events import (Audited, Backup, Cancel, CancelMap, Enqueue, Faulted, Finish, GiveUp, MapVanished,
-                     NoteError, Observed, Partial, Raised, Report, Result, TakeBack, Tick, Unclaimed,
+                     NoteError, Observed, Partial, Raised, Report, Result, Results, TakeBack, Tick, Unclaimed,
                      Undecodable, Unverifiable)
 from .ledger import Ledger
 from .retry import RetryPolicy, RetryQueue
@@ -76,7 +76,7 @@ class MapState:
         self.cancelled_by: str | None = None
         self._warned_unverified = False
         self._recent: collections.deque = collections.deque(maxlen=STORY_EVENTS)
-        self._handlers = {Result: self._result, Raised: self._raised, Undecodable: self._undecodable,
+        self._handlers = {Result: self._result, Results: self._results, Raised: self._raised, Undecodable: self._undecodable,
                           Faulted: self._faulted, Partial: self._partial, Unverifiable: self._unverifiable,
                           Observed: self._observed, Audited: self._audited, Backup: self._backup,
                           GiveUp: self._give_up, MapVanished: self._vanished, Unclaimed: self._unclaimed,
@@ -172,16 +172,30 @@ class MapState:
 
     # -- events -----------------------------------------------------------------------------
     def _result(self, e: Result) -> list:
-        i, tasks = e.index, self.tasks
+        if self._answered(e.index, e.value, e.meta, e.now):
+            self.last_progress = e.now
+        return _NONE
+
+    def _results(self, e: Results) -> list:
+        answered, counted = self._answered, False
+        for i, value, meta in e.results:
+            counted = answered(i, value, meta, e.now) or counted
+        if counted:
+            self.last_progress = e.now
+        return _NONE
+
+    def _answered(self, i: int, value, meta, now: float) -> bool:
+        """Count task ``i``'s result, unless it is a duplicate (a slow worker's or a
+        backup's copy); whether it counted."""
+        tasks = self.tasks
         if not 0 <= i < self.n or tasks.is_final(i):
-            return _NONE                          # a duplicate (a slow worker's or a backup's copy)
+            return False
         tasks.move(i, _DONE) or self._move(i, D)  # (the second call raises with the story)
         note = tasks.notes.get(i)
-        self.ledger.add(i, e.meta, retries=note.user_attempts if note else 0, received=e.now,
+        self.ledger.add(i, meta, retries=note.user_attempts if note else 0, received=now,
                         backup=bool(note and note.backup))
-        self.last_progress = e.now
-        self.outbox.append(TaskResult(i, e.value, e.meta))
-        return _NONE
+        self.outbox.append(TaskResult(i, value, meta))
+        return True
 
     def _raised(self, e: Raised) -> list:
         i = e.index

@@ -1,0 +1,37 @@
+"""A result's metadata on the wire (broker/resultmeta.py): whatever a worker can say about
+a run comes back to the client as it was said, alone or many to a partial."""
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import given, settings, strategies as st
+
+from rhtc.broker.merge import decode_partial, encode_partial
+from rhtc.broker.resultmeta import ResultMeta, decode_result, encode_result, pack_meta, unpack_meta
+
+_INT = st.integers(min_value=0, max_value=2 ** 62)
+_TIME = st.floats(min_value=0, max_value=4e9, allow_nan=False)
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-2 ** 53, 2 ** 53) | st.text(max_size=20),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+                     max_leaves=8)
+metas = st.builds(ResultMeta, worker=st.text(max_size=40), host=st.text(max_size=40), pid=_INT,
+                  start=_TIME, stop=_TIME, incarnation=st.text(max_size=16), bytes_cache=_INT, bytes_disk=_INT,
+                  bytes_file=_INT, events=st.none() | _INT, files_opened=_INT,
+                  extra=st.dictionaries(st.text(max_size=10).filter(
+                      lambda k: k not in {f.name for f in dataclasses.fields(ResultMeta)}), _JSON, max_size=3))
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(metas, st.binary(max_size=64))
+def test_a_result_comes_back_as_the_worker_said_it(meta, value):
+    got, packed = decode_result(encode_result(value, meta))
+    assert got == meta and bytes(packed) == value
+    assert unpack_meta(memoryview(pack_meta(meta))) == meta
+
+
+@settings(max_examples=100, derandomize=True, deadline=None)
+@given(st.lists(metas, min_size=1, max_size=6), st.binary(max_size=64))
+def test_a_partial_carries_every_tasks_meta(many, value):
+    indices = list(range(3, 3 + len(many)))
+    got_indices, got, packed = decode_partial(encode_partial(indices, many, value))
+    assert got_indices == indices and got == many and bytes(packed) == value
