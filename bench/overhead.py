@@ -9,6 +9,7 @@ Both systems run N single-threaded worker processes on this machine, in the same
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -17,6 +18,10 @@ import statistics
 import time
 
 import click
+
+from . import profile
+from .against import side_by_side
+from .profile import Probe
 
 
 def noop(x):
@@ -28,25 +33,32 @@ def nap(seconds):
     return seconds
 
 
-def _measure(one, many, roundtrips: int, tasks: int, repeats: int) -> dict:
+def _measure(one, many, roundtrips: int, tasks: int, repeats: int, r=None) -> dict:
     """Round trip of ``one(i)`` (median, p90 of ``roundtrips``) and throughput of
-    ``many(range(tasks))`` (median of ``repeats``), checking the answers."""
+    ``many(range(tasks))`` (median of ``repeats``), checking the answers; with the broker's
+    client ``r``, the profile of each (:mod:`bench.profile`: the round trips' per round
+    trip, the last big map's per task)."""
     rts = []
-    for i in range(roundtrips):
-        t = time.perf_counter()
-        assert one(i) in (i, [i])
-        rts.append(time.perf_counter() - t)
+    with Probe(r) if r is not None else contextlib.nullcontext() as probe:
+        for i in range(roundtrips):
+            t = time.perf_counter()
+            assert one(i) in (i, [i])
+            rts.append(time.perf_counter() - t)
+    out = {"profile_roundtrip": probe.per(roundtrips)} if probe else {}
     rates, cpu = [], []
     for _ in range(repeats):
-        t, c = time.perf_counter(), time.process_time()
-        res = many(range(tasks))
-        rates.append(tasks / (time.perf_counter() - t))
-        cpu.append((time.process_time() - c) / tasks)
+        with Probe(r) if r is not None else contextlib.nullcontext() as probe:
+            t, c = time.perf_counter(), time.process_time()
+            res = many(range(tasks))
+            rates.append(tasks / (time.perf_counter() - t))
+            cpu.append((time.process_time() - c) / tasks)
         assert list(res) == list(range(tasks))
+        if probe:
+            out["profile_map"] = probe.per(tasks)
     return {"roundtrip_ms_median": statistics.median(rts) * 1e3,
             "roundtrip_ms_p90": sorted(rts)[int(0.9 * len(rts))] * 1e3,
             "tasks_per_s_median": statistics.median(rates),
-            "client_cpu_us_per_task": statistics.median(cpu) * 1e6}
+            "client_cpu_us_per_task": statistics.median(cpu) * 1e6, **out}
 
 
 def _ours(workers: int, roundtrips: int, tasks: int, repeats: int, sleep: tuple | None,
@@ -54,13 +66,17 @@ def _ours(workers: int, roundtrips: int, tasks: int, repeats: int, sleep: tuple 
     from rhtc import LocalCluster, last_map, remote_map
     out: dict = {}
     t0 = time.perf_counter()
+    os.environ.setdefault("RHTC_PRELOAD", "none")  # (idle workers importing the analysis stack: not the queue's cost)
     with LocalCluster(n_workers=workers, cache_size="64MB") as cluster:
         out["startup_s"] = time.perf_counter() - t0
         remote_map(noop, range(workers * 4), broker=cluster, progress=False)   # warm up
         if sleep is None:
+            import redis
+            r = redis.Redis.from_url(cluster.config.url)
             out.update(_measure(lambda i: remote_map(noop, [i], broker=cluster, progress=False),
                                 lambda xs: remote_map(noop, xs, broker=cluster, progress=False),
-                                roundtrips, tasks, repeats))
+                                roundtrips, tasks, repeats, r))
+            r.close()
             out["client_peak_rss_mb"] = _peak_rss_mb()
         else:
             rng = random.Random(1)
@@ -97,9 +113,13 @@ def _bare_redis(roundtrips: int) -> dict:
     """The floor: what one round trip through a bare Redis list queue costs here."""
     from ..broker.embedded import EmbeddedBroker
     from .floor import bare_round_trips
+    import redis
     with EmbeddedBroker() as b:
-        rts = bare_round_trips(b.config, roundtrips)
-    return {"roundtrip_ms_median": statistics.median(rts) * 1e3}
+        r = redis.Redis.from_url(b.config.url)
+        with Probe(r) as probe:
+            rts = bare_round_trips(b.config, roundtrips, warmup=0)
+        r.close()
+    return {"roundtrip_ms_median": statistics.median(rts) * 1e3, "profile_roundtrip": probe.per(roundtrips)}
 
 
 def _dask(workers: int, roundtrips: int, tasks: int, repeats: int, sleep: tuple | None) -> dict:
@@ -143,13 +163,27 @@ def _ratio(a, b):
 @click.option("--record", "record_path", default=None, help="With --sleep: save the run record (JSON).")
 @click.option("--compare-leases", is_flag=True,
               help="Also run ours with leases off (RHTC_LEASES=0) to measure what they cost.")
+@click.option("--against", "against", default=None, metavar="REF",
+              help="Also run the code of this git revision, in turns with this checkout's, and compare "
+                   "(no dask; --rounds runs each).")
+@click.option("--rounds", default=2, show_default=True, help="With --against: runs of each side.")
 @click.option("--json", "json_path", default=None, help="Write the figures here.")
 def overhead_command(workers, roundtrips, tasks, repeats, sleep, with_dask, timeline, record_path,
-                     compare_leases, json_path):
+                     compare_leases, against, rounds, json_path):
     """Queue overhead: round trip and no-op throughput, ours beside dask's."""
     sl = tuple(float(x) for x in sleep.split(":")) if sleep else None
     if sl is not None and (len(sl) != 2 or sl[0] > sl[1] or sl[0] < 0):
         raise click.BadParameter("use --sleep A:B with 0 <= A <= B, e.g. 0.2:0.4")
+    if against:
+        if sl is not None:
+            raise click.BadParameter("--against compares the no-op figures: leave --sleep out")
+        args = ["overhead", "--workers", str(workers), "--roundtrips", str(roundtrips), "--tasks", str(tasks),
+                "--repeats", str(repeats), "--no-dask"]
+        result = compare(against, args, rounds)
+        if json_path:
+            with open(json_path, "w") as fh:
+                json.dump(result, fh, indent=2)
+        return
     with_dask = (sl is None) if with_dask is None else with_dask
     click.echo(f"bench overhead: {workers} workers, {os.cpu_count()} cores", err=True)
     ours = _ours(workers, roundtrips, tasks, repeats, sl, timeline, record_path)
@@ -193,6 +227,10 @@ def overhead_command(workers, roundtrips, tasks, repeats, sleep, with_dask, time
                    "   (the client process's CPU time / tasks: what the map costs the notebook)")
         click.echo(f"{'client peak RSS (MB)':24}{ours['client_peak_rss_mb']:>16,.0f}"
                    f"   ({tasks:,} tasks a map, results held in a list)")
+        for line in profile.table({"round trip": ours.get("profile_roundtrip"),
+                                   "bare queue": result["bare_redis"].get("profile_roundtrip"),
+                                   f"{tasks:,}-task map": ours.get("profile_map")}):
+            click.echo(line)
         result["roundtrip_speedup_vs_dask"] = _ratio(theirs.get("roundtrip_ms_median"), ours["roundtrip_ms_median"])
         result["throughput_ratio_vs_dask"] = _ratio(ours["tasks_per_s_median"], theirs.get("tasks_per_s_median"))
     else:
@@ -214,3 +252,43 @@ def overhead_command(workers, roundtrips, tasks, repeats, sleep, with_dask, time
         with open(json_path, "w") as fh:
             json.dump(result, fh, indent=2)
     return result
+
+
+#: this bench's own files: the same on both sides of --against (only the code under test differs)
+HARNESS = ("bench/overhead.py", "bench/profile.py", "bench/against.py", "bench/floor.py")
+#: what --against compares: (label, how to read it from a run's figures, format)
+COMPARED = [
+    ("round trip median (ms)", lambda r: r["ours"]["roundtrip_ms_median"], ".3f"),
+    ("bare queue round trip (ms)", lambda r: r["bare_redis"]["roundtrip_ms_median"], ".3f"),
+    ("round trip / bare queue", lambda r: r["ours"]["roundtrip_ms_median"] / r["bare_redis"]["roundtrip_ms_median"], ".2f"),
+    ("no-op tasks/s", lambda r: r["ours"]["tasks_per_s_median"], ",.0f"),
+    ("client CPU per task (us)", lambda r: r["ours"]["client_cpu_us_per_task"], ".1f"),
+    ("client peak RSS (MB)", lambda r: r["ours"]["client_peak_rss_mb"], ",.0f"),
+] + [(f"{where}: {label}", (lambda k, p: lambda r: r["ours"][p][k])(key, prof), ".1f")
+     for where, prof in (("round trip", "profile_roundtrip"), ("map, per task", "profile_map"))
+     for key, label in profile.FIELDS.items()]
+
+
+def compare(ref: str, args: list[str], rounds: int) -> dict:
+    """Run ``bench overhead`` here and at ``ref`` in turns; print medians side by side."""
+    ours, theirs = side_by_side(ref, args, rounds, overlay=HARNESS)
+    click.echo(f"bench overhead {' '.join(args[1:])}: this checkout against {ref}, {rounds} runs each "
+               "in turns, medians")
+    click.echo(f"{'':44}{'this checkout':>14}{ref[:12]:>14}{'ratio':>8}")
+    out = {"ref": ref, "args": args, "ours": ours, "theirs": theirs, "medians": {}}
+    for label, read, fmt in COMPARED:
+        a, b = (_median_of(read, runs) for runs in (ours, theirs))
+        out["medians"][label] = [a, b]
+        cell = lambda v: f"{'n/a':>14}" if v is None else f"{v:>14{fmt}}"      # noqa: E731
+        click.echo(f"{label:44}{cell(a)}{cell(b)}{_ratio(a, b):>7.2f}x")
+    return out
+
+
+def _median_of(read, runs: list[dict]):
+    got = []
+    for r in runs:
+        try:
+            got.append(read(r))
+        except (KeyError, TypeError, ZeroDivisionError):
+            pass
+    return statistics.median(got) if got else None

@@ -1,0 +1,85 @@
+"""Side by side with other code: a bench run here and with a git revision, in turns, in one
+run (these machines are shared and noisy: two runs an hour apart compare the hour, not
+the code). ``bench overhead --against REF`` and ``bench scale --against REF`` use it.
+
+The revision is checked out into a temporary git worktree (removed afterwards) and run
+from there with its own code (``python -m rhtc.bench ...`` with the worktree first on
+the path: ``rhtc/_checkout.py`` maps its folders); this checkout runs the same command
+the same way, so both pay the same start-up. The bench's own files named by the caller
+(``overlay``: the measuring harness, e.g. ``bench/overhead.py`` and ``bench/profile.py``)
+are this checkout's on both sides, so both are measured the same way and only the code
+under test differs. Each run writes its figures as JSON; the caller gets them back,
+``rounds`` per side, alternating (ours, theirs, ours, theirs...).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+import click
+
+_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _checkout_root() -> Path:
+    """The git checkout this code runs from; a clear error when it is an installed package."""
+    if not (_ROOT / "rhtc" / "_checkout.py").exists() or not (_ROOT / ".git").exists():
+        raise click.UsageError(f"--against needs a git checkout of redis-htcondor; this code runs from "
+                               f"{_ROOT}, an installed package. Run the bench from a clone.")
+    return _ROOT
+
+
+@contextlib.contextmanager
+def worktree(ref: str, overlay: tuple[str, ...] = ()) -> Iterator[Path]:
+    """A temporary worktree of ``ref`` (a commit, tag or branch of this checkout), with
+    the files ``overlay`` (paths from the checkout's root) copied from this checkout."""
+    root = _checkout_root()
+    where = Path(tempfile.mkdtemp(prefix="rhtc-against-"))
+    got = subprocess.run(["git", "-C", str(root), "worktree", "add", "--detach", str(where), ref],
+                         capture_output=True, text=True)
+    if got.returncode:
+        where.rmdir()
+        raise click.UsageError(f"--against {ref}: git could not check it out: {got.stderr.strip()}")
+    try:
+        for name in overlay:
+            shutil.copyfile(root / name, where / name)
+        yield where
+    finally:
+        subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(where)], capture_output=True)
+
+
+def run_bench(root: Path, args: list[str]) -> dict:
+    """``python -m rhtc.bench <args> --json F`` with the code of ``root``; its figures."""
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as fh:
+        out = fh.name
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(root)
+    try:
+        got = subprocess.run([sys.executable, "-m", "rhtc.bench", *args, "--json", out], cwd=str(root), env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if got.returncode:
+            raise click.ClickException(f"bench {' '.join(args)} with the code of {root} failed "
+                                       f"(exit {got.returncode}): {got.stderr.strip()[-2000:]}")
+        with open(out) as fh:
+            return json.load(fh)
+    finally:
+        os.unlink(out)
+
+
+def side_by_side(ref: str, args: list[str], rounds: int,
+                 overlay: tuple[str, ...] = ()) -> tuple[list[dict], list[dict]]:
+    """(ours, theirs): ``rounds`` runs of ``bench <args>`` each, alternating, ours first."""
+    ours, theirs = [], []
+    with worktree(ref, overlay) as there:
+        for k in range(rounds):
+            click.echo(f"  round {k + 1} of {rounds}: this checkout, then {ref}", err=True)
+            ours.append(run_bench(_checkout_root(), args))
+            theirs.append(run_bench(there, args))
+    return ours, theirs
