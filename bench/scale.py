@@ -42,6 +42,7 @@ from ..broker.storage import Storage
 from ..client import last_map, remote_map
 from ..client.reports.efficiency import efficiency
 from rhtc.errors import RhtcError
+from .against import side_by_side
 from .ceiling import ceiling_lines
 from .cpushare import CATEGORIES, CpuShare
 from .lightworkers import LightPool, light_task
@@ -223,13 +224,28 @@ def format_row(r: dict) -> str:
 @click.option("--json", "json_path", default=None, help="Write the figures here.")
 @click.option("--ceiling-of", "ceiling_of", default=None, type=click.Path(exists=True, dir_okay=False),
               help="Only print the paper ceiling of figures saved with --json.")
+@click.option("--against", default=None, metavar="REF",
+              help="Also run the code of this git revision, in turns with this checkout's, and compare "
+                   "(--seconds '' measures only the idle pools).")
+@click.option("--rounds", default=1, show_default=True, help="With --against: runs of each side.")
 def scale_command(workers_text, seconds_text, sizes_text, waves, processes, memory_budget, reduce, merge,
-                  json_path, ceiling_of):
+                  json_path, ceiling_of, against, rounds):
     """One Redis, one client, many light workers: throughput, efficiency, costs."""
     if ceiling_of:
         with open(ceiling_of) as fh:
             click.echo("\n".join(ceiling_lines(json.load(fh))))
         return None
+    if against:
+        args = ["scale", "--workers", workers_text, "--seconds", seconds_text, "--sizes", sizes_text,
+                "--waves", str(waves), "--processes", str(processes), "--memory-budget", memory_budget,
+                "--reduce" if reduce else "--no-reduce", "--merge" if merge else "--no-merge"]
+        ours, theirs = side_by_side(against, args, rounds)
+        out = {"ref": against, "args": args, "ours": ours, "theirs": theirs}
+        click.echo("\n".join(compare_lines(against, ours, theirs)))
+        if json_path:
+            with open(json_path, "w") as fh:
+                json.dump(out, fh, indent=2)
+        return out
     counts, durations, sizes = _ints(workers_text), _floats(seconds_text), _sizes(sizes_text)
     budget = parse_size(memory_budget)
     merge = merge and reduce
@@ -287,3 +303,29 @@ def scale_command(workers_text, seconds_text, sizes_text, waves, processes, memo
         with open(json_path, "w") as fh:
             json.dump(out, fh, indent=2)
     return out
+
+
+def compare_lines(ref: str, ours: list[dict], theirs: list[dict]) -> list[str]:
+    """Medians of this checkout's runs and ``ref``'s: the broker's share with each pool idle,
+    and each cell's rate, efficiency and broker cost per task."""
+    def med(runs, pick):
+        got = [v for v in (pick(r) for r in runs) if v is not None]
+        return statistics.median(got) if got else float("nan")
+
+    def pool(n):
+        return lambda r: next((p.get("redis_idle_share") for p in r["pools"] if p["workers"] == n), None)
+
+    def cell(c, key):
+        return lambda r: next((x.get(key) for x in r["cells"] if (x["workers"], x["seconds"], x["bytes"]) == c), None)
+
+    lines = [f"this checkout against {ref} ({len(ours)} run(s) each, in turns; medians)",
+             f"{'':44}{'this checkout':>14}{ref[:12]:>14}"]
+    for n in sorted({p["workers"] for r in ours for p in r["pools"]}):
+        a, b = med(ours, pool(n)), med(theirs, pool(n))
+        lines.append(f"{f'{n} idle workers: Redis, % of a core':44}{a * 100:>14.1f}{b * 100:>14.1f}")
+    for c in sorted({(x["workers"], x["seconds"], x["bytes"]) for r in ours for x in r["cells"] if "tasks" in x}):
+        for key, label, scale in (("tasks_per_s", "tasks/s", 1), ("efficiency_wall", "wall eff %", 100),
+                                  ("efficiency", "eff per worker %", 100), ("redis_cpu_us_per_task", "redis us/task", 1)):
+            a, b = med(ours, cell(c, key)), med(theirs, cell(c, key))
+            lines.append(f"{f'{c[0]} x {c[1]:g}s x {_size_text(c[2])}: {label}':44}{a * scale:>14.2f}{b * scale:>14.2f}")
+    return lines

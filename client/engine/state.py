@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import collections
 import random
+from array import array
 from typing import Callable
 
 from ...broker.messages import ErrorKind, FaultKind
@@ -85,7 +86,9 @@ class MapState:
     # -- the one entry point ------------------------------------------------------------
     def handle(self, event) -> list:
         """Apply one event; return the instructions for the driver (a list, maybe empty)."""
-        self._recent.append(event)
+        # what story() tells: a fetch's results as their indices only (kept whole, the
+        # values of a million-task map's last 2,000 fetches would stay in memory)
+        self._recent.append(event if type(event) is not Results else _Fetched(array("q", event.indices)))
         out = self._handlers[type(event)](event)
         if self.tasks.unanswered == 0 and not self.ended and not self.cancelled:
             out = (out or []) + self._finish()
@@ -121,7 +124,8 @@ class MapState:
         the recent events about it (for an error that must be reported)."""
         note = self.tasks.notes.get(index)
         rows = sum(1 for i in self.ledger._index if i == index)
-        seen = [type(e).__name__ for e in self._recent if index in _indices_of(e)]
+        seen = [("Results" if type(e) is _Fetched else type(e).__name__) for e in self._recent
+                if index in _indices_of(e)]
         return (f"task {index} of map {self.map_id} is {self.tasks.state(index).name.lower()}; note {note}; "
                 f"{rows} ledger row(s); in the retry queue: {index in self.retries}; partials covering it: "
                 f"{self.in_partial[index] if self.in_partial else 0}; recent events about it: "
@@ -354,6 +358,15 @@ class MapState:
             self._move(i, C)
         self.retries.clear()
         return [CancelMap(e.by)]
+
+
+class _Fetched:
+    """A :class:`Results` event as the story keeps it: the indices it answered."""
+
+    __slots__ = ("indices",)
+
+    def __init__(self, indices):
+        self.indices = indices
 
 
 def _indices_of(event) -> tuple:
