@@ -71,7 +71,12 @@ class FastLane:
     def collect(self):
         """Read the replies of every command sent without waiting; return the last one.
         An error reply is raised after all replies are read."""
-        last, error = None, None
+        replies = self.collect_all()
+        return replies[-1] if replies else None
+
+    def collect_all(self) -> list:
+        """:meth:`collect`, returning every reply (not the quiet ones), in order."""
+        error, replies = None, []
         try:
             self._flush()
             while self.pending:
@@ -79,7 +84,7 @@ class FastLane:
                 try:
                     got = self.conn.read_response()
                     if not quiet:
-                        last = got
+                        replies.append(got)
                 except redis.ResponseError as err:
                     if not quiet:
                         error = error or err
@@ -89,7 +94,7 @@ class FastLane:
             raise
         if error is not None:
             raise error
-        return last
+        return replies
 
     def send(self, *args, flush: bool = True, quiet: bool = False) -> None:
         """Send a command without waiting for its reply; ``flush=False`` keeps it to go out
@@ -180,6 +185,22 @@ class FastLane:
             return bool(self.r.execute_command("CLIENT", "UNBLOCK", known[1], "TIMEOUT"))
         except redis.RedisError:
             return False
+
+    def script_with(self, script, keys: list, args: list, *also: tuple) -> list:
+        """Run a script and the commands ``also`` in one write; every reply, in order. A
+        script the broker lost (restarted, flushed) is loaded and the lot sent again, once
+        (a missing function ran nothing)."""
+        for attempt in (0, 1):
+            self.script(script, keys, args, wait=False, flush=False)
+            for command in also:
+                self.send(*command, flush=False)
+            try:
+                return self.collect_all()
+            except redis.ResponseError as err:
+                if attempt or not missing(err):
+                    raise
+                self._loaded.discard(script.lib.name)
+        raise AssertionError("unreachable")      # pragma: no cover
 
     def retrying(self, step: Callable[[], T], patience: float, what: str, where: str) -> T:
         """Run ``step`` (which sends on this lane); when the connection breaks or the broker

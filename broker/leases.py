@@ -18,8 +18,16 @@ import dataclasses
 import time
 from typing import Iterable, Sequence
 
+import redis
+
 from . import blobs, messages, protocol
+from .functions import missing
 from .records import MalformedRecord
+
+
+def clock_ms(reply) -> int:
+    """The broker's clock (ms) from a ``TIME`` reply (seconds, microseconds)."""
+    return int(reply[0]) * 1000 + int(reply[1]) // 1000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,7 +173,9 @@ class Leases:
                 self._fast.send("SET", key, frame, "EX", st.result_ttl + st.result_grace, flush=False)
                 frame = blobs.stub(frame, key)
             args += [map_id, tid, frame]
-        got = self._fast.script(self._scripts["take"], [], args)
+        # the clock a token is judged by: TIME, read beside the script rather than from its
+        # reply (a function library can be replaced by anyone with the password; TIME cannot)
+        got, now = self._fast.script_with(self._scripts["take"], [], args, ("TIME",))
         if not got[0]:
             return False, 0, [], set()
         batch, token = [], b""
@@ -173,7 +183,7 @@ class Leases:
             token = got[i + 1] or token           # '': the previous frame's token (or foreign bytes)
             batch.append((got[i], token))
         ids, n = got[2], protocol.MAP_ID_LEN
-        return True, int(got[1]), batch, {ids[j:j + n].decode("ascii", "replace") for j in range(0, len(ids), n)}
+        return True, clock_ms(now), batch, {ids[j:j + n].decode("ascii", "replace") for j in range(0, len(ids), n)}
 
     def wait_for_task(self, worker: str, incarnation: str, timeout: float) -> bytes | None:
         """Block until a task arrives in this worker's queue or the shared one; lease it.
@@ -186,9 +196,9 @@ class Leases:
         if not got:
             return None
         shared = int(got[0] in (self.keys.shared_queue, self.keys.shared_queue.encode()))
-        self._fast.script(self._scripts["lease_one"], [],
-                          [self.keys.ns, worker, incarnation, int(self.settings.leases), got[1], shared],
-                          wait=False)
+        self._lease_args = [self.keys.ns, worker, incarnation, int(self.settings.leases), got[1], shared]
+        self._fast.script(self._scripts["lease_one"], [], self._lease_args, wait=False, flush=False)
+        self._fast.send("TIME")
         return got[1]
 
     def unblock_wait(self) -> bool:
@@ -204,8 +214,14 @@ class Leases:
     def leased_token(self) -> tuple[bytes, int]:
         """(the liveness token of the map of the task :meth:`wait_for_task` returned, b''
         if the map is gone; the broker's clock in ms)."""
-        token, now = self._fast.collect()
-        return token, int(now)
+        try:
+            (token, _), now = self._fast.collect_all()
+        except redis.ResponseError as err:
+            if not missing(err):
+                raise
+            self._fast._loaded.discard(self._scripts.name)         # the broker lost the library:
+            (token, _), now = self._fast.script_with(self._scripts["lease_one"], [], self._lease_args, ("TIME",))
+        return token, clock_ms(now)
 
     def release(self, worker: str, task_ids: Iterable[bytes]) -> None:
         """Drop leases without a result (a frame the worker refused and reported)."""

@@ -106,3 +106,36 @@ def test_nothing_a_call_read_is_served_to_the_next_call(storage):
     storage.r.lpush(storage.keys.shared_queue, frame)
     held, _, batch = storage.take(w, inc, 1)
     assert held and batch and batch[0][1] == ended, "a later call was served the token an earlier call read"
+
+
+def test_a_replaced_library_cannot_make_a_worker_run_a_map_whose_token_expired(broker, workers, tmp_path):
+    """Anyone with the Redis password may FUNCTION LOAD REPLACE our library. A worker judges
+    a map's token by the broker's TIME, read beside the script, never by a clock the
+    script returns: a library that says it is long ago cannot revive an expired token."""
+    import time
+    from rhtc.client.engine.maprun import MapRun
+    from rhtc.client.engine.options import MapOptions
+    from tests.test_day_forgery import client, runs, touch, wait_for
+
+    s = client(broker, token_ttl=2.0)
+    (tmp_path / "runs").mkdir()
+    try:
+        run = MapRun(s, touch, [(str(tmp_path), "x", i) for i in range(3)], MapOptions(stragglers=None))
+        run.submit()                                   # no worker yet: the frames wait in Redis
+        frames = s.r.lrange(s.keys.shared_queue, 0, -1)
+        token = s.r.dump(s.keys.live(run.map_id))
+        run.cancel()
+        time.sleep(2.5)                                # the copied token has expired
+        lib = s._scripts
+        lib.ensure()
+        lying = lib.code.replace("local function now_ms()\n", "local function now_ms()\n  do return 1000 end\n", 1)
+        assert lying != lib.code
+        s.r.execute_command("FUNCTION", "LOAD", "REPLACE", lying)      # the broker now says it is 1970
+        s.r.restore(s.keys.live(run.map_id), 60_000, token, replace=True)
+        s.r.rpush(s.keys.shared_queue, *frames)
+        workers.start(1)
+        assert wait_for(lambda: s.shared_depth() == 0, 30, "the worker took the replayed frames")
+        time.sleep(1.0)
+        assert runs(tmp_path, "x") == {}, "a worker ran a map whose liveness token had expired"
+    finally:
+        s.close()
