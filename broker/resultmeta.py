@@ -98,12 +98,15 @@ _new = object.__new__
 
 
 def pack_meta(meta: ResultMeta) -> bytes:
-    """``meta`` in the binary layout (see the module)."""
-    strings = [(getattr(meta, name) or "").encode() for name in _STRINGS]
+    """``meta`` in the binary layout (see the module; once per result on the worker)."""
+    d = meta.__dict__
+    strings = [(d[name] or "").encode() for name in _STRINGS]
     extra = json.dumps(meta.extra).encode() if meta.extra else b""
-    numbers = [getattr(meta, name) or 0 for name in _NUMBERS]
-    optional = [-1 if getattr(meta, name) is None else getattr(meta, name) for name in _OPTIONAL]
-    return b"".join([_WIRE.pack(*numbers, *optional, *map(len, strings), len(extra)), *strings, extra])
+    values = [d[name] or 0 for name in _NUMBERS]
+    values += [-1 if d[name] is None else d[name] for name in _OPTIONAL]
+    values += [len(x) for x in strings]
+    values.append(len(extra))
+    return _WIRE.pack(*values) + b"".join(strings) + extra
 
 
 def unpack_meta(raw: bytes | memoryview) -> ResultMeta:

@@ -109,6 +109,8 @@ def _stop_helpers() -> None:
     forkserver Pool starts them afresh (killed, they were remembered as running, and that
     Pool failed with ChildProcessError)."""
     fs, rt = _helpers()
+    if fs._forkserver_pid is None and rt._pid is None:
+        return                             # neither was started (every task but a Pool's: cheap)
     for helper in (fs, rt):
         try:
             helper._stop()

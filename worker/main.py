@@ -198,6 +198,7 @@ class TaskProcess:
                 self.outbox.flush()
                 self._hold(tids)
             self._run_frame(frame, token)
+        self._publish()                    # the counters, once a batch (the supervisor reads them once a second)
         # the batch stays held until the next take hands its results in: a finished task
         # whose result waits here must not look like a lease that nobody runs
 
@@ -297,13 +298,13 @@ class TaskProcess:
                                           self.storage.bulk_limits, dumps=self.dumps)
             self.outbox.frames.append((ref.map_id, tid, protocol.pack_result(self.key, ref.map_id, ref.index,
                                                                           status, payload)))
-        self.outbox.frames += self.partials.due()
+        if self.partials:                  # (open partials, or ready ones)
+            self.outbox.frames += self.partials.due()
         self.tasks_done += 1
         self.errors += status != protocol.OK
         self.bytes_from_file += self.ctx.bytes_from_file
         self.bytes_from_cache += self.ctx.bytes_from_cache
         self.shared.set_task(None)
-        self._publish()
         if self.ctx.routing_keys:
             self.storage.advertise(self.name, added=self.ctx.routing_keys,
                                    tier=self.cache.disk.tier if self.cache.disk is not None else "")
