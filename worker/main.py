@@ -198,9 +198,8 @@ class TaskProcess:
                 self.outbox.flush()
                 self._hold(tids)
             self._run_frame(frame, token)
-        self._publish()                    # the counters, once a batch (the supervisor reads them once a second)
-        # the batch stays held until the next take hands its results in: a finished task
-        # whose result waits here must not look like a lease that nobody runs
+        self._publish()                    # the counters, once a batch (the supervisor reads them once a second);
+        # the batch stays held until the next take hands its results in (not a lease nobody runs)
 
     def _hold(self, batch: list[bytes]) -> None:
         """Tell the supervisor what this process holds: ``batch`` and the tasks of its open
