@@ -14,6 +14,7 @@ import logging
 import os
 import secrets
 import socket
+import threading
 import time
 from typing import Iterable, Sequence
 
@@ -78,6 +79,7 @@ class MapRun:
         self._sent = self._end_signed = False           # something may be queued in Redis; its end signed
         self._fn_uploaded = False
         self._removed = 0                               # queued tasks a cancel took out of the broker
+        self._applying = threading.RLock()              # one event at a time (apply)
         self.upkeep = Upkeep(self)
         self.frames = Frames(self.key, self.map_id, self.nonce, self.fn_hash, args, max_task_bytes)
         self.frames.check(range(min(self.n, SUBMIT_BATCH)))   # fail fast on an unpicklable argument
@@ -109,8 +111,13 @@ class MapRun:
 
     # -- events in, instructions out --------------------------------------------------------
     def apply(self, event) -> None:
-        """Hand ``event`` to the map's state and carry out what it returns."""
-        for ins in self.state.handle(event):
+        """Hand ``event`` to the map's state and carry out what it returns: one event at a
+        time (a handle's collecting thread and the caller's cancel both send events)."""
+        with self._applying:
+            self._carry_out(self.state.handle(event))
+
+    def _carry_out(self, instructions: list) -> None:
+        for ins in instructions:
             kind = type(ins)
             if kind is Enqueue:
                 if ins.upload:
