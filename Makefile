@@ -21,12 +21,14 @@ $(VENV)/.installed: setup.cfg pyproject.toml
 example: setup
 	$(PY) examples/dimuon.py
 
+# Both test targets run in pytest-xdist workers (pyproject.toml's addopts: -n N --dist loadgroup;
+# tests/parallel.py keeps the pool tests in one worker). In one process: make test PYTEST_ARGS='-n 0'
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 # the fast tier (tests/conftest.py): the pure tests and a few smoke tests on a real broker
 test-quick: setup
-	$(PY) -m pytest -q -m quick
+	$(PY) -m pytest -q -m quick $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) data/generated *.egg-info

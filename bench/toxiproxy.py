@@ -8,7 +8,9 @@ cut after N bytes), ``bandwidth``.
 
 The server is one Go binary. :func:`toxiproxy_binary` finds ``toxiproxy-server`` on PATH,
 else builds it once with ``go install`` into rhtc's cache (about 30 s; ``$RHTC_CACHE``
-points that cache elsewhere), and says what to do when Go is missing.
+points that cache elsewhere), and says what to do when Go is missing. Processes that need
+it at the same time (parallel test workers, two benchmarks) build it once: the build holds
+a file lock, and the binary appears under its name only when it is whole.
 
 Example::
 
@@ -21,6 +23,7 @@ Example::
 """
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -57,15 +60,30 @@ def toxiproxy_binary() -> Path:
         raise ToxiproxyUnavailable(
             "toxiproxy-server is not on PATH and there is no Go toolchain to build it: install Go "
             f"(https://go.dev/dl) or put a toxiproxy-server binary on PATH ({TOXIPROXY_MODULE})")
-    env = {**os.environ, "GOBIN": str(tools / "bin"), "GOPATH": str(tools / "gopath"),
+    tools.mkdir(parents=True, exist_ok=True)
+    with open(tools / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)        # another process building it: wait, then use its binary
+        if binary.is_file():
+            return binary
+        return _build(go, tools, binary)
+
+
+def _build(go: str, tools: Path, binary: Path) -> Path:
+    """``go install`` into a directory of its own, then rename the binary into place (whole)."""
+    building = tools / f"bin.building-{os.getpid()}"
+    env = {**os.environ, "GOBIN": str(building), "GOPATH": str(tools / "gopath"),
            "GOCACHE": str(tools / "gocache"), "GOFLAGS": "-modcacherw"}
-    proc = subprocess.run([go, "install", f"{TOXIPROXY_MODULE}@{TOXIPROXY_VERSION}"], env=env,
-                          capture_output=True, text=True, timeout=600)
-    shutil.rmtree(tools / "gocache", ignore_errors=True)
-    shutil.rmtree(tools / "gopath", ignore_errors=True)
-    if proc.returncode != 0 or not binary.is_file():
-        raise ToxiproxyUnavailable(f"go install {TOXIPROXY_MODULE}@{TOXIPROXY_VERSION} failed "
-                                   f"(exit {proc.returncode}): {proc.stderr.strip()[-800:]}")
+    try:
+        proc = subprocess.run([go, "install", f"{TOXIPROXY_MODULE}@{TOXIPROXY_VERSION}"], env=env,
+                              capture_output=True, text=True, timeout=600)
+        if proc.returncode != 0 or not (building / "server").is_file():
+            raise ToxiproxyUnavailable(f"go install {TOXIPROXY_MODULE}@{TOXIPROXY_VERSION} failed "
+                                       f"(exit {proc.returncode}): {proc.stderr.strip()[-800:]}")
+        binary.parent.mkdir(exist_ok=True)
+        os.replace(building / "server", binary)
+    finally:
+        for path in (building, tools / "gocache", tools / "gopath"):
+            shutil.rmtree(path, ignore_errors=True)
     return binary
 
 

@@ -13,6 +13,10 @@ Two tiers (the Makefile's targets, the README's "Testing"):
   mark it ``@pytest.mark.heavy`` (so is a test that builds data or runs a notebook for seconds).
 * ``make test`` (``pytest -q``, what CI runs): everything, the pools and chaos included.
 
+Both run in three pytest-xdist workers (pyproject's ``addopts``; ``-n 0``: in this process
+alone); the tests that must share a worker (the pools, a slow module fixture) are grouped by
+:mod:`tests.parallel`.
+
 Workers are stopped at teardown without waiting out their idle poll (:meth:`Workers.stop_all`):
 that wait, a second per test, was most of what a test's own broker and workers cost.
 """
@@ -34,6 +38,7 @@ from rhtc.broker.storage import Storage
 from rhtc.processes import stop_processes
 
 from tests.samples import NANOAOD, ROOT, needs_nanoaod  # noqa: F401  (re-exported to the tests)
+from tests.parallel import POOL_GROUP, group_of, pytest_xdist_make_scheduler  # noqa: F401  (the hook)
 # The real pools, session-wide: defined here once, so every test module shares one HTCondor
 # pool and one Slurm cluster (a module importing them itself would start a second pool).
 from tests.pools.fixtures import (condor_env_pack, condor_pool, pool_analyst, pool_broker,  # noqa: F401
@@ -53,15 +58,24 @@ PROCESS_FIXTURES = frozenset({
 #: markers that keep a test out of the quick tier (pytest.ini_options.markers says what each means)
 FULL_ONLY = ("slow", "pool", "heavy")
 _AUTO_QUICK = pytest.StashKey[bool]()
+#: the machine's one HTCondor pool and one Slurm cluster: session fixtures that the tests
+#: using them share in one xdist worker (tests/parallel.py's ``pools`` group)
+POOL_FIXTURES = frozenset({"condor_pool", "slurm_pool"})
 
 
 @pytest.hookimpl(tryfirst=True)        # before ``-m`` deselects: the marker must be there by then
 def pytest_collection_modifyitems(config, items):
-    """Put every test that needs no broker, worker or pool in the quick tier."""
+    """Put every test that needs no broker, worker or pool in the quick tier; refuse a test
+    that needs a pool outside the modules of the ``pools`` group."""
     for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        if not POOL_FIXTURES.isdisjoint(fixtures) and group_of(item.nodeid) != POOL_GROUP:
+            raise pytest.UsageError(
+                f"{item.nodeid} uses the HTCondor pool or the Slurm cluster: add its module to "
+                "POOL_MODULES in tests/parallel.py, so that it runs in the worker that holds them")
         if item.get_closest_marker("quick") or any(item.get_closest_marker(m) for m in FULL_ONLY):
             continue
-        if PROCESS_FIXTURES.isdisjoint(getattr(item, "fixturenames", ())):
+        if PROCESS_FIXTURES.isdisjoint(fixtures):
             item.add_marker(pytest.mark.quick)
             item.stash[_AUTO_QUICK] = True
 

@@ -134,13 +134,37 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def test_5_tasks_may_use_process_pools_and_their_leftovers_are_stopped(broker, storage, workers, tmp_path):
+@pytest.fixture
+def pid_files():
+    """The files in which a test's tasks write the pids of the processes they start. Whatever
+    the test's outcome, none of those outlives it: one still running at teardown (the worker did
+    not stop it, so the test failed) is killed by its pid; a pid reused since is left alone."""
+    files: list = []
+    yield files
+    for path in files:
+        if not path.exists():
+            continue
+        written = path.stat().st_mtime
+        for pid in map(int, path.read_text().split()):
+            try:
+                proc = psutil.Process(pid)
+                if proc.create_time() <= written + 1 and proc.status() != psutil.STATUS_ZOMBIE:
+                    proc.kill()
+            except psutil.Error:
+                pass
+
+
+def test_5_tasks_may_use_process_pools_and_their_leftovers_are_stopped(broker, storage, workers, tmp_path,
+                                                                       pid_files):
     (name,) = workers.start(1)
     supervisor = workers.procs[name].pid
-    task_pid = _status(storage, name).task_pid
+    # the first heartbeat may come before the task process is up: wait for the one naming it
+    task_pid = _wait(lambda: (_status(storage, name) or None) and _status(storage, name).task_pid, 30,
+                     "the worker's heartbeat naming its task process")
     assert remote_map(pool_square, [3, 4], broker=broker.config, progress=False) == [6, 8]
     assert remote_map(executor_square, [5], broker=broker.config, progress=False) == [10]
     path = tmp_path / "pids"
+    pid_files.append(path)
     assert remote_map(leave_children, [str(path)], broker=broker.config, progress=False) == [3]
     pids = [int(p) for p in path.read_text().split()]
     assert all(_gone(p) for p in pids), [(p, _gone(p)) for p in pids]
@@ -165,9 +189,10 @@ def linger(path):
     time.sleep(300)
 
 
-def test_5_children_of_a_task_stop_with_the_worker(broker, storage, workers, tmp_path):
+def test_5_children_of_a_task_stop_with_the_worker(broker, storage, workers, tmp_path, pid_files):
     (name,) = workers.start(1)
     path = tmp_path / "pid"
+    pid_files.append(path)
     handle = submit(linger, [str(path)], broker=broker.config, errors="return")
     try:
         _wait(lambda: path.exists() and path.read_text(), what="the task's child")
@@ -272,10 +297,12 @@ def start_child_and_die(path):
     os._exit(7)
 
 
-def test_5_children_of_a_task_process_that_died_are_stopped_by_the_supervisor(broker, storage, workers, tmp_path):
+def test_5_children_of_a_task_process_that_died_are_stopped_by_the_supervisor(broker, storage, workers, tmp_path,
+                                                                              pid_files):
     (name,) = workers.start(1)
     supervisor = workers.procs[name].pid
     path = tmp_path / "pids"
+    pid_files.append(path)
     (err,) = remote_map(start_child_and_die, [str(path)], broker=broker.config, progress=False,
                         errors="return", timeout=120)
     assert isinstance(err, RemoteError) and err.remote_type == "WorkerLost"

@@ -177,7 +177,13 @@ def test_a_chunk_on_node_a_disk_goes_to_node_a_after_a_restart(broker, workers, 
     env_a, env_b, chunks = _filled_node_a(broker, workers, tmp_path)
     (a2,) = workers.start(1, env=env_a)
     (b1,) = workers.start(1, env=env_b)
-    where, live = storage.locate([c.routing_key for c in chunks])
+    deadline = time.monotonic() + 30              # a new worker says which disk tier it serves
+    while True:                                    # with its heartbeats: wait for them, not a time
+        where, live = storage.locate([c.routing_key for c in chunks])
+        if (set(live) >= {a2, b1} and all(where.get(c.routing_key) == a2 for c in chunks)) \
+                or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     assert set(live) >= {a2, b1}
     assert all(where.get(c.routing_key) == a2 for c in chunks), where
     rerun = list(imap_unordered(_pt_sum, chunks, broker=broker))

@@ -96,22 +96,45 @@ def test_rerun_reads_nothing_from_files_and_stays_on_the_same_worker(broker, wor
     assert all(r.meta["bytes_file"] == 0 for r in cached)
 
 
-def slow_muon_pt_sum(chunk):
+def muon_pt_sum_held_until_stolen(chunk):
+    """:func:`muon_pt_sum`; on the worker that runs the first task (the backed-up one: its
+    task process), each task first waits until a task has started on another worker (at most
+    30 s from the first): its queue stays backed up until the idle one steals, however fast or
+    slow either gets the CPU."""
+    import os
     import time
-    time.sleep(0.2)
+    folder = os.environ["RHTC_TEST_STEAL_DIR"]
+    first, stolen = os.path.join(folder, "first"), os.path.join(folder, "stolen")
+    mine = os.path.join(folder, f"pid-{os.getpid()}")
+    with open(mine, "w") as f:
+        f.write(str(os.getpid()))
+    try:
+        os.link(mine, first)                  # the first task's process, whole or not at all
+    except FileExistsError:
+        pass
+    with open(first) as f:
+        backed_up = int(f.read()) == os.getpid()
+    if backed_up:
+        deadline = os.stat(first).st_mtime + 30
+        while not os.path.exists(stolen) and time.time() < deadline:
+            time.sleep(0.05)
+    else:
+        open(stolen, "w").close()
     return muon_pt_sum(chunk)
 
 
-def test_an_idle_worker_takes_from_the_tail_of_a_backed_up_one(broker, workers):
+def test_an_idle_worker_takes_from_the_tail_of_a_backed_up_one(broker, workers, tmp_path):
     """Every chunk is cached on worker A, so a rerun routes them all to A's queue; worker
     B, idle, takes tasks from its tail (the take script steals when B's queues are empty),
-    and each chunk still runs once with the right answer."""
-    (a,) = workers.start(1)
+    and each chunk still runs once with the right answer. A's tasks wait for B's first
+    (muon_pt_sum_held_until_stolen): B's idle wait before it steals is never a race."""
+    env = {"RHTC_TEST_STEAL_DIR": str(tmp_path)}
+    (a,) = workers.start(1, env=env)
     chunks = make_chunks(REAL, step=5)[:24]
     first = {r.index: r for r in imap_unordered(muon_pt_sum, chunks, broker=broker)}
     assert {r.meta["worker"] for r in first.values()} == {a}
-    (b,) = workers.start(1)
-    second = {r.index: r for r in imap_unordered(slow_muon_pt_sum, chunks, broker=broker)}
+    (b,) = workers.start(1, env=env)
+    second = {r.index: r for r in imap_unordered(muon_pt_sum_held_until_stolen, chunks, broker=broker)}
     assert sorted(second) == list(range(len(chunks)))
     assert [second[i].value for i in second] == [first[i].value for i in second]
     on_b = [i for i in second if second[i].meta["worker"] == b]
