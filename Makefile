@@ -24,7 +24,7 @@ example: setup
 # Both test targets run in pytest-xdist workers (pyproject.toml's addopts: -n N --dist loadgroup;
 # tests/parallel.py keeps the pool tests in one worker). In one process: make test PYTEST_ARGS='-n 0'
 test: setup
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q --durations=25 $(PYTEST_ARGS)
 
 # the fast tier (tests/conftest.py): the pure tests and a few smoke tests on a real broker
 test-quick: setup

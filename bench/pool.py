@@ -171,16 +171,20 @@ def _drain(config_file, env_pack, work: Path, workers: int, run_map: Callable, l
         result: dict = {}
         mapper = threading.Thread(target=lambda: result.update(values=run_map(n_tasks, seconds, str(log))))
         mapper.start()
-        fewest = workers
+        fewest, dips, t0 = workers, [], time.monotonic()
         while mapper.is_alive():
-            fewest = min(fewest, len(pool.serving(count_leaving=True)))
+            serving = len(pool.serving(count_leaving=True))
+            fewest = min(fewest, serving)
+            if serving < workers:                   # when, and how far: with the keeper's events, why
+                dips.append((round(time.monotonic() - t0, 1), serving))
             time.sleep(0.5)
         mapper.join()
         runs = _runs(log)
         indices = [r[0] for r in runs]
         out.update(drain_tasks=n_tasks, drain_once=result.get("values") == list(range(n_tasks)),
                    drain_lost=n_tasks - len(set(indices)), drain_rerun=len(indices) - len(set(indices)),
-                   drain_fewest_serving=fewest,
+                   drain_fewest_serving=fewest, drain_dips=dips[:40],
+                   drain_events=[(e.get("what"), e.get("job"), e.get("why")) for e in pool.events()][:40],
                    drain_left=sum(1 for e in pool.events() if e["what"] == "left"),
                    drain_jobs=len({r[1] for r in runs}))
     finally:

@@ -19,6 +19,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -29,6 +30,10 @@ from rhtc.errors import RhtcError
 
 class XRootDUnavailable(RuntimeError, RhtcError):
     """No xrootd binary, or it did not start; the message says what to do."""
+
+
+class _CrashedAtStart(XRootDUnavailable):
+    """xrootd died of a signal before it listened."""
 
 
 def _free_port() -> int:
@@ -69,7 +74,21 @@ class XRootDServer:
         """``root://127.0.0.1:PORT//name`` (name relative to the served directory)."""
         return f"root://127.0.0.1:{self.port}//{name.lstrip('/')}"
 
-    def start(self) -> "XRootDServer":
+    def start(self, attempts: int = 3) -> "XRootDServer":
+        """Start the server and wait until it listens. Debian's xrootd 5.5 now and then dies
+        of a signal (SIGSEGV) while it starts, before it logs a line; such a start is tried
+        again, up to ``attempts`` times, and said so on stderr. Any other failure is raised."""
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._start_once()
+            except _CrashedAtStart as err:
+                if attempt == attempts:
+                    raise XRootDUnavailable(f"{err} ({attempts} starts, each died of a signal)") from None
+                print(f"xrootd: {err}; starting it again ({attempt + 1} of {attempts})", file=sys.stderr)
+                self.proc = None
+        raise AssertionError("unreachable")
+
+    def _start_once(self) -> "XRootDServer":
         binary = shutil.which("xrootd")
         if binary is None:
             raise XRootDUnavailable("the xrootd server is not installed: apt-get install xrootd-server "
@@ -90,7 +109,8 @@ class XRootDServer:
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise XRootDUnavailable(f"xrootd exited with {self.proc.returncode}: {self.log_tail()}")
+                kind = _CrashedAtStart if self.proc.returncode < 0 else XRootDUnavailable
+                raise kind(f"xrootd exited with {self.proc.returncode}: {self.log_tail()}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
                     return self

@@ -12,7 +12,6 @@ first when it shrinks, and when failures are systematic, with the fix to name.
 from __future__ import annotations
 
 import dataclasses
-import statistics
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,15 +115,20 @@ def wanted_size(plan: KeeperPlan, busy: int, pending: int) -> int:
 
 
 def replace_ahead(plan: KeeperPlan, latencies: list[float]) -> float:
-    """How long before a worker's lifetime drain its replacement is submitted: one and a
-    half times the median time a job took from submission to serving (a minute until one
-    is measured), and at least two looks.
+    """How long before a worker's lifetime drain its replacement is submitted: twice the
+    longest time one of the last ten jobs took from submission to serving (a minute until
+    one is measured), and at least two looks. Start-up times swing with the load of the
+    pool (a schedd that negotiates slowly, a node that unpacks the environment while others
+    compute): planning with the median left the pool empty between the last worker's drain
+    and its replacement's start when one start took twice the usual.
 
     >>> replace_ahead(KeeperPlan(3, 3, interval=5), [10, 20, 30])
-    30.0
+    60.0
+    >>> replace_ahead(KeeperPlan(3, 3, interval=5), [])
+    120.0
     """
-    typical = statistics.median(latencies) if latencies else 60.0
-    return max(2 * plan.interval, 1.5 * typical)
+    longest = max(latencies[-10:]) if latencies else 60.0
+    return max(2 * plan.interval, 2.0 * longest)
 
 
 def active(tracked: dict[str, Tracked], now: float, ahead: float) -> list[Tracked]:

@@ -23,7 +23,7 @@ def test_a_fixed_pool_wants_its_size_and_an_adaptive_one_follows_the_work():
 
 def test_a_worker_due_to_drain_soon_no_longer_counts_so_its_replacement_starts_ahead():
     now = 1000.0
-    ahead = replace_ahead(KeeperPlan(2, 2, interval=1), [10.0, 12.0, 14.0])       # 1.5 x median start
+    ahead = replace_ahead(KeeperPlan(2, 2, interval=1), [10.0, 12.0, 14.0])       # twice the longest start
     jobs = {"1.0": Tracked("1.0", 0, served=1, leaves_at=now + ahead - 1),
             "1.1": Tracked("1.1", 0, served=1, leaves_at=now + 3600),
             "1.2": Tracked("1.2", 0, served=1, leaving="lifetime"),

@@ -188,3 +188,28 @@ def test_a_remote_error_pickles_with_its_reason(server, broker, workers):
 def _closed_port() -> int:
     from tests.pools.common import free_port
     return free_port()
+
+
+def test_a_server_that_dies_of_a_signal_at_start_is_started_again(served, tmp_path, monkeypatch, capfd):
+    """Debian's xrootd now and then dies of SIGSEGV before it listens (seen in CI as "xrootd
+    exited with -11: (no log)"): the server is started again, and a binary that always dies
+    is refused naming the signal."""
+    real = shutil.which("xrootd")
+    marker = tmp_path / "crashed-once"
+    wrapper = tmp_path / "bin" / "xrootd"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f"#!/bin/sh\nif [ ! -e {marker} ]; then touch {marker}; kill -SEGV $$; fi\nexec {real} \"$@\"\n")
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{wrapper.parent}:{os.environ['PATH']}")
+    with XRootDServer(served) as s:
+        assert s.proc.poll() is None and marker.exists()
+        files = make_chunks(s.url("nano_dimuon.root"), step=1000)
+        assert files and files[0].file == s.url("nano_dimuon.root")
+    assert "exited with -11" in capfd.readouterr().err
+    wrapper.write_text("#!/bin/sh\nkill -SEGV $$\n")
+    broken = XRootDServer(served)
+    try:
+        with pytest.raises(XRootDUnavailable, match=r"exited with -11.*3 starts"):
+            broken.start()
+    finally:
+        broken.close()
