@@ -29,11 +29,10 @@ from rhtc.errors import RhtcError
 
 
 class XRootDUnavailable(RuntimeError, RhtcError):
-    """No xrootd binary, or it did not start; the message says what to do."""
+    """No xrootd binary, or it did not start; the message says what to do. ``crashed``: it
+    died of a signal before it listened."""
 
-
-class _CrashedAtStart(XRootDUnavailable):
-    """xrootd died of a signal before it listened."""
+    crashed = False
 
 
 def _free_port() -> int:
@@ -81,7 +80,9 @@ class XRootDServer:
         for attempt in range(1, attempts + 1):
             try:
                 return self._start_once()
-            except _CrashedAtStart as err:
+            except XRootDUnavailable as err:
+                if not err.crashed:
+                    raise
                 if attempt == attempts:
                     raise XRootDUnavailable(f"{err} ({attempts} starts, each died of a signal)") from None
                 print(f"xrootd: {err}; starting it again ({attempt + 1} of {attempts})", file=sys.stderr)
@@ -109,8 +110,9 @@ class XRootDServer:
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                kind = _CrashedAtStart if self.proc.returncode < 0 else XRootDUnavailable
-                raise kind(f"xrootd exited with {self.proc.returncode}: {self.log_tail()}")
+                err = XRootDUnavailable(f"xrootd exited with {self.proc.returncode}: {self.log_tail()}")
+                err.crashed = self.proc.returncode < 0          # died of a signal
+                raise err
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
                     return self

@@ -115,8 +115,8 @@ def test_the_tier_is_capped_in_bytes_across_its_writers(tmp_path):
 
 def test_nothing_is_written_when_the_disk_is_nearly_full(tmp_path):
     import shutil
-    free = shutil.disk_usage(tmp_path).free
-    d = DiskTier(tmp_path, size_limit=10**9, min_free=free + 1)    # as if the disk were full
+    size = shutil.disk_usage(tmp_path).total        # free space never exceeds it, whatever others delete
+    d = DiskTier(tmp_path, size_limit=10**9, min_free=size + 1)    # as if the disk were full
     assert not d.put("k", np.ones(1000))
     assert d.get("k") is None and d.skipped == 1
     d.close()
