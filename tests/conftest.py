@@ -114,6 +114,44 @@ def _quick_tier_guard(request, monkeypatch):
     yield
 
 
+_last_test = ["(none yet)"]
+
+
+def _ctrl_c_state() -> str | None:
+    """What keeps Ctrl-C from raising KeyboardInterrupt in this thread: another SIGINT
+    handler, or SIGINT blocked; None when it would raise."""
+    handler = signal.getsignal(signal.SIGINT)
+    if handler is not signal.default_int_handler:
+        return f"SIGINT's handler is {handler!r}"
+    if signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []):
+        return "SIGINT is blocked (pthread_sigmask)"
+    return None
+
+
+def _restore_ctrl_c() -> None:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+
+
+@pytest.fixture(autouse=True)
+def _ctrl_c_stays_python_s(request):
+    """Ctrl-C must raise KeyboardInterrupt in the analyst's process whatever ran before: a test
+    (or a fixture's teardown) that leaves SIGINT handled otherwise, or blocked, fails naming
+    itself, and Ctrl-C is put back (two tests that press Ctrl-C failed in CI, in one worker)."""
+    before = _ctrl_c_state()
+    if before:
+        _restore_ctrl_c()
+        pytest.fail(f"{before} when {request.node.nodeid} started: the test before it in this process "
+                    f"({_last_test[0]}) or a fixture's teardown left it so", pytrace=False)
+    yield
+    _last_test[0] = request.node.nodeid
+    after = _ctrl_c_state()
+    if after:
+        _restore_ctrl_c()
+        pytest.fail(f"{request.node.nodeid} left it so: {after}; Ctrl-C would no longer raise "
+                    "KeyboardInterrupt in this process", pytrace=False)
+
+
 @pytest.fixture(autouse=True)
 def _no_user_config(monkeypatch, tmp_path_factory):
     """Tests never pick up the developer's own broker config or environment."""

@@ -113,4 +113,6 @@ def test_a_worker_killed_holding_a_big_partial_loses_nothing(broker, workers, st
 def test_a_frozen_workers_big_partial_is_refused_and_its_blob_deleted(broker, workers, storage, tmp_path):
     got = freeze_a_worker_holding_a_partial(broker, workers, storage, tmp_path, counted_big, 40)
     assert got["c"] == everything_once(40)
-    assert _blob_keys(storage) == [], "a refused partial left its blob"
+    # a worker may be handing in one more partial as the map ends: its blob is written, then
+    # the hand-in finds the map gone and deletes it (seen in CI between the two steps)
+    wait_until(lambda: _blob_keys(storage) == [], 10, f"a refused partial left its blob: {_blob_keys(storage)}")

@@ -34,3 +34,21 @@ def test_chunks_of_uneven_sizes_split_by_events_not_by_count():
     owner, home = owners(args, list(range(8)), locate=lambda keys: ({}, ["a", "b"]), avoid=set())
     events = {w: sum(a.num_entries for i, a in enumerate(args) if owner[i] == w) for w in "ab"}
     assert home == 0 and max(events.values()) <= 2400, events      # by count: 3600 against 400
+
+
+def test_a_worker_given_more_files_is_given_fewer_events():
+    """Opening a file costs a cold worker as much as ~50,000 events (FILE_OPEN_EVENTS): nine
+    files of one chunk each, two of them three times as big, no longer split 6 files to 3
+    with equal events (the idle worker waited ~0.5 s of every cold AGC run)."""
+    from rhtc.client.engine.routing import FILE_OPEN_EVENTS
+
+    class Chunk:
+        def __init__(self, key, n):
+            self.routing_key, self.num_entries = key, n
+    sizes = [30_000, 30_000] + [10_000] * 7
+    args = [Chunk(f"u{k}:Events:0-{n}", n) for k, n in enumerate(sizes)]
+    owner, _ = owners(args, list(range(len(args))), locate=lambda keys: ({}, ["a", "b"]), avoid=set())
+    cost = {w: sum(a.num_entries + FILE_OPEN_EVENTS for i, a in enumerate(args) if owner[i] == w) for w in "ab"}
+    files = {w: sum(1 for i in owner if owner[i] == w) for w in "ab"}
+    assert max(cost.values()) - min(cost.values()) <= 30_000 + FILE_OPEN_EVENTS, (cost, files)
+    assert sorted(files.values()) == [4, 5], files       # by events alone: 3 files against 6
