@@ -9,8 +9,8 @@ baseline). Each system runs alone; its figures print as soon as they are measure
 Every system gets the same WorkItems (preprocessed once) and a warm-up run on a tiny
 file of its own, so that "cold" measures reading the data, not importing coffea and
 compiling numba kernels. Then for one chunk it prints where the time goes, cold (reading
-and decompressing, building NanoEvents, the processing itself) and warm on one of our
-workers (bench/agcchunk.py).
+and decompressing, building NanoEvents, the processing itself), warm on one of our
+workers, and cold on one of our workers (bench/agcchunk.py).
 """
 from __future__ import annotations
 
@@ -232,7 +232,8 @@ def agc_command(workers, events, chunk_size, systematics, data_dir, systems, rep
                f"warm, every round, equal to {_LABELS[reference]}'s (sums of weights and variances to 1e-9)")
     summary = _summary(res, n)
     chunk = max(items, key=len)
-    t = one_chunk(chunk, systematics)
+    before = min((i for i in items if i.filename != chunk.filename), key=len, default=None)
+    t = one_chunk(chunk, systematics, before)
     summary["one_chunk"] = t
     for line in describe(os.path.basename(chunk.filename), t, len(ANALYSIS_BRANCHES)):
         click.echo(line)

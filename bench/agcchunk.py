@@ -6,7 +6,8 @@ reads, building NanoEvents, and the processing with every buffer already in memo
 
 Warm, as one of our workers runs a rerun's item (:func:`warm_breakdown`): the item goes
 through what a worker's task process runs for it (``_RunItem``, with a worker's context and
-branch cache, in this process), once to fill the caches, then three times warm. Marks
+branch cache, in this process), once cold (after an item of another file, as on a worker
+mid-run: the tree's base form is kept from that file), then three times warm. Marks
 inside coffea's own per-item function split it: coffea asks for the cache strategy
 (``worker_cache``) once the file is open, just before it builds NanoEvents, and the
 processor's ``process`` starts once they are built. So a warm item is: the file (kept open,
@@ -95,11 +96,12 @@ def _timed_processor(marks: _Marks, systematics: bool):
     return Timed(systematics)
 
 
-def warm_breakdown(item, systematics: bool, keep_events: bool = True, runs: int = 3) -> dict:
+def warm_breakdown(item, systematics: bool, keep_events: bool = True, runs: int = 3, before=None) -> dict:
     """One WorkItem through what a worker's task process runs for it, in this process with
-    a worker's context and branch cache: once cold, then ``runs`` times warm; the warm
-    phases' medians in seconds (``keep_events=False``: NanoEvents built again for every
-    item, as before they were kept)."""
+    a worker's context and branch cache: once cold (after the item ``before``, of another
+    file, when given), then ``runs`` times warm; the warm phases' medians in seconds, and
+    the cold item's under ``"cold"`` (``keep_events=False``: NanoEvents built again for
+    every item, as before they were kept)."""
     from coffea import processor
     from coffea.nanoevents import NanoAODSchema
     from coffea.processor.executor import ExecutorBase
@@ -126,38 +128,43 @@ def warm_breakdown(item, systematics: bool, keep_events: bool = True, runs: int 
     close_files()
     context.current = context.TaskContext(worker="bench", cache=BranchCache(4 << 30))
     phases: dict[str, list[float]] = {}
+    cold: dict[str, float] = {}
     try:
-        for k in range(runs + 1):
+        for k in range(-1 if before is not None else 0, runs + 1):
             marks.times.clear()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 processor.Runner(executor=OnAWorker(), schema=NanoAODSchema, cachestrategy=_timing_cache(marks),
                                  processor_compression=None)(
-                    [item], processor_instance=_timed_processor(marks, systematics))
+                    [item if k >= 0 else before], processor_instance=_timed_processor(marks, systematics))
             t = marks.times
-            if k == 0:
-                continue
             for name, (a, b) in {"file_s": ("start", "nanoevents"), "nanoevents_s": ("nanoevents", "process"),
                                  "processing_s": ("process", "processed"), "rest_s": ("processed", "end"),
                                  "item_s": ("start", "end")}.items():
-                phases.setdefault(name, []).append(t[b] - t[a])
+                if k == 0:
+                    cold[name] = t[b] - t[a]
+                elif k > 0:
+                    phases.setdefault(name, []).append(t[b] - t[a])
     finally:
         context.current = saved
         close_files()
     out: dict[str, Any] = {name: statistics.median(v) for name, v in phases.items()}
-    out["events"] = item.entrystop - item.entrystart
+    out["events"], out["cold"] = item.entrystop - item.entrystart, cold
+    out["cold_after_another_file"] = before is not None
     return out
 
 
-def one_chunk(item, systematics: bool) -> dict:
-    """The cold breakdown, and the warm one with NanoEvents kept and built again."""
-    return {"cold": cold_breakdown(item, systematics), "warm": warm_breakdown(item, systematics),
-            "warm_built_again": warm_breakdown(item, systematics, keep_events=False)}
+def one_chunk(item, systematics: bool, before=None) -> dict:
+    """The cold breakdown, and the warm one with NanoEvents kept and built again (each
+    after the item ``before``, of another file, when given)."""
+    return {"cold": cold_breakdown(item, systematics), "warm": warm_breakdown(item, systematics, before=before),
+            "warm_built_again": warm_breakdown(item, systematics, keep_events=False, before=before)}
 
 
 def describe(chunk_name: str, t: dict, branches: int) -> list[str]:
-    """The breakdown in words, cold then warm."""
+    """The breakdown in words: cold as coffea's executors run it, warm on our worker, cold on our worker."""
     c, w, b = t["cold"], t["warm"], t["warm_built_again"]
+    o, after = w["cold"], w["cold_after_another_file"]
     return [
         f"one chunk ({c['events']:,} events of {chunk_name}), cold, as coffea's executors run every item: open file "
         f"+ tree metadata {c['open_s']:.3f} s, read+decompress its {branches} branches {c['read_decompress_s']:.3f} s, "
@@ -167,4 +174,8 @@ def describe(chunk_name: str, t: dict, branches: int) -> list[str]:
         f"kept {w['nanoevents_s']:.4f} s (built again from the cached buffers, as before: {b['nanoevents_s']:.3f} s), "
         f"processing from the worker's cache {w['processing_s']:.3f} s, the rest {w['rest_s']:.4f} s; the item "
         f"{w['item_s']:.3f} s ({b['item_s']:.3f} s with NanoEvents built again)",
+        f"the same chunk cold on our worker{', after an item of another file' if after else ''}: file opened, "
+        f"tree metadata parsed and kept {o['file_s']:.3f} s, NanoEvents built "
+        f"{'from the base form kept from that file ' if after else ''}{o['nanoevents_s']:.3f} s, processing "
+        f"with the reads {o['processing_s']:.3f} s, the rest {o['rest_s']:.4f} s; the item {o['item_s']:.3f} s",
     ]

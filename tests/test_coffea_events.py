@@ -157,15 +157,16 @@ def on_a_worker():
 
 @pytest.fixture
 def constructions(monkeypatch) -> list:
-    """Every NanoEventsFactory.from_root call coffea's construction makes (kept or not)."""
+    """Every NanoEvents construction (coffea's ``from_root``, or ours from a base form kept
+    across files: both end in ``NanoEventsFactory._from_mapping``), by partition key."""
     calls = []
-    real = NanoEventsFactory.from_root.__func__
+    real = NanoEventsFactory._from_mapping.__func__
 
-    def counting(cls, file, **kwargs):
-        calls.append(kwargs.get("entry_start"))
-        return real(cls, file, **kwargs)
+    def counting(cls, mapping, partition_key, *args, **kwargs):
+        calls.append(partition_key)
+        return real(cls, mapping, partition_key, *args, **kwargs)
 
-    monkeypatch.setattr(NanoEventsFactory, "from_root", classmethod(counting))
+    monkeypatch.setattr(NanoEventsFactory, "_from_mapping", classmethod(counting))
     return calls
 
 
@@ -436,13 +437,17 @@ def test_bench_agc_breaks_a_chunk_down_cold_and_warm_and_compares_every_histogra
     fileset = agc_fileset(str(tmp_path))
     items = list(processor.Runner(executor=processor.IterativeExecutor(status=False), chunksize=600)
                  .preprocess(fileset, treename="Events"))
-    t = one_chunk(max(items, key=len), systematics=True)
+    chunk = max(items, key=len)
+    t = one_chunk(chunk, systematics=True, before=next(i for i in items if i.filename != chunk.filename))
     warm, again = t["warm"], t["warm_built_again"]
     assert set(warm) >= {"file_s", "nanoevents_s", "processing_s", "rest_s", "item_s"}
     assert warm["nanoevents_s"] < again["nanoevents_s"], "kept NanoEvents cost what building them costs"
     assert 0 < warm["processing_s"] <= warm["item_s"]
     lines = describe("a.root", t, 22)
-    assert len(lines) == 2 and "NanoEvents kept" in lines[1] and "as before" in lines[1]
+    assert len(lines) == 3 and "NanoEvents kept" in lines[1] and "as before" in lines[1]
+    ours_cold = warm["cold"]
+    assert "after an item of another file" in lines[2] and "kept from that file" in lines[2]
+    assert ours_cold["file_s"] > warm["file_s"] and ours_cold["item_s"] > warm["item_s"]
 
     out = iterative(fileset, make=lambda: TtbarAnalysis(True), chunksize=600)
     views = _hist_views(out)

@@ -9,7 +9,9 @@ the largest cost of a warm AGC item. While coffea's per-item function runs on a 
 the item reads through :func:`~client.data.coffea_items.worker_cache` from a file the worker
 holds open, what construction produces is kept in the worker's byte-capped cache (under the
 chunk, so it is advertised, routed to and evicted with the chunk's branches), and the next
-item on the same chunk gets it without building anything.
+item on the same chunk gets it without building anything. A cold item of another file with
+the same branches builds from the tree's base form kept from an earlier file
+(:func:`branch_signature`, :func:`_from_root_kept_form`; tests/test_coffea_forms.py).
 
 **What is kept, and why that level.** Measured on the largest AGC chunk (29,365 events,
 947 branches, buffers already in the cache, CPU seconds, medians of 7): the tree's type
@@ -61,7 +63,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
+import json
 import pickle
+import warnings
 import types
 import weakref
 from functools import partial
@@ -74,7 +78,8 @@ try:
     import coffea
     import coffea.processor.executor as _executor_module
     from coffea.nanoevents import BaseSchema, NanoEventsFactory
-    from coffea.nanoevents.factory import _key_formatter
+    from coffea.nanoevents.factory import TrivialUprootOpener, _key_formatter, _reads_podio_metadata
+    from coffea.nanoevents.mapping import UprootSourceMapping
 except ImportError as err:  # pragma: no cover - depends on the environment
     raise ImportError("rhtc.coffea needs coffea: pip install 'redis-htcondor[coffea]'") from err
 
@@ -260,6 +265,75 @@ def _where(file: Any, buffer_cache: Any) -> tuple[Any, str, str] | None:
     return cache, tag, version
 
 
+#: The leaf classes whose interpretation is their type, title and count leaf (NanoAOD's).
+_PLAIN_LEAVES = frozenset({"TLeafB", "TLeafS", "TLeafI", "TLeafL", "TLeafF", "TLeafD", "TLeafO"})
+#: Every member of such a leaf but its value range (fMinimum, fMaximum: no part of its form).
+_LEAF_MEMBERS = ("fName", "fTitle", "fLen", "fLenType", "fOffset", "fIsRange", "fIsUnsigned")
+
+
+def branch_signature(tree: Any) -> str | None:
+    """What a tree's base form is made of, as a digest: each branch's name and title and
+    its leaves' types, titles and count leaves, and the tree's title. Trees with the same
+    signature (the files of one production) have the same base form; None for a tree with
+    anything but plain ``TBranch``/``TLeaf`` branches (NanoAOD's), or where uproot has custom
+    interpretations registered: their forms are always built from the tree."""
+    if getattr(uproot.interpretation.identify, "_registered_interpretations", None) \
+            or not isinstance(tree, uproot.behaviors.TTree.TTree) or tree.aliases:
+        return None
+    parts: list = [tree.classname, tree.title]
+    for branch in tree.branches:
+        if branch.classname != "TBranch" or len(branch.branches):
+            return None
+        leaves = []
+        for leaf in branch.member("fLeaves"):
+            if leaf.classname not in _PLAIN_LEAVES:
+                return None
+            count = leaf.member("fLeafCount")
+            leaves.append((leaf.classname, *(leaf.member(m) for m in _LEAF_MEMBERS),
+                           None if count is None else (count.classname, count.member("fName"))))
+        parts.append((branch.name, branch.title, leaves))
+    return hashlib.blake2b(pickle.dumps((parts, VERSIONS), protocol=4), digest_size=16).hexdigest()
+
+
+def _from_root_kept_form(file: Any, kwargs: dict, cache: Any) -> NanoEventsFactory | None:
+    """``NanoEventsFactory.from_root`` in virtual mode with the tree's base form (and type
+    names) kept in the worker's cache across files with the same :func:`branch_signature`
+    (working them out is most of a cold item's NanoEvents construction); built as coffea
+    builds them otherwise. None (coffea's own ``from_root`` then) for anything unusual."""
+    schemaclass, treepath = kwargs.get("schemaclass", BaseSchema), kwargs.get("treepath")
+    if kwargs.get("preload") is not None or kwargs.get("iteritems_options") or not isinstance(treepath, str) \
+            or _reads_podio_metadata(schemaclass):
+        return None
+    tree = file[treepath]
+    signature = branch_signature(tree)
+    if signature is None:
+        return None
+    key = f"nanoevents-form|{signature}"
+    text = cache.kept(key)
+    if not isinstance(text, str):
+        typenames = tree.typenames()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            base_form = UprootSourceMapping._extract_base_form(tree)
+        for w in caught:            # coffea's own warnings (skipped branches), and nothing kept
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        text = json.dumps([base_form, typenames])
+        if not caught:
+            cache.keep(key, text, len(text) + 200, None)
+    base_form, typenames = json.loads(text)      # a new form for every item: the schema changes it
+    base_form["typenames"] = typenames
+    start, stop = kwargs.get("entry_start"), kwargs.get("entry_stop")
+    start = 0 if start is None or start < 0 else start
+    stop = tree.num_entries if stop is None or stop > tree.num_entries else stop
+    partition_key = (str(tree.file.uuid), tree.object_path, f"{start}-{stop}")
+    mapping = UprootSourceMapping(TrivialUprootOpener({partition_key[0]: tree.file.file_path}, {}), start, stop,
+                                  cache={}, access_log=kwargs.get("access_log"), file_handle=file, use_ak_forth=True,
+                                  virtual=True, buffer_cache=kwargs.get("buffer_cache"))
+    mapping.preload_column_source(partition_key[0], partition_key[1], tree)
+    return NanoEventsFactory._from_mapping(mapping, partition_key, base_form, schemaclass, kwargs.get("metadata"),
+                                           mode="virtual")
+
+
 class KeepNanoEvents:
     """Stands in for ``NanoEventsFactory`` in coffea's executor module while an item runs on
     a worker: ``from_root`` gives the item a factory over the chunk's kept events (building
@@ -290,7 +364,7 @@ class KeepNanoEvents:
             self.reused += 1
         else:
             before = dict(metadata) if isinstance(metadata, dict) else metadata
-            factory = NanoEventsFactory.from_root(file, **kwargs)
+            factory = _from_root_kept_form(file, kwargs, cache) or NanoEventsFactory.from_root(file, **kwargs)
             try:
                 kept = KeptEvents.build(factory, before)
             except Exception:        # e.g. metadata that cannot be copied: coffea's own, not kept
