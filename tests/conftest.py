@@ -133,6 +133,15 @@ def _restore_ctrl_c() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
 
 
+def pytest_configure(config):
+    """The tests press Ctrl-C as an analyst at a terminal does, so SIGINT gets Python's own
+    handler in every test process. A shell without job control starts a background command
+    (``cmd &``: CI's runner, nohup) with SIGINT ignored, and Python then leaves it ignored:
+    in CI every xdist worker started so, and a Ctrl-C test passed only in a worker where an
+    earlier test (nbclient's event loop) happened to put Python's handler back."""
+    _restore_ctrl_c()
+
+
 @pytest.fixture(autouse=True)
 def _ctrl_c_stays_python_s(request):
     """Ctrl-C must raise KeyboardInterrupt in the analyst's process whatever ran before: a test
