@@ -175,7 +175,8 @@ class Leases:
             args += [map_id, tid, frame]
         # the clock a token is judged by: TIME, read beside the script rather than from its
         # reply (a function library can be replaced by anyone with the password; TIME cannot)
-        got, now = self._fast.script_with(self._scripts["take"], [], args, ("TIME",))
+        # the reply is the last two: a result big enough for a blob sent its SET before the script
+        *_, got, now = self._fast.script_with(self._scripts["take"], [], args, ("TIME",))
         if not got[0]:
             return False, 0, [], set()
         batch, token = [], b""

@@ -116,3 +116,24 @@ def test_a_frozen_workers_big_partial_is_refused_and_its_blob_deleted(broker, wo
     # a worker may be handing in one more partial as the map ends: its blob is written, then
     # the hand-in finds the map gone and deletes it (seen in CI between the two steps)
     wait_until(lambda: _blob_keys(storage) == [], 10, f"a refused partial left its blob: {_blob_keys(storage)}")
+
+
+def noise(i):
+    """An incompressible 320 kB array, ``i`` at its first place: a result that travels as a blob."""
+    a = np.random.default_rng(i).random(40_000)
+    a[0] = i
+    return a
+
+
+def test_results_big_enough_for_a_blob_are_handed_in_without_killing_the_task_process(broker, workers, storage):
+    """Each result's blob is SET on the fast lane before the take script that hands its stub
+    in; the take read the SET's reply as its own ("too many values to unpack") and the task
+    process died on every big result since the clock moved beside the take (7a72f7f): real
+    workers came back through their supervisor, slower; light workers never did."""
+    names = workers.start(3)
+    n = 30
+    got = start_map(broker, noise, list(range(n)), reduce=False, options=MapOptions(merge=False)).wait(timeout=60)
+    assert [a[0] for a in got] == list(range(n)) and all(np.array_equal(a, noise(i)) for i, a in enumerate(got))
+    dead = [name for name in names if "Traceback" in workers.log(name) or "too many values" in workers.log(name)]
+    assert not dead, f"task processes died handing big results in: {[workers.log(name)[-2000:] for name in dead]}"
+    wait_until(lambda: not list(storage.r.scan_iter(match=f"{storage.keys.ns}:blob:*")), 10, "a blob was left behind")
