@@ -150,10 +150,19 @@ class DiskTier:
         except queue.Full:
             self.skipped += 1
 
-    def flush(self, timeout: float = 30.0) -> None:
-        """Wait until what :meth:`put_later` was given is written (tests, a draining worker)."""
-        if self._writer is not None:
-            self._pending.join()
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Wait until what :meth:`put_later` was given is written, at most ``timeout`` s
+        (tests; a stopping worker, whose writer thread dies with it); True when it all is."""
+        if self._writer is None:
+            return True
+        deadline = time.monotonic() + timeout
+        with self._pending.all_tasks_done:
+            while self._pending.unfinished_tasks:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._pending.all_tasks_done.wait(left)
+        return True
 
     def _write_loop(self) -> None:
         while True:
