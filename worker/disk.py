@@ -216,6 +216,17 @@ class DiskTier:
             log.warning("%s (the worker reads the input files instead)", message)
 
 
+#: how long a stopping task process waits for its disk tier's pending writes (s)
+DISK_FLUSH = 10.0
+
+
+def finish_writes(disk: "DiskTier | None", worker: str) -> None:
+    """Before a task process exits: write what its disk tier still has pending (its writer
+    thread dies with the process), at most :data:`DISK_FLUSH` s."""
+    if disk is not None and not disk.flush(DISK_FLUSH):
+        log.warning("worker %s: stopped with chunks not yet written to the disk tier", worker)
+
+
 def mapped(fh) -> mmap.mmap | bytes:
     """The bytes of an entry's file (``fh``, closed here), memory-mapped: its arrays are
     served from the page cache, without a copy into the process (a copy faulted fresh

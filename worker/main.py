@@ -28,7 +28,7 @@ from .backoff import Backoff
 from .cache import BranchCache, branch_label
 from .children import end_children
 from .frozen import explain
-from .disk import open_disk_tier
+from .disk import finish_writes, open_disk_tier
 from .memory import tune_malloc
 from .outbox import Outbox
 from .preload import Preload, names as preload_names
@@ -38,9 +38,7 @@ from .shared import MAX_HELD, SharedState
 from .tokens import MapTokens
 
 log = logging.getLogger("rhtc.worker")
-
 BATCH_SECONDS = 0.005      # take as many tasks as fit in this much time (fast tasks only)
-DISK_FLUSH = 10.0          # a stopping task process waits this long for its disk tier's pending writes (s)
 IDLE_WAIT = 5.0            # an idle worker's blocking pop (s); a stop or a drain ends it at once (wake)
 QUIET_RETAKE = 10.0        # with nothing to steal, an idle worker still takes (checks its name) this often (s)
 
@@ -172,8 +170,7 @@ class TaskProcess:
                 if not self.outbox:
                     break
                 time.sleep(0.5)
-        if self.cache.disk is not None and not self.cache.disk.flush(DISK_FLUSH):    # the node keeps what it read
-            log.warning("worker %s: stopped with chunks not yet written to the disk tier", self.name)
+        finish_writes(self.cache.disk, self.name)          # the node keeps what this worker read
         log.info("worker %s: task process stopped after %d tasks", self.name, self.tasks_done)
 
     # -- taking and running ------------------------------------------------------------
