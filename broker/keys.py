@@ -15,6 +15,10 @@ key                             type    what / who deletes it
 ``{ns}:q:m:{map}``              list    a map's backlog: its unrouted tasks beyond its window
                                         in the shared queue; each task taken from the shared
                                         queue moves the next one of its map in. Owned by the map
+``{ns}:pin:{map}``              string  a bitmap of a map's tasks queued for the worker that holds
+                                        their chunk (bit = task index, set by the enqueue): a
+                                        thief leaves them to a live owner that makes progress
+                                        (steal_one in lua/lib.lua). Owned by the map
 ``{ns}:client:{client}``        string  a client process is alive (set with the map, renewed by
                                         the client's beacon thread); expires after
                                         ``client_ttl``: then its maps are dropped with their
@@ -143,6 +147,7 @@ TEMPLATES: dict[str, str] = {
     "reap_due": "{ns}:reap-due",
     "sweep_due": "{ns}:sweep-due",
     "backlog": "{ns}:q:m:{map_id}",
+    "pinned": "{ns}:pin:{map_id}",
     "client": "{ns}:client:{client_id}",
     "refusals": "{ns}:refusals",
     "map": "{ns}:map:{map_id}",
@@ -189,7 +194,7 @@ JOINED_TTL = 86400
 INCARNATION_LEN = 16
 LEASE_TIME_LEN = 13
 #: the map keys whose expiry the client renews while the map runs
-MAP_DATA = ("results", "tries", "attempts", "dead", "backlog")
+MAP_DATA = ("results", "tries", "attempts", "dead", "backlog", "pinned")
 #: every key a map owns (deleted together when the map ends)
 MAP_OWNED = ("map", "live", *MAP_DATA)
 

@@ -166,7 +166,8 @@ class Leases:
         and its next task is another map's (:mod:`worker.merge`)."""
         st = self.settings
         args: list = [self.keys.ns, worker, incarnation, st.result_grace, max_tasks, int(st.leases),
-                      st.scan_step, st.steal_min_queue, st.steal_stuck_seconds, len(watch), *watch]
+                      st.scan_step, st.steal_min_queue, st.steal_home_min_queue, st.steal_stuck_seconds,
+                      len(watch), *watch]
         for map_id, tid, frame in results:
             if len(frame) >= blobs.BLOB_FROM:      # set as is beside, its stub handed in (blobs.py)
                 key = self.keys.blob(blobs.blob_name(map_id))

@@ -130,6 +130,7 @@ class Settings:
     open_files: int = setting(16, minimum=1, doc="files a worker keeps open, with their trees' metadata")
     leases: bool = setting(True, doc="0 only to measure what leases cost")
     steal_min_queue: int = setting(4, minimum=1, doc="steal from a live worker's queue this long...")
+    steal_home_min_queue: int = setting(16, minimum=1, doc="... this long for a task queued where its chunk is cached")
     steal_stuck_seconds: float = setting(10.0, refuse_below=0, doc="... or whose current task has run this long (s)")
     max_result_bytes: int = setting(64 * 1024 * 1024, kind="size", refuse_below=1, doc="the largest result a task may return")
     broker_patience: float = setting(300.0, refuse_below=0, doc="the client waits this long for a lost broker (s)")

@@ -126,10 +126,14 @@ class Storage(Leases, Pool, Keepers, InFlight):
     # -- maps (client side) ---------------------------------------------------------
     def enqueue_map(self, map_id: str, fn_hash: str, packed_fn: bytes | None, info: dict,
                     routed: dict[str | None, list[bytes]], wait_first: float = 0.0, *,
-                    nonce: str, client: str = "", fair: bool = True) -> list[bytes]:
+                    nonce: str, client: str = "", fair: bool = True,
+                    home: dict[str, list[bytes]] | None = None) -> list[bytes]:
         """Register a map, store its function (if given) and queue its tasks.
 
         ``routed`` maps a worker name (or None for the shared queue) to task frames;
+        ``home`` a worker name to frames of chunks it holds: queued before its ``routed``
+        ones and marked, so a thief leaves them to it while it makes progress
+        (``steal_one`` in lua/lib.lua);
         ``nonce`` is the map's nonce (:func:`protocol.new_nonce`) its task frames carry: the
         map's liveness token (signed here, see :meth:`keep_map_alive`) names it;
         ``client`` names the submitting process's beacon (:meth:`renew_client`): when it
@@ -151,13 +155,15 @@ class Storage(Leases, Pool, Keepers, InFlight):
                        client, int(st.client_ttl * 1000), len(flat_info), *flat_info,
                        len(finished), *finished]
         calls, args, room = [], first, st.scan_step
-        for worker, frames in routed.items():
+        groups = [(2, worker, frames) for worker, frames in (home or {}).items()] + \
+            [(int(worker is not None), worker, frames) for worker, frames in routed.items()]
+        for kind, worker, frames in groups:
             for at in range(0, len(frames), st.scan_step):
                 part = frames[at:at + st.scan_step]
                 if len(part) > room:
                     calls.append(args)
                     args, room = [window], st.scan_step
-                args += [int(worker is not None), worker or "", len(part), *part]
+                args += [kind, worker or "", len(part), *part]
                 room -= len(part)
         calls.append(args)
         script = self._scripts["enqueue"]

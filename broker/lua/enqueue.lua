@@ -16,7 +16,9 @@
 --       function ttl, start time, client id ('' none), client ttl ms, n info values,
 --       info field/value pairs..., n finished maps, their ids... (deleted here: a
 --       client's earlier maps)],
---       then groups: routed (1/0), worker name ('' when not routed), n frames, frames...
+--       then groups: routed (1: to a worker; 2: to the worker that holds their chunks,
+--       so they are marked in the map's `pinned` bitmap: steal_one in lib.lua; 0: not
+--       routed), worker name ('' when not routed), n frames, frames...
 -- Returns 1 (also for a call seen before), or 0 when a later call finds the map gone
 -- (cancelled): nothing is queued.
 local mid, register, seq, window = ARGV[2], ARGV[3] == '1', tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -61,11 +63,16 @@ local function push(q, from, to)
   end
 end
 while i <= #ARGV do
-  local routed, who, count = ARGV[i] == '1', ARGV[i + 1], tonumber(ARGV[i + 2])
+  local routed, who, count = ARGV[i] ~= '0', ARGV[i + 1], tonumber(ARGV[i + 2])
   local first, last = i + 3, i + 2 + count
   if routed and is_live(who) then
     push(K.queue(who), first, last)
     redis.call('SADD', K.routed(), who)
+    if ARGV[i] == '2' then
+      local pinned = K.pinned(mid)
+      for j = first, last do redis.call('SETBIT', pinned, tid_number(frame_tid(ARGV[j])), 1) end
+      redis.call('EXPIRE', pinned, math.max(redis.call('TTL', K.map(mid)), 1))  -- lives as the map
+    end
   else
     local now = math.min(room, count)
     if now > 0 then push(K.shared_queue(), first, first + now - 1) end

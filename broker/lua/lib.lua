@@ -33,6 +33,10 @@ local function frame_map(f) return string.sub(f, MAP_FROM, MAP_TO) end
 local function frame_tid(f) return string.sub(f, MAP_FROM, IDX_TO) end
 local function tid_map(tid) return string.sub(tid, 1, MAP_ID_LEN) end
 local function tid_index(tid) return string.sub(tid, MAP_ID_LEN + 1, TID_LEN) end
+local function tid_number(tid)             -- a task id's index (uint32 BE) as a number
+  local a, b, c, d = string.byte(tid, MAP_ID_LEN + 1, TID_LEN)
+  return ((a * 256 + b) * 256 + c) * 256 + d
+end
 
 -- lease values: incarnation | taken-at ms (zero-padded) | frame; one script call takes
 -- its tasks at one instant, so it builds the prefix once
@@ -175,30 +179,34 @@ end
 -- the owner would reach the tail much later than the thief can re-read it) or stuck
 -- (its current task has run more than `stuck` seconds), or it is dead (no incarnation).
 -- A short queue of an owner that is making progress is left alone: those chunks are in
--- its cache. Work: one LLEN per worker whose queue may hold tasks (the `routed` set: an
+-- its cache. So is a task queued for the worker that holds its chunk (its bit set in the
+-- map's `pinned` bitmap by the enqueue): on a thief it costs the file's opening and reads
+-- where its owner serves it from memory, several times its warm run, so it is taken from
+-- a live owner that makes progress only when that owner has `homeq` tasks queued.
+-- Work: one LLEN per worker whose queue may hold tasks (the `routed` set: an
 -- idle pool of a thousand workers costs one SMEMBERS of an empty set per take, not a
 -- thousand LLENs), at most `step` pops. A name whose queue is empty, or that is no longer
 -- registered, leaves the set here.
 -- Returns frame, the map's token; or nil.
-local function steal_one(me, inc, minq, stuck, step)
-  local best, bestlen = nil, 0
+local function steal_one(me, inc, minq, homeq, stuck, step)
+  local best, bestlen, lost = nil, 0, false
   for _, w in ipairs(redis.call('SMEMBERS', K.routed())) do
     local l = redis.call('LLEN', K.queue(w))
     if l == 0 or redis.call('SISMEMBER', K.workers(), w) == 0 then
       redis.call('SREM', K.routed(), w)
     elseif w ~= me then
-      local ok = l >= minq
-      if not ok then
-        local hb = redis.call('GET', K.heartbeat(w))
-        if not hb then
-          ok = true
-        else
-          local fine, status = pcall(cjson.decode, hb)   -- a malformed heartbeat: not stuck
-          ok = fine and type(status) == 'table' and type(status[STATUS_TASK_SECONDS]) == 'number'
-            and status[STATUS_TASK_SECONDS] > stuck
-        end
+      local hb, gone = redis.call('GET', K.heartbeat(w)), false
+      if not hb then
+        gone = true
+      else
+        local fine, status = pcall(cjson.decode, hb)   -- a malformed heartbeat: not stuck
+        gone = fine and type(status) == 'table' and type(status[STATUS_TASK_SECONDS]) == 'number'
+          and status[STATUS_TASK_SECONDS] > stuck
       end
-      if ok and l > bestlen then best, bestlen = w, l end
+      -- a dead or stuck owner first (all of its queue may go), then the longest queue
+      if (gone or l >= minq) and ((gone and not lost) or (gone == lost and l > bestlen)) then
+        best, bestlen, lost = w, l, gone
+      end
     end
   end
   if not best then return nil end
@@ -209,8 +217,14 @@ local function steal_one(me, inc, minq, stuck, step)
     local item = redis.call('LPOP', K.queue(best))
     if not item then return nil end
     if is_task(item) then
-      local token = map_token(frame_map(item))
+      local mid = frame_map(item)
+      local token = map_token(mid)
       if token then
+        if not lost and bestlen < homeq
+            and redis.call('GETBIT', K.pinned(mid), tid_number(frame_tid(item))) == 1 then
+          redis.call('LPUSH', K.queue(best), item)   -- at home there: left to its owner
+          return nil
+        end
         redis.call('HSET', K.lease(me), frame_tid(item), lease_prefix(inc) .. item)
         return item, token
       end

@@ -9,8 +9,8 @@
 -- `step` of them per call). Bytes that are not a frame are handed over unleased so the
 -- worker reports them.
 -- ARGV: ns, worker, incarnation, result grace (s), n, leases on (1/0), step,
---       steal's min queue, steal's stuck seconds, k, k map ids (the maps of the worker's
---       open partials), then triples: map id, task id (a partial's: the ids of the tasks it
+--       steal's min queue, its min queue for a task at home, steal's stuck seconds, k,
+--       k map ids (the maps of the worker's open partials), then triples: map id, task id (a partial's: the ids of the tasks it
 --       covers, end to end), result frame (or a big one's stub, broker/blobs.py: its blob is
 --       kept with the stub or deleted with it).
 -- Returns {held, broker time ms, backlogged, frame, token, frame, token, ...}; backlogged:
@@ -23,7 +23,7 @@
 -- for a frame whose token is the previous frame's: each token travels once per reply).
 local w, inc, grace, n = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 local leases, step = ARGV[6] == '1', tonumber(ARGV[7])
-local minq, stuck = tonumber(ARGV[8]), tonumber(ARGV[9])
+local minq, homeq, stuck = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
 local lease = K.lease(w)
 -- A partial (the task ids of the several tasks it covers, broker/merge.py) counts only
 -- while every one of them is still leased to this incarnation: a worker whose tasks were
@@ -49,9 +49,9 @@ local function whole_partial(mid, tids)
   return whole
 end
 local watched = {}                         -- map ids whose backlog the worker asks about
-local nwatch = tonumber(ARGV[10])
-for i = 11, 10 + nwatch do watched[#watched + 1] = ARGV[i] end
-for i = 11 + nwatch, #ARGV, 3 do
+local nwatch = tonumber(ARGV[11])
+for i = 12, 11 + nwatch do watched[#watched + 1] = ARGV[i] end
+for i = 12 + nwatch, #ARGV, 3 do
   local ok = true
   if #ARGV[i + 1] > TID_LEN then
     ok = whole_partial(ARGV[i], ARGV[i + 1])
@@ -107,7 +107,7 @@ else
   take(K.queue(w), false)
 end
 if #out == 3 and n > 0 then
-  local item, token = steal_one(w, inc, minq, stuck, step)
+  local item, token = steal_one(w, inc, minq, homeq, stuck, step)
   if item then
     out[4], out[5] = item, token
     watched[#watched + 1] = frame_map(item)

@@ -172,10 +172,11 @@ class MapRun:
                              avoid=state.misfits | state.shunned,
                              good=state.good_workers() if state.misfits else None)   # a mixed pool
         if route:
-            self.routed_to_workers = home
+            self.routed_to_workers = len(home)
         routed: dict[str | None, list[bytes]] = {}
+        held: dict[str, list[bytes]] = {}         # (a thief leaves these to their owner)
         for i in indices:
-            routed.setdefault(owner.get(i), []).append(self.frames[i])
+            (held if i in home else routed).setdefault(owner.get(i), []).append(self.frames[i])
         upload = not self._fn_uploaded or len(self.packed_fn) < 65536 or \
             not self.storage.function_present(self.fn_hash)
         try:
@@ -183,7 +184,7 @@ class MapRun:
                 self._sent = True
                 early = self.storage.enqueue_map(self.map_id, self.fn_hash, self.packed_fn if upload else None,
                                                  self._info(), routed, wait_first=wait_first, nonce=self.nonce,
-                                                 client=beacon.client_id(), fair=fair)
+                                                 client=beacon.client_id(), fair=fair, home=held)
         except BrokerOutOfMemory as err:
             used, limit = self.memory()
             raise BrokerFull(f"the broker {self.storage.config!r} is out of memory ({used / 1e6:.0f} MB "

@@ -13,7 +13,7 @@ Nothing here talks to Redis itself, so the placement tests without a broker::
     ...     def __init__(self, key): self.routing_key = key
     >>> args = [C("f:0"), C("f:1"), 7]
     >>> owners(args, [0, 1, 2], locate=lambda keys: ({"f:1": "b"}, ["a", "b"]), avoid=set())
-    ({1: 'b'}, 1)
+    ({1: 'b'}, {1})
 """
 from __future__ import annotations
 
@@ -80,9 +80,9 @@ def _weights(args: Sequence, indices: list[int]) -> list[float] | None:
 
 
 def owners(args: Sequence, indices: list[int], *, locate: Callable, avoid: set[str],
-           good: list[str] | None = None, route: bool = True) -> tuple[dict[int, str], int]:
+           good: list[str] | None = None, route: bool = True) -> tuple[dict[int, str], set[int]]:
     """The worker each task of ``indices`` is queued for (a task not in the result goes to
-    the shared queue), and how many of them go to a worker that holds their chunk.
+    the shared queue), and those of them that go to a worker that holds their chunk.
 
     ``locate(keys)`` returns (key -> live worker holding it, live workers); workers in
     ``avoid`` (another key, forged, shunned) get nothing; ``good`` (a mixed pool: the
@@ -94,12 +94,12 @@ def owners(args: Sequence, indices: list[int], *, locate: Callable, avoid: set[s
         where, live = locate([args[i].routing_key for i in keyed])
         live = sorted(set(live) - avoid)
         owner = {i: where[args[i].routing_key] for i in keyed if where.get(args[i].routing_key) in live}
-        home = len(owner)
+        home = set(owner)
         if live:
             free = [i for i in keyed if i not in owner]
             owner.update(contiguous_blocks(free, live, _weights(args, free)))
     else:
-        home = 0
+        home = set()
     if good:
         for k, i in enumerate(indices):
             if i not in owner:
