@@ -14,7 +14,11 @@ and the steady state's p99 (every task but each worker's first); the broker's CP
 over the map); the client's CPU share and where its main thread's CPU went
 (:mod:`bench.cpushare`); Redis's memory peak (sampled); how long results waited between
 their task's end and the client taking them (p99; "the client keeps up" when under one
-task duration); and the time from the last result to ``remote_map`` returning. Per worker
+task duration); and the time from the last result to ``remote_map`` returning, and from the last task's end;
+the frames and bytes the client read of the results, and the tree of partials' depth. The
+reduced cells return :class:`~bench.lightworkers.Filled` stand-ins (they travel as their
+size, fold for free, and count the tasks folded in: each cell checks every task counted
+once), so 1,000 light workers' partials fit in memory. Per worker
 count: the time to register all workers and the broker's CPU share with them idle
 (heartbeats alone).
 
@@ -45,7 +49,7 @@ from rhtc.errors import RhtcError
 from .against import side_by_side
 from .ceiling import ceiling_lines
 from .cpushare import CATEGORIES, CpuShare
-from .lightworkers import LightPool, light_task
+from .lightworkers import LightPool, light_fill, light_task
 
 IDLE_SECONDS = 3.0          # the broker's CPU with every worker idle is read over this long ...
 SETTLE_SECONDS = 3.0        # ... once they have settled this long after registering (first takes, reaps)
@@ -128,14 +132,16 @@ def run_cell(config, storage: Storage, pool: LightPool, seconds: float, nbytes: 
     n = waves * workers
     busy0, light0 = _machine_busy(), pool.cpu_seconds()
     with BrokerWatch(storage) as broker, CpuShare() as client:
-        value = remote_map(light_task, [(seconds, nbytes)] * n, broker=config, reduce=reduce or None,
-                           merge=merge, progress=False)
+        value = remote_map(light_fill if reduce else light_task, [(seconds, nbytes)] * n, broker=config,
+                           reduce=reduce or None, merge=merge, progress=False)
         returned = time.time()
     busy, light = _machine_busy() - busy0, pool.cpu_seconds() - light0
     handle = last_map()
     rec = handle.record()
-    got = value.nbytes if reduce else sum(v.nbytes for v in value)
-    assert got == (nbytes // 8) * 8 * (1 if reduce else n), "a result is missing or doubled"
+    if reduce:                            # every task folded in exactly once
+        assert value.count == n and value.nbytes == (nbytes // 8) * 8, f"{value.count} tasks folded of {n}"
+    else:
+        assert sum(v.nbytes for v in value) == (nbytes // 8) * 8 * n, "a result is missing or doubled"
     waits = [m["received"] - m["stop"] for m in handle.run.ledger.metas() if "received" in m and "stop" in m]
     first, later = dispatch_delays(rec)
     delays = first + later
@@ -156,8 +162,27 @@ def run_cell(config, storage: Storage, pool: LightPool, seconds: float, nbytes: 
         "client_where": shares,
         "result_wait_s_p99": _quantile(waits, 0.99), "result_wait_s_max": max(waits, default=float("nan")),
         "last_result_to_return_ms": (returned - handle.run.ledger.last_received()) * 1e3,
+        "last_end_to_return_s": returned - max(t.stop for t in rec.tasks),
+        "frames_read": handle.run.frames_read, "mb_read": handle.run.bytes_read / 1e6,
+        "tree_depth": handle.run.tree_depth,
         "machine_busy_cores": busy / broker.wall, "light_workers_cores": light / broker.wall,
     }
+
+
+def _cell(config, storage: Storage, pool: LightPool, seconds: float, nbytes: int, waves: int, reduce: bool,
+          merge: bool, budget: int) -> dict:
+    """:func:`run_cell`, or why not: skipped over the memory budget, or failed."""
+    n = pool.n
+    head = {"workers": n, "seconds": seconds, "bytes": nbytes, "merge": merge}
+    # results that may wait in Redis: one partial per worker with the merge
+    flight = (1 if merge else waves) * n * nbytes * (1 if reduce else 2)
+    if flight > budget:
+        return dict(head, skipped=f"{flight / 1e9:.1f} GB of results could wait, over the budget of "
+                                  f"{budget / 1e9:.1f} GB (--memory-budget)")
+    try:
+        return dict(run_cell(config, storage, pool, seconds, nbytes, waves, reduce, merge), merge=merge)
+    except RhtcError as err:       # say it, keep the workers' logs, go on
+        return dict(head, failed=str(err).splitlines()[0][:300], worker_logs=pool.log_tail())
 
 
 def idle_broker_share(storage: Storage, seconds: float = IDLE_SECONDS) -> float:
@@ -185,14 +210,19 @@ def _size_text(n: int) -> str:
     return f"{n / 1e6:g} MB" if n >= 1e6 else f"{n / 1e3:g} kB"
 
 
-HEADER = (f"{'workers':>7} {'task':>5} {'result':>7} {'tasks/s':>8} {'wall eff':>8} {'eff':>7} "
+def _merge_text(r: dict) -> str:
+    return "" if r.get("merge") is None else ("merge" if r["merge"] else "alone")
+
+
+HEADER = (f"{'workers':>7} {'task':>5} {'result':>7} {'':>5} {'tasks/s':>8} {'wall eff':>8} {'eff':>7} "
           f"{'disp med':>8} {'disp p99':>8} {'ramp':>6} {'steady99':>8} {'redis us/t':>10} {'redis':>6} {'client':>6} {'verify':>6} {'decode':>6} "
-          f"{'combine':>7} {'I/O':>5} {'books':>5} {'redis MB':>8} {'wait p99':>8} {'return':>7} {'busy':>5} {'light':>5}")
+          f"{'combine':>7} {'I/O':>5} {'books':>5} {'redis MB':>8} {'wait p99':>8} {'return':>7} {'end>ret':>7} "
+          f"{'frames':>6} {'MB read':>7} {'depth':>5} {'busy':>5} {'light':>5}")
 
 
 def format_row(r: dict) -> str:
     """One line of the table (times in ms unless marked)."""
-    head = f"{r['workers']:>7} {r['seconds']:>4g}s {_size_text(r['bytes']):>7}"
+    head = f"{r['workers']:>7} {r['seconds']:>4g}s {_size_text(r['bytes']):>7} {_merge_text(r):>5}"
     if "skipped" in r or "failed" in r:
         return f"{head}  skipped: {r['skipped']}" if "skipped" in r else f"{head}  FAILED: {r['failed']}"
     w = r["client_where"]
@@ -203,6 +233,7 @@ def format_row(r: dict) -> str:
             f"{r['client_cpu_share'] * 100:>5.1f}% " + " ".join(
                 f"{w[k] * 100:>{n}.0f}%" for k, n in zip(CATEGORIES, (5, 5, 6, 4, 4)))
             + f" {r['redis_peak_mb']:>8.0f} {r['result_wait_s_p99']:>7.2f}s {r['last_result_to_return_ms']:>6.1f}"
+            f" {r['last_end_to_return_s']:>6.2f}s {r['frames_read']:>6} {r['mb_read']:>7.0f} {r['tree_depth']:>5}"
             f" {r['machine_busy_cores']:>5.2f} {r['light_workers_cores']:>5.2f}"
             + (f"  (wall eff counts the {r['workers_took_part']} of {r['workers']} workers that took part)"
                if r.get("workers_took_part", r["workers"]) < r["workers"] else ""))
@@ -221,6 +252,8 @@ def format_row(r: dict) -> str:
               help="remote_map(..., reduce=True): results combined with + (else kept as a list).")
 @click.option("--merge/--no-merge", default=True, show_default=True,
               help="With --reduce: the workers merge their results first (remote_map's merge=).")
+@click.option("--both", is_flag=True,
+              help="With --reduce: run each cell twice, the merge on and then off, side by side.")
 @click.option("--json", "json_path", default=None, help="Write the figures here.")
 @click.option("--ceiling-of", "ceiling_of", default=None, type=click.Path(exists=True, dir_okay=False),
               help="Only print the paper ceiling of figures saved with --json.")
@@ -229,7 +262,7 @@ def format_row(r: dict) -> str:
                    "(--seconds '' measures only the idle pools).")
 @click.option("--rounds", default=1, show_default=True, help="With --against: runs of each side.")
 def scale_command(workers_text, seconds_text, sizes_text, waves, processes, memory_budget, reduce, merge,
-                  json_path, ceiling_of, against, rounds):
+                  both, json_path, ceiling_of, against, rounds):
     """One Redis, one client, many light workers: throughput, efficiency, costs."""
     if ceiling_of:
         with open(ceiling_of) as fh:
@@ -262,7 +295,10 @@ def scale_command(workers_text, seconds_text, sizes_text, waves, processes, memo
                    "the dispatch p99 of the tasks after each worker's first; "
                    "redis: CPU share of one core; client: process CPU share, then where its main thread's "
                    "CPU went; wait: a result's end -> taken by the client; return: last result -> "
-                   "remote_map returned; busy: cores the whole machine used (others' too), light: cores the light workers used")
+                   "remote_map returned; end>ret: the last task's end -> remote_map returned; frames, MB read: "
+                   "what the client read of the map's results; depth: the deepest partial's level in the "
+                   "tree of partials (1: a worker's own tasks, 0: none merged); busy: cores the whole machine "
+                   "used (others' too), light: cores the light workers used")
         click.echo(HEADER)
         for n in counts:
             nproc = processes or max(2, math.ceil(n / 100))
@@ -281,20 +317,10 @@ def scale_command(workers_text, seconds_text, sizes_text, waves, processes, memo
                            f"Redis idle (heartbeats only): {idle * 100:.1f}% of a core")
                 for seconds in durations:
                     for nbytes in sizes:
-                        # results that may wait in Redis: one partial per worker with the merge
-                        flight = (1 if merge else waves) * n * nbytes * (1 if reduce else 2)
-                        if flight > budget:
-                            row = {"workers": n, "seconds": seconds, "bytes": nbytes,
-                                   "skipped": f"{flight / 1e9:.1f} GB of results could wait, over the "
-                                              f"budget of {budget / 1e9:.1f} GB (--memory-budget)"}
-                        else:
-                            try:
-                                row = run_cell(b.config, storage, pool, seconds, nbytes, waves, reduce, merge)
-                            except RhtcError as err:       # say it, keep the workers' logs, go on
-                                row = {"workers": n, "seconds": seconds, "bytes": nbytes,
-                                       "failed": str(err).splitlines()[0][:300], "worker_logs": pool.log_tail()}
-                        out["cells"].append(row)
-                        click.echo(format_row(row))
+                        for merging in ((True, False) if both and reduce else (merge,)):
+                            row = _cell(b.config, storage, pool, seconds, nbytes, waves, reduce, merging, budget)
+                            out["cells"].append(row)
+                            click.echo(format_row(row))
         storage.close()
     if any("tasks" in c for c in out["cells"]):
         out["ceiling"] = ceiling_lines(out)

@@ -16,7 +16,7 @@ results fetched, ended) is in :mod:`broker.storage`.
 from __future__ import annotations
 
 from . import messages, protocol
-from .keys import MAP_CLIENT, MAP_NONCE, MAP_REFUSED, MAP_SENT
+from .keys import MAP_ANSWERED, MAP_CLIENT, MAP_NONCE, MAP_PARTIAL_SEQ, MAP_POOLED, MAP_REFUSED, MAP_SENT
 from .records import MalformedRecord, map_entry
 
 
@@ -27,14 +27,16 @@ class InFlight:
         return [self.keys.shared_queue] + [self.keys.queue(w.decode()) for w in self.r.smembers(self.keys.workers)]
 
     def audit_map(self, map_id: str) -> set[int]:
-        """Indices of a map's tasks that are somewhere: queued, leased by a live incarnation,
-        dead or answered. Walks the queues in bounded steps (``settings.scan_step`` items
+        """Indices of a map's tasks that are somewhere: queued, leased by a live incarnation
+        (in a partial leased to a merger, too), in a partial waiting in the map's pool, dead
+        or answered. Walks the queues in bounded steps (``settings.scan_step`` items
         per script call), so a long queue never blocks Redis."""
         script, step, ns = self._scripts["audit"], self.settings.scan_step, self.keys.ns
         seen: set[int] = set()
         # in the order tasks move (backlog -> shared queue -> lease), so that a task moving
         # during the walk lands where the walk has not looked yet
-        lists = [self.keys.backlog(map_id)] + self._queues() + [self.keys.dead(map_id), self.keys.results(map_id)]
+        lists = [self.keys.backlog(map_id)] + self._queues() + [self.keys.pool(map_id), self.keys.dead(map_id),
+                                                                 self.keys.results(map_id)]
         for key in lists:
             start = 0
             while start >= 0:
@@ -50,6 +52,14 @@ class InFlight:
         in its batch, or finished in a partial it has not handed in)."""
         got = self._scripts["audit"](args=[self.keys.ns, map_id, "lease", worker, 0, self.settings.scan_step])
         return {int.from_bytes(x, "big") for x in got[1:]}
+
+    def drain_pool(self, map_id: str, at_least: int) -> int:
+        """Hand the partials of a map's pool (the tree of partials, ``lua/merge.lua``) to
+        its client if together they cover at least ``at_least`` tasks; returns how many
+        tasks they cover (0: nothing moved). The client's call when its map made no
+        progress for a while (the broker's own count moves them at once when every task
+        is answered or pooled)."""
+        return int(self._scripts["merge"](args=[self.keys.ns, "drain", map_id, at_least, self.settings.result_grace]))
 
     def cancel_map(self, map_id: str) -> int:
         """End a map and remove its queued tasks from every queue (in bounded steps);
@@ -117,7 +127,8 @@ class InFlight:
                 continue
             d.pop(MAP_NONCE, None)
             d.pop(MAP_SENT, None)
-            d.pop(MAP_REFUSED, None)
+            for name in (MAP_REFUSED, MAP_ANSWERED, MAP_POOLED, MAP_PARTIAL_SEQ):
+                d.pop(name, None)
             d.update(map_id=m, unread_results=nres, queued=nback + in_shared.get(m, 0), client_alive=None)
             out.append(d)
         beacons = [d[MAP_CLIENT] for d in out if d.get(MAP_CLIENT)]

@@ -61,6 +61,10 @@ key                             type    what / who deletes it
 ``{ns}:maps``                   zset    map ids by start time, for ``rhtc status`` (entries of
                                         maps whose hash is gone are removed by whoever lists them)
 ``{ns}:res:{map}``              list    finished and failed results; expires; deleted when read
+``{ns}:q:p:{map}``              list    the map's *pool*: partials handed up the tree of partials
+                                        (broker/merge.py), waiting for a merger (frames or stubs);
+                                        owned by the map (its expiry renewed, deleted with it), a
+                                        few at a time (each hand-up takes up to the fan-in out)
 ``{ns}:blob:{map}:{random}``    string  a result frame of 256 KiB or more, whose stub is in ``res:``
                                         (broker/blobs.py); read and deleted by the client (GETDEL),
                                         deleted by take when its stub is dropped and with its map's
@@ -109,6 +113,9 @@ queued     ``q:shared``, ``q:m:{map}``           -> leased: take (which also ste
                                                  client's beacon expired (take, sweep)
 leased     ``lease:{worker}``                    -> done/failed: take hands in its result (worker;
                                                  a partial only while all its tasks are leased there)
+                                                 (with the merge, its partial may go up the tree:
+                                                 the map's ``pool``, then leased to a merger as a
+                                                 partial entry, see broker/merge.py)
                                                  -> queued: reconcile (entry older than a lease
                                                  that the worker does not run), reap (worker
                                                  dead), claim (new incarnation), task-process
@@ -154,6 +161,7 @@ TEMPLATES: dict[str, str] = {
     "live": "{ns}:live:{map_id}",
     "maps": "{ns}:maps",
     "results": "{ns}:res:{map_id}",
+    "pool": "{ns}:q:p:{map_id}",
     "blob": "{ns}:blob:{map_id}",
     "tries": "{ns}:tries:{map_id}",
     "attempts": "{ns}:attempts:{map_id}",
@@ -187,6 +195,16 @@ MAP_SENT = "sent"
 #: the map's field counting the partials the broker refused (a task they cover was no longer
 #: leased to their worker: see lua/take.lua); read by the tests and the run's invariants
 MAP_REFUSED = "partials_refused"
+#: the map's fields for the tree of partials (lua/merge.lua, broker/merge.py): its number of
+#: tasks (the client's ``n``), how many were answered (results handed in, dead), how many the
+#: partials in its pool cover, and the counter that names each partial leased to a merger
+MAP_TASKS = "n"
+MAP_ANSWERED = "answered"
+MAP_POOLED = "pooled"
+MAP_PARTIAL_SEQ = "partial_seq"
+#: ... and how many of its mergers died with partials in hand (lua/lib.lua's requeue_lease):
+#: from ``broker.merge.MERGER_DEATHS`` on, the map merges no more in the tree
+MAP_MERGER_DEATHS = "merger_deaths"
 #: the ``joined`` record keeps this many names at most (the newest), for this many seconds
 JOINED_CAP = 10_000
 JOINED_TTL = 86400
@@ -194,7 +212,7 @@ JOINED_TTL = 86400
 INCARNATION_LEN = 16
 LEASE_TIME_LEN = 13
 #: the map keys whose expiry the client renews while the map runs
-MAP_DATA = ("results", "tries", "attempts", "dead", "backlog", "pinned")
+MAP_DATA = ("results", "tries", "attempts", "dead", "backlog", "pinned", "pool")
 #: every key a map owns (deleted together when the map ends)
 MAP_OWNED = ("map", "live", *MAP_DATA)
 

@@ -225,8 +225,45 @@ class Leases:
             (token, _), now = self._fast.script_with(self._scripts["lease_one"], [], self._lease_args, ("TIME",))
         return token, clock_ms(now)
 
+    # -- the tree of partials (broker/merge.py) ---------------------------------------------
+    def merge_up(self, worker: str, incarnation: str, map_id: str, fanin: int, ids: bytes = b"",
+                 frame: bytes = b"", aside: bytes = b"", covers: int = 1
+                 ) -> tuple[bool, messages.HandedUp | None, list[tuple[bytes, bytes]]]:
+        """Hand a partial of ``map_id`` up the tree (``lua/merge.lua``): ``frame`` covering
+        ``ids`` (its tasks and the partials folded into it, 20 bytes each); ``aside``, partials
+        leased here that go to the client as they are; ``covers``, how many tasks the partial
+        covers. Without ``frame``, only asks for partials to fold in. Returns (still holding
+        the name, what became of it, [(partial id, its frame or stub)]): with
+        :attr:`~broker.messages.HandedUp.INPUTS`, fold these in and hand up again (the
+        frame was not taken)."""
+        st = self.settings
+        if len(frame) >= blobs.BLOB_FROM:          # set as is beside, its stub handed up (blobs.py)
+            key = self.keys.blob(blobs.blob_name(map_id))
+            self.r.set(key, frame, ex=st.result_ttl + st.result_grace)
+            frame = blobs.stub(frame, key)
+        got = self._scripts["merge"](args=[self.keys.ns, "up", worker, incarnation, st.result_grace, fanin,
+                                           map_id, ids, frame, aside, covers])
+        if not int(got[0]):
+            return False, None, []
+        return True, messages.HandedUp(got[1].decode()), [(got[i], got[i + 1]) for i in range(2, len(got), 2)]
+
+    def partial_frame(self, item: bytes) -> bytes | None:
+        """The frame of a partial given to this merger: ``item`` itself, or the blob its
+        stub names, read and kept (it is deleted when the merged partial is taken in, and
+        must outlive this merger); None when the blob is gone or is not the map's."""
+        if not blobs.is_stub(item):
+            return item
+        try:
+            _, key = blobs.parse_stub(item)
+        except (ValueError, IndexError, UnicodeDecodeError):
+            return None
+        if not key.startswith(self.keys.blob(f"{blobs.stub_map(item)}:")):
+            return None
+        return self.r.get(key)
+
     def release(self, worker: str, task_ids: Iterable[bytes]) -> None:
-        """Drop leases without a result (a frame the worker refused and reported)."""
+        """Drop leases without a result (a frame the worker refused and reported; a partial
+        given to it to merge whose frame it could not read)."""
         ids = list(task_ids)
         if ids:
             self._fast.call("HDEL", self.keys.lease(worker), *ids)

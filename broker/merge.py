@@ -11,17 +11,43 @@ broker accepts it only while every task it covers is still leased to that worker
 (``lua/take.lua``), and the client only when none of them is counted yet. Errors always
 travel alone, one frame per task.
 
+**The tree of partials.** A worker whose map has nothing left queued for it (its queue ran
+dry, or its next task is another map's while the map's backlog is empty) hands its
+partial *up* (``lua/merge.lua``) instead of to the client. While the map's *pool* (a list
+the map owns) holds partials of other workers, it is given up to ``fanin - 1`` of them to
+fold into its own, and hands up again; once the pool is empty its partial goes to the
+pool. The last one (with the tasks answered and pooled, it covers every task: the broker
+counts them beside the map's size) goes to the client at once, with what the pool holds,
+so a map's end brings its client one partial or a few, with no timer. A partial given to a merger is leased to it like a task: an entry of its lease
+hash named by :func:`partial_id` (the map id and an index with the top bit set), holding
+the partial's frame (or stub); a merger that dies gives it back to the pool (reap, claim,
+reconcile: never an attempt), while its own tasks run again as any dead worker's. Its
+hand-up counts only while every task and every partial it folded in is still leased to
+it. The audit reads the pool and the partial entries as it reads the results list.
+A merger verifies each partial's signature and map before it unpickles it; one that
+overlaps its own partial, or that its reduce function refuses, goes to the client alone
+(which takes a partial only if none of its tasks is counted yet).
+
 The payload of a partial::
 
-    count (uint32 BE) | count task indices (uint32 BE each) | metas length (uint32 BE)
-    | JSON list of the tasks' ResultMeta dicts (in the order of the indices) | packed value
+    count (uint32 BE) | count task indices (uint32 BE each) | depth (uint8)
+    | metas count (uint32 BE) | their sizes (uint32 BE each) | the tasks' packed ResultMetas
+    (in the order of the indices) | packed value
+
+The depth is the partial's level in the tree: 1 for a worker's own tasks, one more than
+the deepest partial a merger folded in (what ``bench scale`` prints as the tree's depth).
 
     >>> meta = ResultMeta(worker="w1", host="n1", pid=7, start=1.0, stop=2.0)
-    >>> indices, metas, packed = decode_partial(encode_partial([4, 9], [meta, meta], b"xyz"))
-    >>> indices, metas[1].worker, packed
-    ([4, 9], 'w1', b'xyz')
+    >>> payload = encode_partial([4, 9], [meta, meta], b"xyz", depth=2)
+    >>> indices, metas, packed = decode_partial(payload)
+    >>> indices, metas[1].worker, packed, partial_depth(payload)
+    ([4, 9], 'w1', b'xyz', 2)
     >>> combine({"n": 1, "h": [1]}, {"n": 2})
     {'n': 3, 'h': [1]}
+    >>> from rhtc.broker.protocol import TaskRef
+    >>> pid = partial_id("0123456789abcdef", 5)
+    >>> len(pid), is_partial_id(pid), is_partial_id(TaskRef("0123456789abcdef", 5).task_id)
+    (20, True, False)
 """
 from __future__ import annotations
 
@@ -29,9 +55,18 @@ import dataclasses
 import struct
 from typing import Any, Callable, Sequence
 
+from .protocol import MAP_ID_LEN
 from .resultmeta import ResultMeta, pack_meta, unpack_meta
 
 _U32 = struct.Struct(">I")
+
+#: A map whose mergers died this many times with partials in hand merges no more in the
+#: tree: its partials (those given back, those handed up later) go to the client as they
+#: are. A reduce function that kills the process that runs it (it outgrows memory, it
+#: crashes in C) would otherwise kill merger after merger, each death sending the merger's
+#: own tasks to run again until they count as poison; one death may be a lost node (the
+#: inputs go back to the pool, merged by another), two are the map's doing.
+MERGER_DEATHS = 2
 
 
 def combine(a: Any, b: Any) -> Any:
@@ -60,7 +95,7 @@ def combine(a: Any, b: Any) -> Any:
 class MergePlan:
     """A map's function when its workers merge: run ``fn``; fold OK results with
     ``reduce`` (None: :func:`combine`); hand a partial in after ``tasks`` tasks or
-    ``seconds`` s. Callable as ``fn`` itself, so a worker that knows no merging runs it
+    ``seconds`` s; at the map's end, up a tree of fan-in ``fanin``. Callable as ``fn`` itself, so a worker that knows no merging runs it
     as a plain function and sends each result alone.
 
     >>> MergePlan(abs, None, 8, 5.0)(-3)
@@ -71,6 +106,7 @@ class MergePlan:
     reduce: Callable | None
     tasks: int
     seconds: float
+    fanin: int = 1               # the tree's fan-in (RHTC_MERGE_FANIN); 1: no tree
 
     def __call__(self, arg):
         return self.fn(arg)
@@ -79,11 +115,13 @@ class MergePlan:
         return (self.reduce or combine)(partial, value)
 
 
-def encode_partial(indices: Sequence[int], metas: Sequence[ResultMeta], packed_value: bytes) -> bytes:
+def encode_partial(indices: Sequence[int], metas: Sequence[ResultMeta], packed_value: bytes,
+                   depth: int = 1) -> bytes:
     """The payload of a partial covering ``indices`` (one meta each, packed as a single
-    result's: :mod:`broker.resultmeta`)."""
+    result's: :mod:`broker.resultmeta`) at ``depth`` in the tree."""
     raw = [pack_meta(m) for m in metas]
     return b"".join([_U32.pack(len(indices)), struct.pack(f">{len(indices)}I", *indices),
+                     bytes([min(255, max(0, depth))]),
                      _U32.pack(len(raw)), struct.pack(f">{len(raw)}I", *map(len, raw)), *raw, packed_value])
 
 
@@ -92,7 +130,7 @@ def decode_partial(payload: bytes | memoryview) -> tuple[list[int], list[ResultM
     view = memoryview(payload)
     n = _U32.unpack_from(view)[0]
     indices = list(struct.unpack_from(f">{n}I", view, 4))
-    at = 4 + 4 * n
+    at = 5 + 4 * n                                     # (after the depth)
     m = _U32.unpack_from(view, at)[0]
     sizes = struct.unpack_from(f">{m}I", view, at + 4)
     at += 4 + 4 * m
@@ -101,3 +139,23 @@ def decode_partial(payload: bytes | memoryview) -> tuple[list[int], list[ResultM
         metas.append(unpack_meta(view[at:at + size]))
         at += size
     return indices, metas, payload[at:]
+
+
+def partial_depth(payload: bytes | memoryview) -> int:
+    """The depth in the tree of a verified partial's payload (:func:`encode_partial`)."""
+    return payload[4 + 4 * _U32.unpack_from(payload)[0]]
+
+
+_TOP_BIT = 0x80000000
+
+
+def partial_id(map_id: str, seq: int) -> bytes:
+    """The lease field of a partial leased to a merger (``lua/lib.lua`` builds them: the
+    map id and ``seq`` with the top bit set, which no task index has), as long as a task
+    id, so a worker's held list and a hand-in's ids mix both."""
+    return map_id.encode("ascii") + struct.pack(">I", _TOP_BIT | (seq % _TOP_BIT))
+
+
+def is_partial_id(lease_id: bytes) -> bool:
+    """Whether a lease field names a partial leased to a merger (else: a task)."""
+    return len(lease_id) > MAP_ID_LEN and lease_id[MAP_ID_LEN] >= 0x80

@@ -115,6 +115,20 @@ class Requeued(str, enum.Enum):
     GONE = "gone"
 
 
+class HandedUp(str, enum.Enum):
+    """What became of a partial a worker handed up the tree (lua/merge.lua; the Lua gets
+    these names from here): fold these others' partials in first (it was not taken),
+    nothing to fold and nothing handed, parked in the map's pool, delivered to the client,
+    refused (a task it covers is not leased to it any more), or gone (its map ended)."""
+
+    INPUTS = "inputs"
+    NONE = "none"
+    PARKED = "parked"
+    DELIVERED = "delivered"
+    REFUSED = "refused"
+    GONE = "gone"
+
+
 #: What a map samples of each live worker every upkeep tick for its run record (the
 #: heartbeat's counters and the process and node figures of worker/metrics.py): name ->
 #: type. The run record's MetricSample and the client's sampling derive theirs from here.

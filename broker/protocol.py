@@ -56,7 +56,7 @@ from rhtc.errors import RhtcError
 # (``protocol.dumps``); bound once at import, so a call costs no more than before
 from .pickling import RAW, WIRE_SAMPLE, WIRE_SHRINK, dumps, loads, loads_plain  # noqa: F401
 
-VERSION = 4          # 3: a big pickle that LZ4 cannot shrink travels as is (RAW); 4: result metadata packed (resultmeta.py)
+VERSION = 5          # 3: a big pickle that LZ4 cannot shrink travels as is (RAW); 4: result metadata packed (resultmeta.py); 5: the tree of partials (merge.py)
 MAGIC = b"RH"
 HEADER_LEN = 3
 SIG_LEN = 32

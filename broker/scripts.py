@@ -16,10 +16,10 @@ import functools
 import re
 from pathlib import Path
 
-from . import blobs, errors, keys, messages, protocol
+from . import blobs, errors, keys, merge, messages, protocol
 
 _LUA = Path(__file__).with_name("lua")
-NAMES = ("take", "lease_one", "claim", "beat", "reap", "reconcile", "drain", "enqueue", "audit", "purge", "sweep", "leave")
+NAMES = ("take", "lease_one", "claim", "beat", "reap", "reconcile", "drain", "enqueue", "audit", "purge", "sweep", "leave", "merge")
 
 
 def _lua_key(template: str) -> str:
@@ -46,10 +46,14 @@ def prelude() -> str:
              "local NS"]
     layout = dict(protocol.lua_layout(), INC_LEN=keys.INCARNATION_LEN, TIME_LEN=keys.LEASE_TIME_LEN,
                   MAP_FN=keys.MAP_FN, MAP_CLIENT=keys.MAP_CLIENT,
-                  MAP_CLIENT_TTL=keys.MAP_CLIENT_TTL, BLOB_MAGIC=blobs.MAGIC.decode(), MAP_SENT=keys.MAP_SENT, MAP_REFUSED=keys.MAP_REFUSED,
+                  MAP_CLIENT_TTL=keys.MAP_CLIENT_TTL, MAP_TASKS=keys.MAP_TASKS,
+                  MAP_ANSWERED=keys.MAP_ANSWERED, MAP_POOLED=keys.MAP_POOLED, MAP_PARTIAL_SEQ=keys.MAP_PARTIAL_SEQ,
+                  MAP_MERGER_DEATHS=keys.MAP_MERGER_DEATHS, MERGER_DEATHS=merge.MERGER_DEATHS,
+                  BLOB_MAGIC=blobs.MAGIC.decode(), MAP_SENT=keys.MAP_SENT, MAP_REFUSED=keys.MAP_REFUSED,
                   JOINED_CAP=keys.JOINED_CAP, JOINED_TTL=keys.JOINED_TTL,
                   STATUS_TASK_SECONDS=messages.WorkerStatus.task_seconds_field(),
-                  **{f"REQUEUED_{r.name}": r.value for r in messages.Requeued})
+                  **{f"REQUEUED_{r.name}": r.value for r in messages.Requeued},
+                  **{f"HANDED_{r.name}": r.value for r in messages.HandedUp})
     for name, value in layout.items():
         lines.append(f"local {name} = {value!r}".replace('"', "'") if isinstance(value, str)
                      else f"local {name} = {value}")

@@ -167,6 +167,10 @@ class Settings:
                                    "runs dry (s) ...")
     merge_rate: float = setting(10.0, minimum=0.1, doc="... but no sooner than (workers / this) s: a pool's "
                                 "partials reach the client at most this many a second")
+    merge_fanin: int = setting(8, minimum=1, doc="the tree of partials (the client's, sent with the map): a "
+                               "worker whose map has nothing left queued for it folds up to this many partials "
+                               "(its own and others') at a time before handing the result up, so a map's end "
+                               "brings its client one partial, not one per worker (1: no tree)")
     check_invariants: bool = setting(False, doc="1: every map checks that its task containers agree "
                                                 "when it ends (the tests set it; client/engine/invariants.py)")
     preload: str = setting("numpy,awkward,uproot,hist,coffea", doc="modules an idle worker imports before its "

@@ -214,3 +214,16 @@ def pickle_main_by_value() -> None:
 
     pickler.reducer_override = reducer_override
     pickler._rhtc_main_by_value = True
+
+
+def end_task_children(worker: str, ref) -> None:
+    """Stop the processes task ``ref`` left running on ``worker`` (a Pool never closed, a
+    background subprocess): none outlives its task or leaks into the next one."""
+    try:
+        stopped = end_children(close_pools=True)
+    except OSError as err:
+        log.warning("worker %s: could not stop the processes task %s left: %s", worker, ref, err)
+        return
+    if stopped:
+        log.warning("worker %s: task %s left %d child process(es) running; stopped them (pids %s). "
+                    "Close pools inside the task (`with Pool() as p:`)", worker, ref, len(stopped), stopped)

@@ -26,14 +26,15 @@ from ..broker.errors import BrokerTrouble
 from ..broker.storage import Storage
 from .backoff import Backoff
 from .cache import BranchCache, branch_label
-from .children import end_children
+from .children import end_task_children
 from .frozen import explain
 from .disk import finish_writes, open_disk_tier
 from .memory import tune_malloc
 from .outbox import Outbox
 from .preload import Preload, names as preload_names
-from .results import describe_error, pack_result
+from .results import describe_error, events_of, pack_result
 from .merge import Partials
+from .tree import Tree
 from .shared import MAX_HELD, SharedState
 from .tokens import MapTokens
 
@@ -110,7 +111,8 @@ class TaskProcess:
                     time.sleep(0.2)
                     continue
                 if not batch and not self.stopping:
-                    if self.partials:           # the queue ran dry: hand the partials in first
+                    if self.partials:           # the queue ran dry: the partials of maps at their end
+                        self._ending(self.partials.ending(None), [])    # go up the tree, the rest in
                         self.outbox.frames += self.partials.flush()
                         self.outbox.flush()
                         self._hold([])
@@ -192,14 +194,26 @@ class TaskProcess:
             if self.stopping:
                 break                      # the rest is still leased: the supervisor hands it back
             ref = protocol.frame_ref(frame)
+            ending = self.partials.ending(ref.map_id if ref else None)
+            if ending:                     # another map's task next: a map near its end is not
+                self._ending(ending, tids)  # kept waiting for it (worker/merge.py)
             due = self.partials.switching(ref.map_id if ref else None)
-            if due:                        # another map's task next: a map near its end is not
-                self.outbox.frames += due  # kept waiting for it (worker/merge.py)
+            if due:
+                self.outbox.frames += due
                 self.outbox.flush()
                 self._hold(tids)
             self._run_frame(frame, token)
         self._publish()                    # the counters, once a batch (the supervisor reads them once a second);
         # the batch stays held until the next take hands its results in (not a lease nobody runs)
+
+    def _ending(self, map_ids: list[str], batch: list[bytes]) -> None:
+        """Maps with nothing left queued for this worker: its results in first (so the
+        broker counts them), then their partials up the tree (worker/tree.py), merging
+        others' while idle, one round of them before the next ``batch``."""
+        self.outbox.flush()
+        Tree(self.storage, self.partials, self.name, self.incarnation,
+             lambda: self._hold(batch)).up(map_ids, 1 if batch else None)
+        self._hold(batch)
 
     def _hold(self, batch: list[bytes]) -> None:
         """Tell the supervisor what this process holds: ``batch`` and the tasks of its open
@@ -277,7 +291,7 @@ class TaskProcess:
                 value = (fn.fn if isinstance(fn, MergePlan) else fn)(arg)
             finally:
                 self._in_user_code = False
-                self._end_children(ref)
+                end_task_children(self.name, ref)
         except HandBack:
             self.shared.set_task(None)
             raise
@@ -290,7 +304,7 @@ class TaskProcess:
         meta = messages.ResultMeta(worker=self.name, host=self.host, pid=self.pid, start=t0, stop=t1,
                                    incarnation=self.incarnation, bytes_cache=self.ctx.bytes_from_cache,
                                    bytes_disk=self.ctx.bytes_from_disk,
-                                   bytes_file=self.ctx.bytes_from_file, events=_events_of(arg),
+                                   bytes_file=self.ctx.bytes_from_file, events=events_of(arg),
                                    files_opened=self.ctx.files_opened)
         if not (status == protocol.OK and isinstance(fn, MergePlan) and self.partials.fold(fn, ref, value, meta)):
             status, payload = pack_result(status, value, meta, arg, self.settings.max_result_bytes,
@@ -307,18 +321,6 @@ class TaskProcess:
         if self.ctx.routing_keys:
             self.storage.advertise(self.name, added=self.ctx.routing_keys,
                                    tier=self.cache.disk.tier if self.cache.disk is not None else "")
-
-    def _end_children(self, ref) -> None:
-        """Stop the processes the task left running (a Pool never closed, a background
-        subprocess): none outlives its task or leaks into the next one."""
-        try:
-            stopped = end_children(close_pools=True)
-        except OSError as err:
-            log.warning("worker %s: could not stop the processes task %s left: %s", self.name, ref, err)
-            return
-        if stopped:
-            log.warning("worker %s: task %s left %d child process(es) running; stopped them (pids %s). "
-                        "Close pools inside the task (`with Pool() as p:`)", self.name, ref, len(stopped), stopped)
 
     def _publish(self) -> None:
         disk = self.cache.disk
@@ -391,10 +393,3 @@ class _SystemFault(Exception):
         super().__init__(message)
         self.kind = kind
 
-
-def _events_of(arg) -> int | None:
-    try:
-        n = getattr(arg, "num_entries", None) if arg is not None else None
-        return int(n) if isinstance(n, int) else None
-    except BaseException:   # noqa: B036 - a user's argument may raise anything from __getattr__
-        return None

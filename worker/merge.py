@@ -40,14 +40,15 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import struct
 import time
 from typing import Any, Callable
 
 from ..broker import protocol
 from ..broker.config import mib
 from ..broker.leases import BulkLimits
-from ..broker.merge import MergePlan, encode_partial
-from ..broker.messages import ErrorKind, ResultMeta, encode_result
+from ..broker.merge import MergePlan, decode_partial, encode_partial, partial_depth
+from ..broker.messages import ErrorKind, ResultMeta, decode_result, encode_result
 from .outbox import Outgoing
 from .results import ALWAYS_FITS, NO_ARGUMENT, result_limit, safe_text, task_error
 
@@ -57,19 +58,26 @@ log = logging.getLogger("rhtc.worker")
 
 @dataclasses.dataclass
 class Partial:
-    """The folded OK results of one map on this worker, not handed in yet."""
+    """The folded OK results of one map on this worker, not handed in yet: of its own tasks
+    (leased here as tasks) and of the partials it folded in as a merger (leased here as
+    partials, :mod:`broker.merge`)."""
 
     plan: MergePlan
     map_id: str
     value: Any
     since: float                                           # monotonic time of its first task
-    indices: list[int] = dataclasses.field(default_factory=list)
+    indices: list[int] = dataclasses.field(default_factory=list)     # every task it covers
     metas: list[ResultMeta] = dataclasses.field(default_factory=list)
     covered: set[int] = dataclasses.field(default_factory=set)    # the indices, to look up
+    own: list[int] = dataclasses.field(default_factory=list)      # those of its own tasks
+    folded: list[bytes] = dataclasses.field(default_factory=list)  # lease ids of the partials folded in
+    again: list[bytes] = dataclasses.field(default_factory=list)   # tasks of those, leased here again
+    depth: int = 1                                                 # its level in the tree (broker/merge.py)
 
     @property
     def tids(self) -> list[bytes]:
-        return [protocol.TaskRef(self.map_id, i).task_id for i in self.indices]
+        """What it stands for in this worker's lease: its tasks, the partials folded in."""
+        return [protocol.TaskRef(self.map_id, i).task_id for i in self.own] + self.folded + self.again
 
 
 def owned(value: Any) -> Any:
@@ -97,6 +105,8 @@ class Partials:
         self.open: dict[str, Partial] = {}
         self._ready: list[Outgoing] = []
         self.backlogged: set[str] = set()      # maps whose backlog held tasks at the last take
+        self.unfolded: list[bytes] = []        # partials folded into one that could not travel
+        self.taking: list[bytes] = []          # partials given to this merger, being folded in
 
     def __bool__(self) -> bool:
         return bool(self.open or self._ready)
@@ -112,7 +122,7 @@ class Partials:
         try:
             if part is None:           # the partial starts from a value of its own (see owned)
                 self.open[ref.map_id] = Partial(plan, ref.map_id, owned(value), time.monotonic(),
-                                                [ref.index], [meta], {ref.index})
+                                                [ref.index], [meta], {ref.index}, [ref.index])
                 return True
             folded = plan.fold(part.value, value)
             part.value = owned(folded) if folded is value else folded
@@ -129,23 +139,95 @@ class Partials:
         part.indices.append(ref.index)
         part.metas.append(meta)
         part.covered.add(ref.index)
+        part.own.append(ref.index)
         return True
+
+    def absorb(self, map_id: str, inputs: list[tuple[bytes, bytes]],
+               read: Callable[[bytes], bytes | None]) -> tuple[list[bytes], list[bytes]]:
+        """Fold the partials given to this worker as a merger (lease id, frame or stub;
+        ``read`` gives a stub's frame) into its partial of ``map_id``. Each is verified
+        (signed with the session's key, of this map, a result) before it is unpickled.
+        Returns (aside: those that go to the client as they are, because they overlap this
+        partial or the reduce function refused them; dropped: those that cannot be read,
+        whose tasks the map's audit sends again)."""
+        part = self.open[map_id]
+        aside, dropped = [], []
+        for pid, item in inputs:
+            frame = read(item)
+            try:
+                if frame is None:
+                    raise protocol.BadFrame("its blob is gone")
+                mid, index, status, payload = protocol.unpack_result(self.key, frame)
+                if mid != map_id or status not in (protocol.OK, protocol.MERGED):
+                    raise protocol.BadFrame(f"it is not a partial of map {map_id}")
+                if status == protocol.OK:
+                    meta, packed = decode_result(payload)
+                    indices, metas, depth = [index], [meta], 0
+                else:
+                    indices, metas, packed = decode_partial(payload)
+                    depth = partial_depth(payload)
+            except (protocol.BadFrame, ValueError, struct.error) as err:
+                log.warning("map %s: dropped a partial given to merge (%s); its tasks run again", map_id, err)
+                dropped.append(pid)
+                continue
+            if len(set(indices)) != len(indices) or part.covered.intersection(indices):
+                aside.append(pid)      # a task twice: the client takes one of them, never both
+                continue
+            try:
+                folded = part.plan.fold(part.value, protocol.loads(packed))
+            except Exception as err:   # the client's fold will say it; ours must not lose them
+                log.warning("map %s: the reduce function raised merging a partial on the worker (%s); it goes "
+                            "alone", map_id, safe_text(lambda e: f"{type(e).__name__}: {e}", err, "?"))
+                aside.append(pid)
+                continue
+            part.value = folded            # (what loads gave is ours: folding into it is fine)
+            part.indices += indices
+            part.metas += metas
+            part.covered.update(indices)
+            part.folded.append(pid)
+            part.depth = max(part.depth, depth + 1)
+        return aside, dropped
+
+    def pack_up(self, map_id: str) -> tuple[bytes, bytes] | None:
+        """(the lease ids, the signed frame) of the partial of ``map_id`` to hand up; None
+        when its value cannot travel: it is closed, its own tasks' errors are ready (:meth:`due`)
+        and the partials it folded in are left in :attr:`unfolded`."""
+        part = self.open[map_id]
+        out = self._pack(part)
+        if len(out) == 1 and out[0][2][protocol.FRAME_PREFIX + protocol.TASK_ID_LEN] in (protocol.OK, protocol.MERGED) \
+                and b"".join(part.tids) == out[0][1]:
+            return out[0][1], out[0][2]
+        self.open.pop(map_id)
+        self._ready += out
+        self.unfolded += part.folded
+        return None
 
     def holds(self, ref: protocol.TaskRef) -> bool:
         """Whether task ``ref`` is folded into an open partial here: delivered again (a
-        broker restart lost its lease and the client sent it again), it is not run again."""
+        broker restart lost its lease and the client sent it again), it is not run again
+        (its new lease goes with the partial)."""
         part = self.open.get(ref.map_id)
-        return part is not None and ref.index in part.covered
+        if part is None or ref.index not in part.covered:
+            return False
+        if ref.index not in part.own and ref.task_id not in part.again:
+            part.again.append(ref.task_id)
+        return True
 
     def watched(self) -> list[str]:
         """The maps of the open partials (the take asks the broker about their backlogs)."""
         return list(self.open)
 
+    def ending(self, map_id: str | None) -> list[str]:
+        """The maps whose partials go before this worker runs a task of ``map_id`` (None:
+        its queue ran dry): other maps whose backlog was empty at the last take (their last
+        tasks are queued or running: holding the partial would only delay their map's end;
+        it goes up the tree of partials)."""
+        return [m for m in self.open if m != map_id and m not in self.backlogged]
+
     def switching(self, map_id: str | None) -> list[Outgoing]:
         """The frames to hand in before this worker runs a task of ``map_id``: the partials
-        of other maps whose backlog was empty at the last take (their last tasks are queued
-        or running: holding the partial would only delay their map's end)."""
-        for other in [m for m in self.open if m != map_id and m not in self.backlogged]:
+        of :meth:`ending` (those that did not go up the tree), and what is ready."""
+        for other in self.ending(map_id):
             self._ready += self._pack(self.open.pop(other))
         out, self._ready = self._ready, []
         return out
@@ -156,8 +238,9 @@ class Partials:
         return sum(len(part.indices) for part in self.open.values())
 
     def held(self) -> list[bytes]:
-        """The task ids the open partials cover (still leased here)."""
-        return [tid for part in self.open.values() for tid in part.tids]
+        """The lease ids of the open partials (their tasks, the partials folded in, those
+        being folded in now): still leased here."""
+        return [tid for part in self.open.values() for tid in part.tids] + self.taking
 
     def due(self) -> list[Outgoing]:
         """The frames to hand in now: partials full or old, all of them when together they
@@ -199,11 +282,14 @@ class Partials:
         if len(part.indices) == 1:
             payload, status = encode_result(packed, part.metas[0]), protocol.OK
         else:
-            payload, status = encode_partial(part.indices, part.metas, packed), protocol.MERGED
+            payload, status = encode_partial(part.indices, part.metas, packed, part.depth), protocol.MERGED
         return [(part.map_id, b"".join(part.tids), protocol.pack_result(self.key, part.map_id, first, status, payload))]
 
     def _errors(self, part: Partial, kind: ErrorKind, message: str) -> list[Outgoing]:
+        """One error per task of its own (the partials it folded in go to the client as they
+        are: :meth:`pack_up`; or back to the pool, not held any more)."""
         info = protocol.dumps(task_error(kind, message, "", NO_ARGUMENT))
-        return [(part.map_id, tid, protocol.pack_result(self.key, part.map_id, i, protocol.USER_ERROR,
-                                                        encode_result(info, meta)))
-                for i, tid, meta in zip(part.indices, part.tids, part.metas)]
+        metas = dict(zip(part.indices, part.metas))
+        return [(part.map_id, protocol.TaskRef(part.map_id, i).task_id,
+                 protocol.pack_result(self.key, part.map_id, i, protocol.USER_ERROR, encode_result(info, metas[i])))
+                for i in part.own]

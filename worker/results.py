@@ -146,3 +146,12 @@ def describe_error(err: BaseException, arg) -> dict:  # a TaskError's wire form
         exc = None
         tb += f"(the {kind} itself could not be pickled: its type name, message and this traceback came back)\n"
     return task_error(kind, message, tb, arg, exc)
+
+
+def events_of(arg) -> int | None:
+    """How many events a task's argument (a chunk) holds, for its result's meta; None if it does not say."""
+    try:
+        n = getattr(arg, "num_entries", None) if arg is not None else None
+        return int(n) if isinstance(n, int) else None
+    except BaseException:   # noqa: B036 - a user's argument may raise anything from __getattr__
+        return None

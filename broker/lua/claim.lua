@@ -29,6 +29,11 @@ redis.call('ZREMRANGEBYRANK', joined, 0, -JOINED_CAP - 1)
 redis.call('EXPIRE', joined, JOINED_TTL)
 local lease = K.lease(w)
 local flat = redis.call('HGETALL', lease)
+local before = {}
+for i = 1, #flat, 2 do
+  if lease_inc(flat[i + 1]) ~= inc then before[#before + 1] = flat[i]; before[#before + 1] = flat[i + 1] end
+end
+if why ~= '' then mergers_died(before) end
 for i = 1, #flat, 2 do
   if lease_inc(flat[i + 1]) ~= inc then
     requeue(flat[i], lease_frame(flat[i + 1]), why, maxtries, ttl)

@@ -63,18 +63,120 @@ local function stub_key(item)
   return key
 end
 
--- Delete the blobs of a map's unread results (their stubs are in its results list), the
--- whole list read a thousand items at a time.
-local function drop_blobs(mid)
-  local at = 0
-  while true do
-    local items = redis.call('LRANGE', K.results(mid), at, at + 999)
-    for _, item in ipairs(items) do
-      local key = stub_key(item)
-      if key then redis.call('UNLINK', key) end
+-- The tree of partials (broker/merge.py). A result frame or stub stands for one task, a
+-- partial's (status MERGED) for every task it covers: its count, then their indices.
+local function u32(s, at)
+  local b1, b2, b3, b4 = string.byte(s, at, at + 3)
+  return ((b1 * 256 + b2) * 256 + b3) * 256 + b4
+end
+local function item_count(item)
+  if string.byte(item, STATUS_AT) == STATUS_MERGED and #item >= STATUS_AT + 4 then return u32(item, STATUS_AT + 1) end
+  return 1
+end
+-- Append the 4-byte indices of the tasks `item` stands for to `out`.
+local function item_indices(item, out)
+  if string.byte(item, STATUS_AT) == STATUS_MERGED and #item >= STATUS_AT + 4 then
+    for j = 0, u32(item, STATUS_AT + 1) - 1 do
+      local at = STATUS_AT + 5 + 4 * j
+      out[#out + 1] = string.sub(item, at, at + 3)
     end
-    if #items < 1000 then return end
-    at = at + 1000
+  else
+    out[#out + 1] = string.sub(item, IDX_FROM, IDX_TO)
+  end
+  return out
+end
+-- A partial leased to a merger is a lease entry like a task's: its field the map id and
+-- an index with the top bit set (a task's index never has it: broker/merge.py), its value
+-- the partial's frame or stub.
+local function is_partial_id(id) return string.byte(id, MAP_ID_LEN + 1) >= 128 end
+local function new_partial_id(mid)
+  local seq = redis.call('HINCRBY', K.map(mid), MAP_PARTIAL_SEQ, 1) % 2147483648
+  return mid .. string.char(128 + math.floor(seq / 16777216), math.floor(seq / 65536) % 256,
+                            math.floor(seq / 256) % 256, seq % 256)
+end
+-- Keep `key` as long as map `mid` lives, and `keep` s more.
+local function keep_with_map(key, mid, keep)
+  redis.call('EXPIRE', key, math.max(redis.call('TTL', K.map(mid)), 1) + keep)
+end
+-- Whether the live map `mid` merges no more in the tree (its mergers died MERGER_DEATHS
+-- times with partials in hand: broker/merge.py).
+local function tree_off(mid)
+  return (tonumber(redis.call('HGET', K.map(mid), MAP_MERGER_DEATHS)) or 0) >= MERGER_DEATHS
+end
+-- A worker (or its task process) died holding the lease entries `flat` (HGETALL, field
+-- and value in turns; `inc`: only those of that incarnation, nil: all): each live map
+-- whose partials it held as a merger counts one merger death (tree_off).
+local function mergers_died(flat, inc)
+  local died = {}
+  for i = 1, #flat, 2 do
+    local mid = tid_map(flat[i])
+    if is_partial_id(flat[i]) and not died[mid] and (inc == nil or lease_inc(flat[i + 1]) == inc)
+        and redis.call('EXISTS', K.map(mid)) == 1 then
+      died[mid] = true
+      redis.call('HINCRBY', K.map(mid), MAP_MERGER_DEATHS, 1)
+    end
+  end
+end
+-- Give `item`, a partial of the live map `mid`, to the map's pool (for a merger).
+local function pool_partial(mid, item, keep)
+  redis.call('RPUSH', K.pool(mid), item)
+  keep_with_map(K.pool(mid), mid, keep)
+  local blob = stub_key(item)
+  if blob then keep_with_map(blob, mid, keep) end
+  redis.call('HINCRBY', K.map(mid), MAP_POOLED, item_count(item))
+end
+-- The live map `mid`'s pool goes to its client whole; returns how many tasks it covers.
+local function pool_to_client(mid, keep)
+  local pool, res, moved = K.pool(mid), K.results(mid), 0
+  while true do
+    local item = redis.call('LMOVE', pool, res, 'LEFT', 'RIGHT')
+    if not item then break end
+    moved = moved + item_count(item)
+    local blob = stub_key(item)
+    if blob then keep_with_map(blob, mid, keep) end
+  end
+  keep_with_map(res, mid, keep)
+  redis.call('HINCRBY', K.map(mid), MAP_POOLED, -moved)
+  redis.call('HINCRBY', K.map(mid), MAP_ANSWERED, moved)
+  return moved
+end
+-- `k` tasks of the live map `mid` were answered (their results handed in, or dead). Once
+-- the pool's partials cover every task not answered, no merger will come for them: the
+-- pool goes to the client whole (so the end of a map waits for no timer).
+local function answered(mid, k, keep)
+  redis.call('HINCRBY', K.map(mid), MAP_ANSWERED, k)
+  if redis.call('LLEN', K.pool(mid)) == 0 then return end
+  local got = redis.call('HMGET', K.map(mid), MAP_TASKS, MAP_ANSWERED, MAP_POOLED)
+  if (tonumber(got[2]) or 0) + (tonumber(got[3]) or 0) >= (tonumber(got[1]) or 0) then pool_to_client(mid, keep) end
+end
+-- Hand `item` (a result frame, a partial's, or a stub) of map `mid` to its client; false
+-- (nothing done) when the map is gone.
+local function deliver(mid, item, keep)
+  local left = redis.call('TTL', K.map(mid))
+  if left == -2 then return false end
+  local res, until_ = K.results(mid), math.max(left, 1) + keep
+  redis.call('RPUSH', res, item)
+  redis.call('EXPIRE', res, until_)
+  local blob = stub_key(item)
+  if blob then redis.call('EXPIRE', blob, until_) end
+  answered(mid, item_count(item), keep)
+  return true
+end
+
+-- Delete the blobs of a map's unread results and pooled partials (their stubs are in its
+-- results list and its pool), each list read a thousand items at a time.
+local function drop_blobs(mid)
+  for _, list in ipairs({K.results(mid), K.pool(mid)}) do
+    local at = 0
+    while true do
+      local items = redis.call('LRANGE', list, at, at + 999)
+      for _, item in ipairs(items) do
+        local key = stub_key(item)
+        if key then redis.call('UNLINK', key) end
+      end
+      if #items < 1000 then break end
+      at = at + 1000
+    end
   end
 end
 
@@ -127,11 +229,25 @@ end
 -- Put a leased task back in the shared queue. With a reason (`why` ~= '') the run counts
 -- as an attempt: it is noted in the map's history and, once the task has used up
 -- `maxtries` attempts, the task goes to the map's dead list instead (the retry policy,
--- in one place). Tasks of maps that are gone are dropped. Returns REQUEUED_QUEUED, _DEAD or _GONE
+-- in one place). Tasks of maps that are gone are dropped. A partial leased to a merger
+-- goes back to its map's pool (never an attempt: its tasks ran). Returns REQUEUED_QUEUED, _DEAD or _GONE
 -- (messages.Requeued).
 local function requeue(tid, frame, why, maxtries, ttl)
   local mid = tid_map(tid)
-  if redis.call('EXISTS', K.map(mid)) == 0 then return REQUEUED_GONE end
+  if redis.call('EXISTS', K.map(mid)) == 0 then
+    local blob = is_partial_id(tid) and stub_key(frame)
+    if blob then redis.call('DEL', blob) end
+    return REQUEUED_GONE
+  end
+  if is_partial_id(tid) then            -- a partial its merger did not hand up: merged again
+    if tree_off(mid) then               -- (its mergers keep dying: broker/merge.py's MERGER_DEATHS)
+      deliver(mid, frame, ttl)
+    else
+      pool_partial(mid, frame, ttl)
+      answered(mid, 0, ttl)             -- (or the client's, if no merger will come)
+    end
+    return REQUEUED_QUEUED
+  end
   if why ~= '' then
     local idx = tid_index(tid)
     local n = redis.call('HINCRBY', K.attempts(mid), idx, 1)
@@ -141,6 +257,7 @@ local function requeue(tid, frame, why, maxtries, ttl)
     if n >= maxtries then
       redis.call('RPUSH', K.dead(mid), frame)
       redis.call('EXPIRE', K.dead(mid), ttl)
+      answered(mid, 1, ttl)
       return REQUEUED_DEAD
     end
   end
@@ -152,6 +269,7 @@ end
 local function requeue_lease(w, why, maxtries, ttl)
   local lease = K.lease(w)
   local flat = redis.call('HGETALL', lease)
+  if why ~= '' then mergers_died(flat) end
   for i = 1, #flat, 2 do
     requeue(flat[i], lease_frame(flat[i + 1]), why, maxtries, ttl)
   end
@@ -231,4 +349,35 @@ local function steal_one(me, inc, minq, homeq, stuck, step)
     end
   end
   return nil
+end
+
+-- A hand-in that covers several ids (20 bytes each, end to end: the tasks of a partial,
+-- and the partials a merger folded into it) counts only while every one of them is still
+-- leased to incarnation `inc` in `lease`: a worker whose tasks were requeued meanwhile (it
+-- froze past its lease and the reaper gave them to others; a hand-in sent again after a
+-- lost reply) would have them counted twice. Either way they leave the lease. Whole: the
+-- blobs of the partials folded in are deleted. Refused: the partial is dropped, noted in
+-- its map, and its ids still leased to `inc` go back (tasks to the shared queue, partials
+-- to their pool: they never ran anywhere else, no attempt counted).
+local function whole_partial(lease, inc, mid, tids, keep)
+  local ids = {}
+  for j = 1, #tids, TID_LEN do ids[#ids + 1] = string.sub(tids, j, j + TID_LEN - 1) end
+  local vals = redis.call('HMGET', lease, unpack(ids))
+  local whole = true
+  for j = 1, #ids do
+    if not vals[j] or lease_inc(vals[j]) ~= inc then whole = false end
+  end
+  for j = 1, #ids do
+    if vals[j] and lease_inc(vals[j]) == inc then
+      if not whole then
+        requeue(ids[j], lease_frame(vals[j]), '', 0, keep)
+      elseif is_partial_id(ids[j]) then
+        local blob = stub_key(lease_frame(vals[j]))
+        if blob then redis.call('DEL', blob) end
+      end
+    end
+  end
+  if not whole and redis.call('EXISTS', K.map(mid)) == 1 then redis.call('HINCRBY', K.map(mid), MAP_REFUSED, 1) end
+  redis.call('HDEL', lease, unpack(ids))
+  return whole
 end

@@ -16,6 +16,7 @@ local lease = K.lease(w)
 local now = now_ms()
 local flat = redis.call('HGETALL', lease)
 local n, outcome = 0, ''
+if all then mergers_died(flat, inc) end    -- (a task process gone with partials it was merging)
 for i = 1, #flat, 2 do
   local tid, v = flat[i], flat[i + 1]
   if tid == crashed then

@@ -25,47 +25,18 @@ local w, inc, grace, n = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5])
 local leases, step = ARGV[6] == '1', tonumber(ARGV[7])
 local minq, homeq, stuck = tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
 local lease = K.lease(w)
--- A partial (the task ids of the several tasks it covers, broker/merge.py) counts only
--- while every one of them is still leased to this incarnation: a worker whose tasks were
--- requeued meanwhile (it froze past its lease and the reaper gave them to others; a hand-in
--- sent again after a lost reply) would have them counted twice. A refused partial is
--- dropped, noted in its map, and its tasks still leased here go back to the shared queue
--- (they never ran anywhere else: no attempt counted).
-local function whole_partial(mid, tids)
-  local ids = {}
-  for j = 1, #tids, TID_LEN do ids[#ids + 1] = string.sub(tids, j, j + TID_LEN - 1) end
-  local vals = redis.call('HMGET', lease, unpack(ids))
-  local whole = true
-  for j = 1, #ids do
-    if not vals[j] or lease_inc(vals[j]) ~= inc then whole = false end
-  end
-  if not whole then
-    for j = 1, #ids do
-      if vals[j] and lease_inc(vals[j]) == inc then requeue(ids[j], lease_frame(vals[j]), '', 0, 0) end
-    end
-    if redis.call('EXISTS', K.map(mid)) == 1 then redis.call('HINCRBY', K.map(mid), MAP_REFUSED, 1) end
-  end
-  redis.call('HDEL', lease, unpack(ids))
-  return whole
-end
 local watched = {}                         -- map ids whose backlog the worker asks about
 local nwatch = tonumber(ARGV[11])
 for i = 12, 11 + nwatch do watched[#watched + 1] = ARGV[i] end
 for i = 12 + nwatch, #ARGV, 3 do
   local ok = true
-  if #ARGV[i + 1] > TID_LEN then
-    ok = whole_partial(ARGV[i], ARGV[i + 1])
+  if #ARGV[i + 1] > TID_LEN then             -- a partial: counted only whole (whole_partial in lib.lua)
+    ok = whole_partial(lease, inc, ARGV[i], ARGV[i + 1], grace)
   else
     redis.call('HDEL', lease, ARGV[i + 1])
   end
-  local left = redis.call('TTL', K.map(ARGV[i]))
   local blob = stub_key(ARGV[i + 2])         -- a big result: its stub here, its frame in a blob
-  if ok and left ~= -2 then
-    local res = K.results(ARGV[i])
-    redis.call('RPUSH', res, ARGV[i + 2])
-    redis.call('EXPIRE', res, math.max(left, 1) + grace)
-    if blob then redis.call('EXPIRE', blob, math.max(left, 1) + grace) end
-  elseif blob then
+  if not (ok and deliver(ARGV[i], ARGV[i + 2], grace)) and blob then   -- (a blob kept as long as its list)
     redis.call('DEL', blob)
   end
 end

@@ -20,7 +20,7 @@ from typing import Iterable, Sequence
 
 from ...broker import messages, protocol
 from ...broker.errors import BrokerOutOfMemory, BrokerTrouble, ConnectionProblem
-from ...broker.merge import decode_partial
+from ...broker.merge import decode_partial, partial_depth
 from ...broker.messages import Fault, TaskError
 from ...broker.registry import renew_map_entry
 from ...broker.storage import Storage
@@ -64,7 +64,8 @@ class MapRun:
         self.task_timeout = options.task_timeout
         self.sample_metrics = metrics
         sent = function_to_send(fn, reduce, options, self.settings.merge_tasks,
-                                lambda: max(self.settings.merge_seconds, storage.worker_count() / self.settings.merge_rate))
+                                lambda: max(self.settings.merge_seconds, storage.worker_count() / self.settings.merge_rate),
+                                self.settings.merge_fanin)
         self.packed_fn = pack_function(self.key, sent, self.label)
         self.merging = sent is not fn                   # workers fold results into partials
         self.fn_hash = protocol.function_hash(self.packed_fn)
@@ -75,6 +76,7 @@ class MapRun:
         self.feed = MapFeed(self)                       # the dashboard's view of the map
         self.start = self.end = None
         self.routed_to_workers = 0
+        self.frames_read = self.bytes_read = self.tree_depth = 0   # what the map's results cost it
         self.closed = False
         self._sent = self._end_signed = False           # something may be queued in Redis; its end signed
         self._fn_uploaded = False
@@ -256,6 +258,8 @@ class MapRun:
     def _accept(self, frame: bytes, batch: list | None = None) -> None:
         """One frame from the map's result list, as an event for its state (an OK result
         appended to ``batch`` instead, when given)."""
+        self.frames_read += 1
+        self.bytes_read += len(frame)
         by = messages.cancelled_by(frame)
         if by is not None:                # `rhtc cancel` from another shell
             log.warning("map %s (%s) cancelled by %s", self.map_id, self.label, by)
@@ -289,6 +293,7 @@ class MapRun:
         now = time.time()
         if status == _MERGED:             # several tasks: all counted once, or none
             indices, metas, packed = decode_partial(payload)
+            self.tree_depth = max(self.tree_depth, partial_depth(payload))
             self.apply(Partial(indices, metas, lambda: protocol.loads(packed), now))
             return
         if not 0 <= index < self.n or state.tasks.is_final(index):

@@ -28,6 +28,7 @@ from .decisions import straggler_backups
 from .events import Audited, Backup, GiveUp, MapVanished, Observed, Unclaimed
 from ..errors import BrokerFull, KeyMismatch, RemoteError
 from .feed import MapFeed
+from .merged import drain_stalled
 from .tasks import TaskState
 from .unclaimed import UnclaimedWatch
 from .timeouts import TaskTimeouts
@@ -130,6 +131,9 @@ class Upkeep:
         live = storage.worker_statuses()
         _looks[storage] = (time.monotonic(), live)      # fresh for the next map's look
         run.apply(Observed(live, time.time()))
+        if run.merging:                   # a pool of partials no worker will come for
+            drain_stalled(storage, run.map_id, run.state.tasks.unfinished, run.n, run.state.last_progress,
+                          sum(w.merged for w in live))
         self._check_keys(live)
         self._check_forged(live)
         self._unclaimed_workers(live)
