@@ -33,18 +33,22 @@ class InFlight:
         per script call), so a long queue never blocks Redis."""
         script, step, ns = self._scripts["audit"], self.settings.scan_step, self.keys.ns
         seen: set[int] = set()
-        # in the order tasks move (backlog -> shared queue -> lease), so that a task moving
-        # during the walk lands where the walk has not looked yet
-        lists = [self.keys.backlog(map_id)] + self._queues() + [self.keys.pool(map_id), self.keys.dead(map_id),
-                                                                 self.keys.results(map_id)]
-        for key in lists:
-            start = 0
-            while start >= 0:
-                got = script(args=[ns, map_id, "list", key, start, step])
-                start = int(got[0])
-                seen.update(int.from_bytes(x, "big") for x in got[1:])
+
+        def walk(keys: list[str]) -> None:
+            for key in keys:
+                start = 0
+                while start >= 0:
+                    got = script(args=[ns, map_id, "list", key, start, step])
+                    start = int(got[0])
+                    seen.update(int.from_bytes(x, "big") for x in got[1:])
+        # in the order tasks move (backlog -> shared queue -> lease -> pool, dead or results),
+        # so that a task moving during the walk lands where the walk has not looked yet; the
+        # pool also before the leases: a merger takes partials from it into its lease
+        # (lua/merge.lua), which the walk of a thousand leases may have passed already
+        walk([self.keys.backlog(map_id), *self._queues(), self.keys.pool(map_id)])
         for w in self.r.smembers(self.keys.workers):
             seen |= self.leased_to(w.decode(), map_id)
+        walk([self.keys.pool(map_id), self.keys.dead(map_id), self.keys.results(map_id)])
         return seen
 
     def leased_to(self, worker: str, map_id: str) -> set[int]:
