@@ -91,11 +91,13 @@ def verdict(t: Tracked, state: str, reason: str, starts: int, since: float, now:
     Verdict(action='replace', why='held: via condor_hold', failure=False)
     >>> verdict(Tracked("7.1", 100.0), "held", "memory", 1, 104.0, 105.0, plan).failure
     True
+    >>> verdict(Tracked("7.2", 100.0, starts=1, state="running"), "running", "", 2, 104.0, 105.0, plan).action
+    'evicted'
     """
     if state == "held":
         return Verdict("replace", f"held: {reason}", failure=not t.served)
-    if state == "idle" and t.state == "running":
-        return Verdict("evicted", "")
+    if t.state == "running" and (state == "idle" or (state == "running" and starts > t.starts)):
+        return Verdict("evicted", "")     # (back on a node between two looks: it started again)
     if starts > plan.max_starts:
         return Verdict("replace", f"started {starts} times")
     if state == "idle" and not t.served and now - t.submitted > plan.idle_limit:

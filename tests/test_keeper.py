@@ -9,7 +9,7 @@ import time
 
 from rhtc.condor.batch import job_of_worker
 from rhtc.condor.keeper import PoolFailing, PoolKeeper
-from rhtc.condor.keeper_rules import (KeeperPlan, Tracked, active, fix_for, mark_served, replace_ahead,
+from rhtc.condor.keeper_rules import (KeeperPlan, Tracked, Verdict, active, fix_for, mark_served, replace_ahead,
                                       shrink_victims, systematic, verdict, wanted_size)
 
 
@@ -63,6 +63,18 @@ def test_a_job_whose_worker_served_between_two_looks_is_replaced_as_no_start_up_
     assert (never.action, never.why, never.failure) == ("replace", "held: memory exceeded", True)
     stuck = verdict(Tracked("8.1", submitted=0.0), "running", "", 1, 10.0, 10.0 + plan.startup_limit + 1, plan)
     assert stuck.failure and "never reached the broker" in stuck.why
+
+
+def test_a_job_vacated_and_running_again_between_two_looks_is_an_eviction():
+    """condor_vacate_job of a running job: under load its worker hands back and the job
+    runs again on a node before the keeper's next look, which sees it running with one
+    start more. That is an eviction (noted, not a replacement); a look that sees it idle
+    is one too; a job that runs on with its starts unchanged is left alone."""
+    plan = KeeperPlan(1, 1, interval=5)
+    seen = Tracked("9.0", submitted=100.0, starts=1, state="running")
+    assert verdict(seen, "running", "", 2, 104.0, 105.0, plan) == Verdict("evicted", "")
+    assert verdict(seen, "idle", "", 1, 104.0, 105.0, plan) == Verdict("evicted", "")
+    assert verdict(seen, "running", "", 1, 104.0, 105.0, plan) is None
 
 
 def test_the_broker_remembers_a_worker_that_served_and_left(broker, workers):
