@@ -136,8 +136,10 @@ local function pool_to_client(mid, keep)
     if blob then keep_with_map(blob, mid, keep) end
   end
   keep_with_map(res, mid, keep)
-  redis.call('HINCRBY', K.map(mid), MAP_POOLED, -moved)
-  redis.call('HINCRBY', K.map(mid), MAP_ANSWERED, moved)
+  if moved > 0 then              -- (Redis refuses an increment of -0: 'value is not an integer')
+    redis.call('HINCRBY', K.map(mid), MAP_POOLED, -moved)
+    redis.call('HINCRBY', K.map(mid), MAP_ANSWERED, moved)
+  end
   return moved
 end
 -- `k` tasks of the live map `mid` were answered (their results handed in, or dead). Once

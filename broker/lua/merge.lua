@@ -79,7 +79,7 @@ if fanin > 1 and not last and redis.call('LLEN', pool) > 0 then
     out[#out + 1] = pid
     out[#out + 1] = got
   end
-  redis.call('HINCRBY', K.map(mid), MAP_POOLED, -covered)
+  if covered > 0 then redis.call('HINCRBY', K.map(mid), MAP_POOLED, -covered) end   -- (never -0)
   return out
 end
 if item == '' then return {1, HANDED_NONE} end
