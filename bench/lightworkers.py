@@ -221,7 +221,7 @@ def serve(config: BrokerConfig, names: list[str]) -> int:
                 continue
         except BrokerTrouble as err:
             log.warning("light worker %s: heartbeat failed (%s); retrying", names[i], err)
-        heapq.heappush(due, (at + period, i))
+        heapq.heappush(due, (at + sups[i].beat_every, i))
     if child.exitcode is not None and not stop.is_set():
         log.warning("light workers: the task loops' process died with exit code %s", child.exitcode)
     child.terminate()

@@ -51,8 +51,11 @@ from .ceiling import ceiling_lines
 from .cpushare import CATEGORIES, CpuShare
 from .lightworkers import LightPool, light_fill, light_task
 
-IDLE_SECONDS = 3.0          # the broker's CPU with every worker idle is read over this long ...
-SETTLE_SECONDS = 3.0        # ... once they have settled this long after registering (first takes, reaps)
+# the broker's CPU with every worker idle is read over IDLE_SECONDS, whole cycles of an idle
+# worker's beats (2 s), waits (5 s) and quiet takes (10 s: worker/main.py), once they have
+# settled SETTLE_SECONDS after registering (their first takes, reaps and waits)
+IDLE_SECONDS = 10.0
+SETTLE_SECONDS = 6.0
 
 
 def _quantile(xs: list[float], q: float) -> float:
@@ -185,9 +188,10 @@ def _cell(config, storage: Storage, pool: LightPool, seconds: float, nbytes: int
         return dict(head, failed=str(err).splitlines()[0][:300], worker_logs=pool.log_tail())
 
 
-def idle_broker_share(storage: Storage, seconds: float = IDLE_SECONDS) -> float:
-    """The broker's CPU share (of one core) over ``seconds`` with the workers idle (after
-    :data:`SETTLE_SECONDS`)."""
+def idle_broker_share(storage: Storage, seconds: float | None = None) -> float:
+    """The broker's CPU share (of one core) over ``seconds`` (:data:`IDLE_SECONDS`) with the
+    workers idle (after :data:`SETTLE_SECONDS`)."""
+    seconds = seconds or IDLE_SECONDS
     time.sleep(SETTLE_SECONDS)
     cpu0 = storage.server_load()[0]
     time.sleep(seconds)
@@ -272,7 +276,7 @@ def scale_command(workers_text, seconds_text, sizes_text, waves, processes, memo
         args = ["scale", "--workers", workers_text, "--seconds", seconds_text, "--sizes", sizes_text,
                 "--waves", str(waves), "--processes", str(processes), "--memory-budget", memory_budget,
                 "--reduce" if reduce else "--no-reduce", "--merge" if merge else "--no-merge"]
-        ours, theirs = side_by_side(against, args, rounds)
+        ours, theirs = side_by_side(against, args, rounds, overlay=("bench/scale.py",))   # (how it reads)
         out = {"ref": against, "args": args, "ours": ours, "theirs": theirs}
         click.echo("\n".join(compare_lines(against, ours, theirs)))
         if json_path:

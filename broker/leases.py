@@ -37,6 +37,7 @@ class Claim:
     ok: bool
     holder: str = ""
     duties: int = 0                          # a heartbeat's duties that are due (beat.lua): +1 reap, +2 sweep
+    leased: int = 0                          # entries in the worker's lease (a heartbeat's answer)
 
     @property
     def reap_due(self) -> bool:
@@ -107,14 +108,14 @@ class Leases:
         st, now = self.settings, time.monotonic()
         beats = self.__dict__.setdefault("_full_beats", {})
         full = now - beats.get(worker, -FULL_BEAT) >= FULL_BEAT
-        ok, info, *due = self._scripts["beat"](args=[
+        ok, info, *rest = self._scripts["beat"](args=[
             self.keys.ns, worker, incarnation, status.encode(self.config.key), int(st.lease * 1000),
-            int(duties * 1000), st.holds_ttl, int(full)])[:3]
+            int(duties * 1000), st.holds_ttl, int(full)])
         if not ok:
             return Claim(False, info.decode() if isinstance(info, bytes) else str(info))
         if full:
             beats[worker] = now
-        return Claim(True, duties=int(due[0]) if due else 0)
+        return Claim(True, duties=int(rest[0]), leased=int(rest[1]))
 
     def claim_ms_left(self, worker: str) -> int:
         """Milliseconds until the claim on ``worker`` expires (-2: nobody holds it); a live
@@ -194,7 +195,11 @@ class Leases:
         The lease is sent without waiting for its reply; :meth:`leased_token` reads the
         reply (the map's liveness token) while the caller verifies the frame."""
         self._fast.client_id()                     # known before it blocks: unblock_wait()
-        got = self._fast.call("BRPOP", self.keys.queue(worker), self.keys.shared_queue, timeout)
+        self._fast.drain()
+        self._fast.send("BRPOP", self.keys.queue(worker), self.keys.shared_queue, timeout, flush=False)
+        self._fast.send("SCARD", self.keys.routed)   # answered as the wait ends: stealable()
+        got, routed = self._fast.collect_all()
+        self._routed = int(routed)
         if not got:
             return None
         shared = int(got[0] in (self.keys.shared_queue, self.keys.shared_queue.encode()))
@@ -210,8 +215,11 @@ class Leases:
 
     def stealable(self) -> bool:
         """Whether some worker's own queue may hold tasks to steal (an idle worker with
-        nothing to steal goes back to waiting without a take: see ``take.lua``)."""
-        return bool(self._fast.call("SCARD", self.keys.routed))
+        nothing to steal goes back to waiting without a take: see ``take.lua``). Known
+        without a round trip right after :meth:`wait_for_task`, which reads it as its wait
+        ends (an idle worker's SCARD every 5 s was a fifth of an idle broker's requests)."""
+        routed, self._routed = getattr(self, "_routed", None), None
+        return bool(routed if routed is not None else self._fast.call("SCARD", self.keys.routed))
 
     def leased_token(self) -> tuple[bytes, int]:
         """(the liveness token of the map of the task :meth:`wait_for_task` returned, b''

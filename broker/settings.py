@@ -182,6 +182,15 @@ class Settings:
         return max(0.2, min(1.0, self.lease / 4))
 
     @property
+    def idle_heartbeat(self) -> float:
+        """How often an idle worker (no task, nothing held) says it is alive: twice as
+        seldom as a busy one, and still at least two and a half times a lease. Its name
+        expires one lease after its last beat either way; what an idle worker's beat
+        renews is a name that holds nothing, so the broker need not hear it as often
+        (a thousand idle workers' beats were most of an idle broker's CPU)."""
+        return min(2 * self.heartbeat, self.lease / 2.5)
+
+    @property
     def reconcile(self) -> float:
         """How often a worker checks its lease against what it runs (C3): one lease."""
         return self.lease

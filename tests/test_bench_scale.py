@@ -7,13 +7,16 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from rhtc.bench import scale
 from rhtc.bench.scale import scale_command
 
 #: starts its own broker and light-worker processes: the full suite only
 pytestmark = pytest.mark.heavy
 
 
-def test_bench_scale_small_grid(tmp_path):
+def test_bench_scale_small_grid(tmp_path, monkeypatch):
+    monkeypatch.setattr(scale, "IDLE_SECONDS", 2.0)     # (the bench reads whole idle cycles: 16 s)
+    monkeypatch.setattr(scale, "SETTLE_SECONDS", 1.0)
     out = tmp_path / "scale.json"
     got = CliRunner().invoke(scale_command, ["--workers", "20", "--seconds", "0.2", "--sizes", "10kB,100kB,2MB",
                                              "--waves", "2", "--processes", "2", "--memory-budget", "30MB",

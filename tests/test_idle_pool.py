@@ -107,7 +107,8 @@ def test_an_idle_worker_still_steals_when_a_routed_queue_backs_up(storage, worke
 
 def test_a_heartbeat_says_which_pool_duties_are_due_once_a_second(storage):
     """Reaping and the dead clients' sweep ride on the heartbeat's one round trip: the
-    first beat of each second in the pool is told to do them, the others are not."""
+    first beat of each second in the pool is told to do both (one throttle: one write a
+    beat), the others are not."""
     (a, ia), (b, ib) = _register(storage, 2)
     status = WorkerStatus(name=a, host="h", pid=1, incarnation=ia, key_fingerprint="f")
     first = storage.heartbeat(a, ia, status, duties=5.0)
@@ -116,7 +117,7 @@ def test_a_heartbeat_says_which_pool_duties_are_due_once_a_second(storage):
     assert second.ok and not second.reap_due and not second.sweep_due
     storage.r.delete(storage.keys.reap_due)
     third = storage.heartbeat(b, ib, dataclasses_replace(status, name=b, incarnation=ib), duties=5.0)
-    assert third.reap_due and not third.sweep_due
+    assert third.reap_due and third.sweep_due
     assert not storage.heartbeat(a, ia, status).duties          # without duties: never told
 
 

@@ -129,6 +129,7 @@ class Supervisor:
         self._idle_since, self._last_done = time.monotonic(), 0
         self._credential, self._credential_at = {}, -1e9
         self._next_reconcile = 0.0
+        self.beat_every = self.settings.heartbeat        # until the next beat (beat())
         # retry at least once a heartbeat: a longer pause could let the claim expire
         self.backoff = Backoff(f"worker {self.name}", cap=self.settings.heartbeat)
 
@@ -239,6 +240,7 @@ class Supervisor:
                 if not self.beat():
                     return self._superseded()
                 self._leave_when_due()
+                next_beat += self.beat_every - self.settings.heartbeat
                 self.backoff.ok()
             except BrokerTrouble as err:
                 self.storage.reset_connection()
@@ -288,15 +290,20 @@ class Supervisor:
     def beat(self) -> bool:
         """One heartbeat: renew the name and the lease, publish the status, reap dead
         workers, drop the maps of dead clients, and reconcile the lease once per
-        ``settings.reconcile``. False when another incarnation took the name over."""
-        beat = self.storage.heartbeat(self.name, self.incarnation, self.status(), duties=DUTIES_EVERY)
+        ``settings.reconcile``. False when another incarnation took the name over. Sets
+        :attr:`beat_every`, when the next beat is due: an idle worker (no task, nothing
+        leased) beats every ``settings.idle_heartbeat`` s."""
+        status = self.status()
+        beat = self.storage.heartbeat(self.name, self.incarnation, status, duties=DUTIES_EVERY)
         if not beat.ok:
             return False
+        idle = status.task is None and not beat.leased and not self.leaving
+        self.beat_every = self.settings.idle_heartbeat if idle else self.settings.heartbeat
         if beat.reap_due:             # at most once a second across the pool (beat.lua)
             self.storage.reap(every=0)
         if beat.sweep_due:
             self.storage.drop_maps_of_dead_clients(every=0)
-        if time.monotonic() >= self._next_reconcile:
+        if time.monotonic() >= self._next_reconcile and beat.leased:    # (nothing leased: nothing to check)
             self._next_reconcile = time.monotonic() + self.settings.reconcile
             self._reconcile()
         return True

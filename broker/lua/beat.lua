@@ -7,9 +7,10 @@
 -- name had expired (the reaper may have dropped the entry meanwhile).
 -- ARGV: ns, worker, incarnation, status JSON, lease ms, duties ms, holds ttl (s), full (1/0).
 -- duties ms > 0: also tell whether the pool's periodic duties are due (their throttle keys
--- set here, not in a round trip each): reaping (+1), sweeping the maps of dead clients
--- (+2), each at most once per duties ms across the pool.
--- Returns {1, 0, duties due} or {0, holder incarnation}.
+-- set here, not in a round trip each): reaping (+1) and sweeping the maps of dead clients
+-- (+2), both at most once per duties ms across the pool.
+-- Returns {1, 0, duties due, entries in the worker's lease} or {0, holder incarnation}: a
+-- worker whose lease is empty has nothing to reconcile (worker/supervisor.py skips it).
 local w, inc, ms = ARGV[2], ARGV[3], tonumber(ARGV[5])
 local holder = redis.call('GET', K.incarnation(w))
 if holder and holder ~= inc then return {0, holder} end
@@ -21,7 +22,6 @@ if ARGV[8] == '1' or not holder then
 end
 local every, due = tonumber(ARGV[6]), 0
 if every > 0 then
-  if redis.call('SET', K.reap_due(), '1', 'NX', 'PX', every) then due = due + 1 end
-  if redis.call('SET', K.sweep_due(), '1', 'NX', 'PX', every) then due = due + 2 end
+  if redis.call('SET', K.reap_due(), '1', 'NX', 'PX', every) then due = 3 end   -- (one throttle for both)
 end
-return {1, 0, due}
+return {1, 0, due, redis.call('HLEN', K.lease(w))}

@@ -123,7 +123,8 @@ class DashState:
                                "ev": ev, "err": err})
 
     def _workers(self, statuses, now: float) -> list[dict]:
-        stalled_after = STALLED_PERIODS * self.storage.settings.heartbeat
+        st = self.storage.settings
+        stalled_after, idle_factor = STALLED_PERIODS * st.heartbeat, st.idle_heartbeat / st.heartbeat
         odd: dict[str, list[str]] = {}
         for line in misfits(statuses, self.storage.config.key, self.versions):
             name, _, why = line.partition(": ")
@@ -136,7 +137,7 @@ class DashState:
                 problems.append(f"forged heartbeat: {s.forged}")
             age = now - s.t if s.t else None
             state = s.state
-            if age is not None and age > stalled_after:
+            if age is not None and age > stalled_after * (1 if s.task else idle_factor):
                 state = "stalled"
                 problems.append(f"heartbeat {age:.0f} s old")
             read = (s.bytes_read or 0) + (s.bytes_from_cache or 0)
