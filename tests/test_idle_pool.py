@@ -189,3 +189,29 @@ def test_a_stop_ends_an_idle_workers_wait_at_once(workers):
     except subprocess.TimeoutExpired:
         raise AssertionError(f"the idle worker {name} waited for its pop's timeout ({IDLE_WAIT} s) "
                              "before stopping") from None
+
+
+def test_a_worker_holding_nothing_beats_half_as_often_and_has_nothing_to_reconcile(storage):
+    """An idle worker's heartbeat comes every ``idle_heartbeat`` s (its name still lives one
+    lease) and its lease is not reconciled while it is empty; as soon as its lease holds an
+    entry, it beats every ``heartbeat`` s and the reconcile runs (here it requeues an entry
+    of another incarnation)."""
+    from rhtc.broker import keys
+    from rhtc.worker.supervisor import Supervisor
+
+    sup = Supervisor(storage.config, name="idle-beat", settings_=storage.settings, storage=storage)
+    sup.claim()
+    st = storage.settings
+    assert st.idle_heartbeat > st.heartbeat and st.idle_heartbeat * 2.5 <= st.lease + 1e-9
+    storage.r.config_resetstat()
+    for _ in range(3):
+        assert sup.beat()
+        assert sup.beat_every == st.idle_heartbeat
+    assert _calls(storage, "hgetall") == 0, "an empty lease was reconciled"
+    lease = storage.keys.lease("idle-beat")
+    stale = "0" * keys.INCARNATION_LEN + "0" * keys.LEASE_TIME_LEN + "not a frame"
+    storage.r.hset(lease, "0123456789abcdef\x00\x00\x00\x01", stale)
+    assert sup.beat()
+    assert sup.beat_every == st.heartbeat
+    assert _calls(storage, "hgetall") >= 1 and storage.r.hlen(lease) == 0, \
+        "a lease holding another incarnation's entry was not reconciled at the beat"
