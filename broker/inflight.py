@@ -20,17 +20,39 @@ from .keys import MAP_ANSWERED, MAP_CLIENT, MAP_NONCE, MAP_PARTIAL_SEQ, MAP_POOL
 from .records import MalformedRecord, map_entry
 
 
+#: walks of one audit while the tree moves partials from a map's pool to mergers under it
+AUDIT_WALKS = 3
+
+
 class InFlight:
     """Methods of :class:`~broker.storage.Storage` that look at maps across the queues."""
 
     def _queues(self) -> list[str]:
         return [self.keys.shared_queue] + [self.keys.queue(w.decode()) for w in self.r.smembers(self.keys.workers)]
 
-    def audit_map(self, map_id: str) -> set[int]:
+    def audit_map(self, map_id: str) -> set[int] | None:
         """Indices of a map's tasks that are somewhere: queued, leased by a live incarnation
         (in a partial leased to a merger, too), in a partial waiting in the map's pool, dead
         or answered. Walks the queues in bounded steps (``settings.scan_step`` items
-        per script call), so a long queue never blocks Redis."""
+        per script call), so a long queue never blocks Redis.
+
+        Tasks only move forward along the walk's order, but for one move: a merger taking
+        partials from the pool into its lease (``lua/merge.lua``), which the walk may have
+        passed. A partial parked after the walk read the pool and taken by such a merger
+        before the walk read the pool again is seen nowhere. That move counts the map's
+        partial sequence, so a walk during which it changed is done again (a task seen in
+        any walk is somewhere); None when it changed during every one of
+        :data:`AUDIT_WALKS` walks: the audit cannot tell (the tree is busy; the next one
+        will)."""
+        seen: set[int] = set()
+        for _ in range(AUDIT_WALKS):
+            before = self.r.hget(self.keys.map(map_id), MAP_PARTIAL_SEQ)
+            seen |= self._walk(map_id)
+            if self.r.hget(self.keys.map(map_id), MAP_PARTIAL_SEQ) == before:
+                return seen
+        return None
+
+    def _walk(self, map_id: str) -> set[int]:
         script, step, ns = self._scripts["audit"], self.settings.scan_step, self.keys.ns
         seen: set[int] = set()
 

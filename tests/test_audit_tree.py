@@ -17,7 +17,7 @@ import uuid
 
 from rhtc.broker import protocol
 from rhtc.broker.merge import encode_partial, partial_id
-from rhtc.broker.messages import ResultMeta, WorkerStatus
+from rhtc.broker.messages import HandedUp, ResultMeta, WorkerStatus
 
 
 def _worker(storage, name: str) -> str:
@@ -90,3 +90,37 @@ def test_a_partial_parked_during_the_walk_is_found(broker, storage, monkeypatch)
         return real(worker, mid)
     monkeypatch.setattr(storage, "leased_to", walk_then_park)
     assert set(range(6)) <= storage.audit_map(map_id)
+
+
+def test_a_partial_parked_then_taken_by_a_merger_the_walk_passed_is_found(broker, storage, monkeypatch):
+    """The one move against the walk's order, made by the tree's own script: after the walk
+    read the pool and passed a merger, a worker parks its partial (its tasks leave its
+    lease for the pool) and that merger takes it into its lease before the walk reads the
+    pool again. No single walk sees those tasks; the take counts the map's partial
+    sequence, so the audit walks again and finds them."""
+    key = broker.config.key
+    names = sorted(f"q{k}-{uuid.uuid4().hex[:4]}" for k in range(3))
+    incs = {name: _worker(storage, name) for name in names}
+    map_id = _map(storage, key, 6)
+    tids = {name: [protocol.TaskRef(map_id, 2 * k + j).task_id for j in (0, 1)] for k, name in enumerate(names)}
+    for name in names:              # every worker holds two finished tasks in its partial
+        for tid in tids[name]:
+            storage.r.hset(storage.keys.lease(name), tid, _lease_value(incs[name], b"task"))
+    walked: list[str] = []
+    real = storage.leased_to
+
+    def walk_then_move(worker, mid):
+        got = real(worker, mid)
+        walked.append(worker)
+        if len(walked) == 1:        # the walk passed this merger: another's partial goes up, to it
+            parker = next(n for n in names if n != worker)
+            indices = sorted(protocol.TaskRef.from_task_id(t).index for t in tids[parker])
+            _, parked, _ = storage.merge_up(parker, incs[parker], map_id, 8, b"".join(tids[parker]),
+                                            _partial(key, map_id, indices), covers=2)
+            assert parked == HandedUp.PARKED
+            _, given, inputs = storage.merge_up(worker, incs[worker], map_id, 8)
+            assert given == HandedUp.INPUTS and len(inputs) == 1
+        return got
+    monkeypatch.setattr(storage, "leased_to", walk_then_move)
+    assert set(range(6)) <= storage.audit_map(map_id)
+    assert len(walked) == 2 * len(names), "the audit did not walk the leases again"

@@ -280,4 +280,6 @@ class Upkeep:
         if not stalled and run.storage.unrouted_depth(run.map_id) > AUDIT_MAX_QUEUE:
             return
         if run.state.tasks.count(*_WAITING):
-            run.apply(Audited(run.storage.audit_map(run.map_id), time.time()))
+            seen = run.storage.audit_map(run.map_id)
+            if seen is not None:              # (None: the tree moved partials under every walk)
+                run.apply(Audited(seen, time.time()))
