@@ -50,7 +50,8 @@ from ..broker.embedded import die_with_parent
 from ..broker.errors import BrokerTrouble
 from ..broker.storage import Storage, connect
 from ..worker.main import TaskProcess
-from ..worker.supervisor import Supervisor, die_with
+from ..worker.children import die_with
+from ..worker.supervisor import Supervisor
 
 log = logging.getLogger("rhtc.bench")
 

@@ -17,6 +17,9 @@ pickle that ``multiprocessing`` uses (a ``Pool.map(square, ...)`` inside the tas
 find it by name. :func:`pickle_main_by_value` has ``multiprocessing`` send such functions
 and classes by value (cloudpickle), as the client's process sends them by name: it works
 with the fork, forkserver and spawn start methods alike.
+
+And the worker's own processes: a task process dies with its supervisor
+(:func:`die_with`), and a dead one's exit is named in the log (:func:`describe_exit`).
 """
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ import cloudpickle
 log = logging.getLogger("rhtc.worker")
 
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_PDEATHSIG = 1
 GRACE_SECONDS = 1.0        # a leftover child gets this long after SIGTERM before SIGKILL
 
 
@@ -227,3 +231,28 @@ def end_task_children(worker: str, ref) -> None:
     if stopped:
         log.warning("worker %s: task %s left %d child process(es) running; stopped them (pids %s). "
                     "Close pools inside the task (`with Pool() as p:`)", worker, ref, len(stopped), stopped)
+
+
+def describe_exit(code: int | None) -> str:
+    """'SIGSEGV (signal 11)' or 'exit code 9'.
+
+    >>> describe_exit(-11), describe_exit(9)
+    ('SIGSEGV (signal 11)', 'exit code 9')
+    """
+    if code is not None and code < 0:
+        try:
+            return f"{signal.Signals(-code).name} (signal {-code})"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+def die_with(parent: int) -> None:
+    """SIGKILL this process when ``parent`` dies (Linux): a task process must never serve
+    under a name whose supervisor is gone."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:
+        os._exit(1)

@@ -22,7 +22,6 @@ left running when the task ends, and the supervisor (a child subreaper, see
 """
 from __future__ import annotations
 
-import ctypes
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -43,7 +42,8 @@ from ..broker.errors import BrokerTrouble
 from ..broker.storage import Storage
 from rhtc.credentials import describe as describe_credentials, find_credentials
 from rhtc.versions import stack_versions
-from .children import become_subreaper, default_signals_in_children, end_children, pickle_main_by_value
+from .children import (become_subreaper, default_signals_in_children, describe_exit, die_with, end_children,
+                       pickle_main_by_value)
 from .disk import disk_tier_of
 from .backoff import Backoff
 from .lifetime import LeavePlan, job_walltime
@@ -54,7 +54,6 @@ from rhtc.errors import RhtcError
 
 log = logging.getLogger("rhtc.worker")
 
-_PR_SET_PDEATHSIG = 1
 EXIT_NAME_HELD = 3         # the exit code when another live process holds the name
 EXIT_REFUSED = 2           # the exit code when the broker refuses the password
 DUTIES_EVERY = 1.0         # seconds between two reaps (and two sweeps of dead clients' maps) in a pool
@@ -63,31 +62,6 @@ STOP_GRACE = 10.0          # seconds a task process gets to hand back its task o
 
 class NameHeld(RuntimeError, RhtcError):
     """Another live process holds this worker name."""
-
-
-def describe_exit(code: int | None) -> str:
-    """'SIGSEGV (signal 11)' or 'exit code 9'.
-
-    >>> describe_exit(-11), describe_exit(9)
-    ('SIGSEGV (signal 11)', 'exit code 9')
-    """
-    if code is not None and code < 0:
-        try:
-            return f"{signal.Signals(-code).name} (signal {-code})"
-        except ValueError:
-            return f"signal {-code}"
-    return f"exit code {code}"
-
-
-def die_with(parent: int) -> None:
-    """SIGKILL this process when ``parent`` dies (Linux): a task process must never serve
-    under a name whose supervisor is gone."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent:
-        os._exit(1)
 
 
 def _run_task_process(config, name, incarnation, shared, cache_bytes, max_batch, st, parent) -> None:
