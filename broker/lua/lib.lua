@@ -151,19 +151,25 @@ local function answered(mid, k, keep)
   local got = redis.call('HMGET', K.map(mid), MAP_TASKS, MAP_ANSWERED, MAP_POOLED)
   if (tonumber(got[2]) or 0) + (tonumber(got[3]) or 0) >= (tonumber(got[1]) or 0) then pool_to_client(mid, keep) end
 end
--- Hand `item` (a result frame, a partial's, or a stub) of map `mid` to its client; false
--- (nothing done) when the map is gone.
-local function deliver(mid, item, keep)
+-- Hand `items` (result frames, partials', or stubs) of map `mid` to its client, in order,
+-- with one push and one count for all; false (nothing done) when the map is gone.
+local function deliver_all(mid, items, keep)
   local left = redis.call('TTL', K.map(mid))
   if left == -2 then return false end
-  local res, until_ = K.results(mid), math.max(left, 1) + keep
-  redis.call('RPUSH', res, item)
+  local res, until_, k = K.results(mid), math.max(left, 1) + keep, 0
+  for lo = 1, #items, 500 do
+    redis.call('RPUSH', res, unpack(items, lo, math.min(#items, lo + 499)))
+  end
   redis.call('EXPIRE', res, until_)
-  local blob = stub_key(item)
-  if blob then redis.call('EXPIRE', blob, until_) end
-  answered(mid, item_count(item), keep)
+  for _, item in ipairs(items) do
+    local blob = stub_key(item)
+    if blob then redis.call('EXPIRE', blob, until_) end
+    k = k + item_count(item)
+  end
+  answered(mid, k, keep)
   return true
 end
+local function deliver(mid, item, keep) return deliver_all(mid, {item}, keep) end
 
 -- Delete the blobs of a map's unread results and pooled partials (their stubs are in its
 -- results list and its pool), each list read a thousand items at a time.

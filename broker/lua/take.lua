@@ -28,22 +28,44 @@ local lease = K.lease(w)
 local watched = {}                         -- map ids whose backlog the worker asks about
 local nwatch = tonumber(ARGV[11])
 for i = 12, 11 + nwatch do watched[#watched + 1] = ARGV[i] end
-for i = 12 + nwatch, #ARGV, 3 do
-  local ok = true
-  if #ARGV[i + 1] > TID_LEN then             -- a partial: counted only whole (whole_partial in lib.lua)
-    ok = whole_partial(lease, inc, ARGV[i], ARGV[i + 1], grace)
-  else
-    redis.call('HDEL', lease, ARGV[i + 1])
-  end
-  local blob = stub_key(ARGV[i + 2])         -- a big result: its stub here, its frame in a blob
-  if not (ok and deliver(ARGV[i], ARGV[i + 2], grace)) and blob then   -- (a blob kept as long as its list)
-    redis.call('DEL', blob)
+-- A run of plain results of one map goes in together (one HDEL, one push, one count: a
+-- batch's hand-in was six commands a result); a partial, or another map's result, ends
+-- the run, so everything happens in the order it was handed in.
+local run_mid, run_ids, run_items = nil, {}, {}
+local function drop_blobs_of(items)
+  for _, item in ipairs(items) do
+    local blob = stub_key(item)              -- a big result: its stub here, its frame in a blob
+    if blob then redis.call('DEL', blob) end -- (a blob kept as long as its list)
   end
 end
+local function end_run()
+  if run_mid == nil then return end
+  for lo = 1, #run_ids, 500 do
+    redis.call('HDEL', lease, unpack(run_ids, lo, math.min(#run_ids, lo + 499)))
+  end
+  if not deliver_all(run_mid, run_items, grace) then drop_blobs_of(run_items) end
+  run_mid, run_ids, run_items = nil, {}, {}
+end
+for i = 12 + nwatch, #ARGV, 3 do
+  local mid, ids, item = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  if #ids > TID_LEN then                     -- a partial: counted only whole (whole_partial in lib.lua)
+    end_run()
+    if not (whole_partial(lease, inc, mid, ids, grace) and deliver(mid, item, grace)) then
+      drop_blobs_of({item})
+    end
+  else
+    if mid ~= run_mid then end_run() end
+    run_mid = mid
+    run_ids[#run_ids + 1] = ids
+    run_items[#run_items + 1] = item
+  end
+end
+end_run()
 if redis.call('GET', K.incarnation(w)) ~= inc then return {0} end
 local out = {1, now_ms(), ''}
 local budget = step
 local prefix = leases and lease_prefix(inc)
+local entries = {}                         -- lease fields and values, set in one HSET
 local last = false
 local function take(q, shared)
   while #out < 2 * n + 3 and budget > 0 do
@@ -62,7 +84,10 @@ local function take(q, shared)
       if token then
         watched[#watched + 1] = mid
         if shared then refill(mid) end
-        if leases then redis.call('HSET', lease, frame_tid(item), prefix .. item) end
+        if leases then
+          entries[#entries + 1] = frame_tid(item)
+          entries[#entries + 1] = prefix .. item
+        end
         out[#out + 1] = item
         out[#out + 1] = (token == last) and '' or token
         last = token
@@ -76,6 +101,9 @@ if tonumber(redis.call('TIME')[2]) % 2 == 0 then
 else
   take(K.shared_queue(), true)
   take(K.queue(w), false)
+end
+for lo = 1, #entries, 500 do
+  redis.call('HSET', lease, unpack(entries, lo, math.min(#entries, lo + 499)))
 end
 if #out == 3 and n > 0 then
   local item, token = steal_one(w, inc, minq, homeq, stuck, step)
