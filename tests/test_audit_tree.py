@@ -17,21 +17,8 @@ import uuid
 
 from rhtc.broker import protocol
 from rhtc.broker.merge import encode_partial, partial_id
-from rhtc.broker.messages import HandedUp, ResultMeta, WorkerStatus
-
-
-def _worker(storage, name: str) -> str:
-    inc = uuid.uuid4().hex[:16]
-    assert storage.claim(name, inc, WorkerStatus(name=name, host="h", pid=1, incarnation=inc,
-                                                 key_fingerprint="f")).ok
-    return inc
-
-
-def _map(storage, key: bytes, n: int) -> str:
-    map_id, nonce = uuid.uuid4().hex[:16], protocol.new_nonce()
-    fn = protocol.sign(key, protocol.dumps(len))
-    storage.enqueue_map(map_id, protocol.function_hash(fn), fn, {"n": n}, {}, nonce=nonce)
-    return map_id
+from rhtc.broker.messages import HandedUp, ResultMeta
+from tests.brokerkit import claimed_worker, queued_map
 
 
 def _partial(key: bytes, map_id: str, indices: list[int]) -> bytes:
@@ -47,8 +34,8 @@ def _lease_value(inc: str, frame: bytes) -> bytes:
 def test_a_partial_a_merger_takes_from_the_pool_during_the_walk_is_found(broker, storage, monkeypatch):
     key = broker.config.key
     names = sorted(f"m{k}-{uuid.uuid4().hex[:4]}" for k in range(3))
-    incs = {name: _worker(storage, name) for name in names}
-    map_id = _map(storage, key, 4)
+    incs = {name: claimed_worker(storage, name) for name in names}
+    map_id = queued_map(storage, key, 4)
     item = _partial(key, map_id, [0, 1])
     storage.r.rpush(storage.keys.pool(map_id), item)
     walked: list[str] = []
@@ -68,8 +55,8 @@ def test_a_partial_a_merger_takes_from_the_pool_during_the_walk_is_found(broker,
 def test_a_partial_parked_during_the_walk_is_found(broker, storage, monkeypatch):
     key = broker.config.key
     names = sorted(f"p{k}-{uuid.uuid4().hex[:4]}" for k in range(3))
-    incs = {name: _worker(storage, name) for name in names}
-    map_id = _map(storage, key, 4)
+    incs = {name: claimed_worker(storage, name) for name in names}
+    map_id = queued_map(storage, key, 4)
     for name in names:              # every worker holds two finished tasks in its partial
         i = 2 * names.index(name)
         for j in (i, i + 1):
@@ -100,8 +87,8 @@ def test_a_partial_parked_then_taken_by_a_merger_the_walk_passed_is_found(broker
     sequence, so the audit walks again and finds them."""
     key = broker.config.key
     names = sorted(f"q{k}-{uuid.uuid4().hex[:4]}" for k in range(3))
-    incs = {name: _worker(storage, name) for name in names}
-    map_id = _map(storage, key, 6)
+    incs = {name: claimed_worker(storage, name) for name in names}
+    map_id = queued_map(storage, key, 6)
     tids = {name: [protocol.TaskRef(map_id, 2 * k + j).task_id for j in (0, 1)] for k, name in enumerate(names)}
     for name in names:              # every worker holds two finished tasks in its partial
         for tid in tids[name]:

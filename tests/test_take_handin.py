@@ -6,26 +6,11 @@ Real parts: a real redis-server, the real take script, results handed in by ``ta
 """
 from __future__ import annotations
 
-import uuid
-
 from rhtc.broker import protocol
 from rhtc.broker.keys import MAP_ANSWERED
 from rhtc.broker.merge import encode_partial
-from rhtc.broker.messages import ResultMeta, WorkerStatus
-
-
-def _worker(storage, name: str) -> str:
-    inc = uuid.uuid4().hex[:16]
-    assert storage.claim(name, inc, WorkerStatus(name=name, host="h", pid=1, incarnation=inc,
-                                                 key_fingerprint="f")).ok
-    return inc
-
-
-def _map(storage, key: bytes, n: int) -> str:
-    map_id, nonce = uuid.uuid4().hex[:16], protocol.new_nonce()
-    fn = protocol.sign(key, protocol.dumps(len))
-    storage.enqueue_map(map_id, protocol.function_hash(fn), fn, {"n": n}, {}, nonce=nonce)
-    return map_id
+from rhtc.broker.messages import ResultMeta
+from tests.brokerkit import claimed_worker, queued_map
 
 
 def _leased(storage, worker: str, inc: str, map_id: str, indices) -> list[bytes]:
@@ -41,8 +26,8 @@ def _calls(storage, command: str) -> int:
 
 def test_a_batch_of_one_maps_results_is_one_push_and_one_count(broker, storage):
     key = broker.config.key
-    inc = _worker(storage, "handin-1")
-    map_id = _map(storage, key, 40)
+    inc = claimed_worker(storage, "handin-1")
+    map_id = queued_map(storage, key, 40)
     tids = _leased(storage, "handin-1", inc, map_id, range(30))
     storage.take("handin-1", inc, max_tasks=0)                  # (loads the library)
     results = [(map_id, tid, protocol.pack_result(key, map_id, i, protocol.OK, b"v%d" % i))
@@ -59,8 +44,8 @@ def test_a_batch_of_one_maps_results_is_one_push_and_one_count(broker, storage):
 
 def test_runs_keep_the_order_of_the_hand_in_across_maps_and_partials(broker, storage):
     key = broker.config.key
-    inc = _worker(storage, "handin-2")
-    a, b = _map(storage, key, 10), _map(storage, key, 10)
+    inc = claimed_worker(storage, "handin-2")
+    a, b = queued_map(storage, key, 10), queued_map(storage, key, 10)
     ta = _leased(storage, "handin-2", inc, a, range(6))
     tb = _leased(storage, "handin-2", inc, b, range(2))
 
@@ -81,8 +66,8 @@ def test_runs_keep_the_order_of_the_hand_in_across_maps_and_partials(broker, sto
 
 def test_results_of_a_map_that_ended_are_dropped_with_their_lease_entries(broker, storage):
     key = broker.config.key
-    inc = _worker(storage, "handin-3")
-    map_id = _map(storage, key, 4)
+    inc = claimed_worker(storage, "handin-3")
+    map_id = queued_map(storage, key, 4)
     tids = _leased(storage, "handin-3", inc, map_id, range(3))
     storage.r.delete(storage.keys.map(map_id))                   # the map ended meanwhile
     results = [(map_id, tid, protocol.pack_result(key, map_id, i, protocol.OK, b"v")) for i, tid in enumerate(tids)]
