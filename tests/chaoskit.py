@@ -60,16 +60,17 @@ def read_until(proc: subprocess.Popen, marker: str, timeout: float) -> str:
     return "".join(lines)
 
 
-def wait_until(condition: Callable[[], object], timeout: float, what: str, every: float = 0.05):
+def wait_until(condition: Callable[[], object], timeout: float, what: str | Callable[[], str],
+               every: float = 0.05):
     """Poll ``condition`` until it returns something true; raise AssertionError naming
-    ``what`` after ``timeout`` seconds."""
+    ``what`` (or what it returns, read then) after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
         got = condition()
         if got:
             return got
         if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:.0f} s")
+            raise AssertionError(f"{what() if callable(what) else what}: not within {timeout:.0f} s")
         time.sleep(every)
 
 
