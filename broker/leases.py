@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import redis
 
@@ -188,9 +188,11 @@ class Leases:
         ids, n = got[2], protocol.MAP_ID_LEN
         return True, clock_ms(now), batch, {ids[j:j + n].decode("ascii", "replace") for j in range(0, len(ids), n)}
 
-    def wait_for_task(self, worker: str, incarnation: str, timeout: float) -> bytes | None:
-        """Block until a task arrives in this worker's queue or the shared one; lease it.
-        None after ``timeout`` s.
+    def wait_for_task(self, worker: str, incarnation: str, timeout: float,
+                      leasing: Callable[[], None] = lambda: None) -> bytes | None:
+        """Block until a task arrives in this worker's queue or the shared one; lease it
+        (calling ``leasing`` first: the worker's supervisor must not judge its lease until
+        it knows the task). None after ``timeout`` s.
 
         The lease is sent without waiting for its reply; :meth:`leased_token` reads the
         reply (the map's liveness token) while the caller verifies the frame."""
@@ -204,6 +206,7 @@ class Leases:
             return None
         shared = int(got[0] in (self.keys.shared_queue, self.keys.shared_queue.encode()))
         self._lease_args = [self.keys.ns, worker, incarnation, int(self.settings.leases), got[1], shared]
+        leasing()
         self._fast.script(self._scripts["lease_one"], [], self._lease_args, wait=False, flush=False)
         self._fast.send("TIME")
         return got[1]

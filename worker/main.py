@@ -119,7 +119,8 @@ class TaskProcess:
                     with self.preload.idle():
                         self._waiting = not self.stopping     # (wake() ends the wait)
                         try:
-                            frame = self._waiting and self.storage.wait_for_task(self.name, self.incarnation, IDLE_WAIT)
+                            frame = self._waiting and self.storage.wait_for_task(self.name, self.incarnation, IDLE_WAIT,
+                                                                                     leasing=self.shared.set_leasing)
                         finally:
                             self._waiting = False
                     batch = [(frame, None)] if frame else []
@@ -180,8 +181,10 @@ class TaskProcess:
         """Hand in finished results and lease the next batch, in one round trip; also says
         whether this incarnation still holds the name."""
         n = 0 if self.stopping else max(1, min(self.max_batch, int(BATCH_SECONDS / max(self._ewma, 1e-6))))
+        if n:
+            self.shared.set_leasing()   # (the supervisor's reconcile waits for the batch's ids)
         holding, self._broker_ms, batch, self.partials.backlogged = self.outbox.take(n, self.partials.watched())
-        self._hold([])                  # the results are in: the last batch is no longer held
+        self._hold([protocol.task_id(f) for f, _ in batch])    # the results are in; the new batch held
         evicted = self.cache.drain_evicted()
         if evicted:
             self.storage.advertise(self.name, removed=evicted)
@@ -212,7 +215,7 @@ class TaskProcess:
         others' while idle, one round of them before the next ``batch``."""
         self.outbox.flush()
         Tree(self.storage, self.partials, self.name, self.incarnation,
-             lambda: self._hold(batch)).up(map_ids, 1 if batch else None)
+             lambda: self._hold(batch), self.shared.set_leasing).up(map_ids, 1 if batch else None)
         self._hold(batch)
 
     def _hold(self, batch: list[bytes]) -> None:

@@ -17,6 +17,7 @@ from typing import Iterable
 from ..broker.protocol import TASK_ID_LEN, TaskRef
 
 MAX_HELD = 256
+READ_PATIENCE = 0.05       # s a read waits for a write in progress to end (see SharedState._read)
 
 
 class _Block(ctypes.Structure):
@@ -30,6 +31,7 @@ class _Block(ctypes.Structure):
         ("disk_bytes", ctypes.c_int64), ("disk_limit", ctypes.c_int64),
         ("bytes_read", ctypes.c_int64), ("bytes_from_cache", ctypes.c_int64),
         ("merged", ctypes.c_int64),                  # tasks its open partials hold (worker/merge.py)
+        ("leasing", ctypes.c_int32),                 # 1: a command that may lease is in flight
         ("n_held", ctypes.c_int32),
         ("held", ctypes.c_ubyte * (TASK_ID_LEN * MAX_HELD)),
     ]
@@ -40,6 +42,7 @@ class SharedState:
 
     def __init__(self, block):
         self.b = block
+        self._current: tuple[TaskRef | None, float | None] = (None, None)    # the last read (current())
 
     @classmethod
     def create(cls) -> "SharedState":
@@ -59,11 +62,23 @@ class SharedState:
         self.b.seq += 1
 
     def set_held(self, task_ids: Iterable[bytes]) -> None:
-        """The task ids of a new batch (all held)."""
+        """Everything the task process holds now (its batch, its partials' tasks): what was
+        leased to it so far, less what it handed on; ends :meth:`set_leasing`."""
         data = b"".join(list(task_ids)[:MAX_HELD])
         self.b.seq += 1
         ctypes.memmove(ctypes.addressof(self.b) + _Block.held.offset, data, len(data))
         self.b.n_held = len(data) // TASK_ID_LEN
+        self.b.leasing = 0
+        self.b.seq += 1
+
+    def set_leasing(self) -> None:
+        """Before a command that may lease to this worker (a take, an idle wake-up's lease,
+        a merger's hand-up): until the next :meth:`set_held` the lease may hold entries the
+        task process has not seen yet (their reply is on its way, or waits for a thread
+        that has not run: a hundred light task loops in one process, a task's own thread
+        holding the GIL), so the supervisor cannot tell what it holds (:meth:`held`)."""
+        self.b.seq += 1
+        self.b.leasing = 1
         self.b.seq += 1
 
     def set_counters(self, **values: int) -> None:
@@ -71,34 +86,52 @@ class SharedState:
             setattr(self.b, name, int(value))
 
     # -- read by the supervisor -------------------------------------------------------------
-    def _read(self, snapshot, default):
+    def _read(self, snapshot, settled: bool = False):
         """``snapshot()`` taken while the task process wrote nothing (a seqlock: ``seq`` is
-        odd during a write, and changes across one)."""
-        for _ in range(1000):
+        odd during a write, and changes across one), or None when it stayed inside a write
+        for ``READ_PATIENCE`` s: its writer is frozen, or is a thread waiting for the GIL
+        (a task's own threads, or the light workers' hundred task loops in one process).
+        The caller cannot tell what it holds then, and must not act on a guess.
+        ``settled``: the task process is dead, nothing writes any more; read as it is."""
+        if settled:
+            return snapshot()
+        deadline = time.monotonic() + READ_PATIENCE
+        while True:
             seq = self.b.seq
             if seq % 2 == 0:
                 value = snapshot()
                 if self.b.seq == seq:
                     return value
+            if time.monotonic() > deadline:
+                return None
             time.sleep(0.0001)
-        return default
 
-    def current(self) -> tuple[TaskRef | None, float | None]:
-        """(the task running, since when)."""
+    def current(self, settled: bool = False) -> tuple[TaskRef | None, float | None]:
+        """(the task running, since when); the last one read while its writer is inside a
+        write (see :meth:`_read`)."""
         def snapshot():
             index = int(self.b.task_index)
             if index < 0:
                 return None, None
             return TaskRef(self.b.task_map.decode("ascii"), index), self.b.task_started
-        return self._read(snapshot, (None, None))
+        got = self._read(snapshot, settled)
+        if got is not None:
+            self._current = got
+        return self._current
 
-    def held(self) -> list[bytes]:
-        """Task ids the task process holds (its current batch), read consistently."""
+    def held(self) -> list[bytes] | None:
+        """Task ids the task process holds (its batch, its partials' tasks), read
+        consistently; None when it cannot be told (a write in progress: :meth:`_read`; a
+        lease in flight: :meth:`set_leasing`). Never a list that lacks what was leased to it:
+        the reconcile requeues what is not in it ("not running here"), and a partial that
+        covers a task requeued so is refused whole at the map's end, its tasks run again."""
         def snapshot():
+            if self.b.leasing:
+                return None
             n = self.b.n_held
             raw = ctypes.string_at(ctypes.addressof(self.b) + _Block.held.offset, n * TASK_ID_LEN)
             return [raw[i * TASK_ID_LEN:(i + 1) * TASK_ID_LEN] for i in range(n)]
-        return self._read(snapshot, [])
+        return self._read(snapshot)
 
     def counters(self) -> dict[str, int]:
         names = ("tasks_done", "errors", "cache_bytes", "cache_entries", "cache_limit", "bytes_read",

@@ -253,7 +253,8 @@ class Supervisor:
             return ""
         task, _ = self.shared.current()
         done, now = self.shared.counters()["tasks_done"], time.monotonic()
-        if task is not None or done != self._last_done or self.shared.held():
+        held = self.shared.held()                  # (None: cannot tell; not idle, then)
+        if task is not None or done != self._last_done or held is None or held:
             self._idle_since, self._last_done = now, done
         elif now - self._idle_since >= timeout:
             if self.storage.may_leave(self.name):
@@ -278,8 +279,8 @@ class Supervisor:
         if beat.sweep_due:
             self.storage.drop_maps_of_dead_clients(every=0)
         if time.monotonic() >= self._next_reconcile and beat.leased:    # (nothing leased: nothing to check)
-            self._next_reconcile = time.monotonic() + self.settings.reconcile
-            self._reconcile()
+            if self._reconcile():
+                self._next_reconcile = time.monotonic() + self.settings.reconcile
         return True
 
     def _on_signal(self, signum, frame) -> None:
@@ -302,17 +303,25 @@ class Supervisor:
         self._proc_started = time.time()
         self.metrics = NodeMetrics(pid=self.proc.pid)
 
-    def _reconcile(self) -> None:
-        n, _ = self.storage.reconcile(self.name, self.incarnation, self.shared.held())
+    def _reconcile(self) -> bool:
+        """Requeue what is leased here and not held by the task process; False (try at the
+        next beat) when what it holds cannot be read now (its writer is inside a write)."""
+        held = self.shared.held()
+        if held is None:
+            log.info("worker %s: its task process is inside a write of what it holds (frozen, or its "
+                     "thread waits for the GIL); the lease is reconciled at a later beat", self.name)
+            return False
+        n, _ = self.storage.reconcile(self.name, self.incarnation, held)
         if n:
             log.warning("worker %s: %d leased task(s) were not running here (a lost reply?); requeued",
                         self.name, n)
+        return True
 
     def _task_process_died(self) -> None:
         self.proc.join(5)
         code = self.proc.exitcode
         self._end_orphans()
-        task, since = self.shared.current()
+        task, since = self.shared.current(settled=True)     # (nothing writes it any more)
         self.crashes += 1
         try:        # the status says so before the task is handed back and may finish elsewhere
             self.storage.heartbeat(self.name, self.incarnation, self.status())

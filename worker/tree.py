@@ -23,10 +23,12 @@ log = logging.getLogger("rhtc.worker")
 class Tree:
     """Hands one task process's partials up the tree."""
 
-    def __init__(self, storage, partials: Partials, name: str, incarnation: str, hold: Callable[[], None]):
+    def __init__(self, storage, partials: Partials, name: str, incarnation: str, hold: Callable[[], None],
+                 leasing: Callable[[], None] = lambda: None):
         self.storage, self.partials = storage, partials
         self.name, self.incarnation = name, incarnation
         self.hold = hold                      # tells the supervisor what this process holds now
+        self.leasing = leasing                # ... and that partials may be leased to it (until hold())
 
     def up(self, map_ids: Iterable[str], rounds: int | None = None) -> None:
         """Each open partial of ``map_ids`` up the tree, folding in others' partials as long
@@ -45,6 +47,8 @@ class Tree:
             ids, frame = packed or (b"", b"")
             if len(partials.open[map_id].tids) + fanin > partials.room or rounds == 0:
                 fanin = 1                     # (what it holds stays within what the supervisor is told)
+            if fanin > 1:
+                self.leasing()                # (others' partials may come back, leased here)
             held, outcome, inputs = merge_up(self.name, self.incarnation, map_id, fanin, ids, frame, aside,
                                              len(partials.open[map_id].indices))
             aside, packed = b"", None
