@@ -119,10 +119,18 @@ def encode_partial(indices: Sequence[int], metas: Sequence[ResultMeta], packed_v
                    depth: int = 1) -> bytes:
     """The payload of a partial covering ``indices`` (one meta each, packed as a single
     result's: :mod:`broker.resultmeta`) at ``depth`` in the tree."""
+    return b"".join(partial_parts(indices, metas, [packed_value], depth))
+
+
+def partial_parts(indices: Sequence[int], metas: Sequence[ResultMeta], packed_value: list[bytes],
+                  depth: int = 1) -> list[bytes]:
+    """:func:`encode_partial`'s payload as its parts (the packed value's as given: see
+    :func:`broker.protocol.sign`)."""
     raw = [pack_meta(m) for m in metas]
-    return b"".join([_U32.pack(len(indices)), struct.pack(f">{len(indices)}I", *indices),
+    head = b"".join([_U32.pack(len(indices)), struct.pack(f">{len(indices)}I", *indices),
                      bytes([min(255, max(0, depth))]),
-                     _U32.pack(len(raw)), struct.pack(f">{len(raw)}I", *map(len, raw)), *raw, packed_value])
+                     _U32.pack(len(raw)), struct.pack(f">{len(raw)}I", *map(len, raw)), *raw])
+    return [head, *packed_value]
 
 
 def decode_partial(payload: bytes | memoryview) -> tuple[list[int], list[ResultMeta], bytes | memoryview]:

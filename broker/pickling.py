@@ -32,12 +32,23 @@ SMALL = 64                 # a pickle this short goes as is too: LZ4 would only 
 
 
 def dumps(obj) -> bytes:
+    """:func:`dumps_parts`, joined.
+
+    >>> loads(dumps(7)), loads(dumps(lambda: 7))()
+    (7, 7)
+    """
+    parts = dumps_parts(obj)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def dumps_parts(obj) -> list[bytes]:
     """cloudpickle then lz4 (raises the pickling error unchanged); a big pickle that LZ4
     cannot shrink (filled histograms of floats) goes as is: compressing and decompressing
     8 MB of it costs the worker and the client ~12 ms each for nothing.
 
-    >>> loads(dumps(7)), loads(dumps(lambda: 7))()
-    (7, 7)
+    The parts of the packed bytes, in order: a big one is joined once, into the frame that
+    carries it (:func:`~broker.protocol.sign`), not copied here first.
+
     >>> import numpy as np
     >>> dumps(np.random.default_rng(1).random(100_000))[:4] == RAW, dumps(np.zeros(100_000))[:4] == RAW
     (True, False)
@@ -48,9 +59,11 @@ def dumps(obj) -> bytes:
         with io.BytesIO() as out:
             _Pickler(out, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
             raw = out.getvalue()
-    if len(raw) < SMALL or (len(raw) > 8 * WIRE_SAMPLE and not _shrinks(memoryview(raw))):
-        return RAW + raw
-    return lz4.block.compress(raw)
+    if len(raw) < SMALL:
+        return [RAW + raw]
+    if len(raw) > 8 * WIRE_SAMPLE and not _shrinks(memoryview(raw)):
+        return [RAW, raw]
+    return [lz4.block.compress(raw)]
 
 
 class _Pickler(cloudpickle.Pickler):

@@ -130,8 +130,14 @@ def unpack_meta(raw: bytes | memoryview) -> ResultMeta:
 
 def encode_result(packed_value: bytes, meta: ResultMeta) -> bytes:
     """The payload of an OK or USER_ERROR result: meta first, then the packed value."""
+    return b"".join(result_parts([packed_value], meta))
+
+
+def result_parts(packed_value: list[bytes], meta: ResultMeta) -> list[bytes]:
+    """:func:`encode_result`'s payload as its parts (the packed value's as given: see
+    :func:`broker.protocol.sign`)."""
     raw = pack_meta(meta)
-    return _META_LEN.pack(len(raw)) + raw + packed_value
+    return [_META_LEN.pack(len(raw)) + raw, *packed_value]
 
 
 def decode_result(payload: bytes | memoryview) -> tuple[ResultMeta, bytes | memoryview]:

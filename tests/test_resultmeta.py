@@ -35,3 +35,38 @@ def test_a_partial_carries_every_tasks_meta(many, value):
     indices = list(range(3, 3 + len(many)))
     got_indices, got, packed = decode_partial(encode_partial(indices, many, value))
     assert got_indices == indices and got == many and bytes(packed) == value
+
+
+@settings(max_examples=200, derandomize=True, deadline=None)
+@given(metas, st.lists(st.binary(max_size=300), min_size=1, max_size=4), st.integers(0, 2 ** 32 - 1),
+       st.sampled_from([0, 3]), st.lists(st.integers(0, 2 ** 32 - 1), min_size=1, max_size=5))
+def test_a_frame_signed_from_its_parts_is_the_frame_signed_whole(meta, value, index, status, indices):
+    """A big result is joined once, into its frame (protocol.sign's parts): the bytes on the
+    wire are the ones a joined body gives, byte for byte, small or big (JOIN_BELOW)."""
+    from rhtc.broker import protocol
+    from rhtc.broker.merge import partial_parts
+    from rhtc.broker.resultmeta import result_parts
+
+    key, mid = b"k" * 32, "0123456789abcdef"
+    big = [*value, b"x" * protocol.JOIN_BELOW]
+    for packed in (value, big):
+        whole = b"".join(packed)
+        for parts, joined in ((result_parts(packed, meta), encode_result(whole, meta)),
+                              (partial_parts(indices, [meta] * len(indices), packed, 2),
+                               encode_partial(indices, [meta] * len(indices), whole, 2))):
+            frame = protocol.pack_result(key, mid, index, status, parts)
+            assert frame == protocol.pack_result(key, mid, index, status, joined)
+            assert protocol.unpack_result(key, frame)[3] == joined
+    assert protocol.sign(key, value) == protocol.sign(key, b"".join(value))
+
+
+def test_a_value_packed_in_parts_is_the_value_packed_whole():
+    import numpy as np
+    from rhtc.broker import protocol
+
+    for value in (7, np.zeros(100_000), np.random.default_rng(1).random(100_000), {"h": np.arange(10.0)}):
+        parts = protocol.dumps_parts(value)
+        assert b"".join(parts) == protocol.dumps(value)
+        got = protocol.loads(b"".join(parts))
+        assert (np.array_equal(got, value) if isinstance(value, np.ndarray)
+                else repr(got) == repr(value))

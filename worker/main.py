@@ -65,7 +65,7 @@ class TaskProcess:
         self.shared = shared
         self.key = config.key
         self.storage = storage or Storage(config, self.settings)
-        self.dumps = protocol.dumps                 # how a value is packed (bench's light workers memoize it)
+        self.dumps = protocol.dumps_parts           # how a value is packed (bench's light workers memoize it)
         self.cache = BranchCache(cache_bytes, disk=open_disk_tier(self.settings, name))
         self.functions: collections.OrderedDict[str, object] = collections.OrderedDict()
         self.tokens = MapTokens(self.key, name)

@@ -47,8 +47,9 @@ from typing import Any, Callable
 from ..broker import protocol
 from ..broker.config import mib
 from ..broker.leases import BulkLimits
-from ..broker.merge import MergePlan, decode_partial, encode_partial, partial_depth
+from ..broker.merge import MergePlan, decode_partial, partial_depth, partial_parts
 from ..broker.messages import ErrorKind, ResultMeta, decode_result, encode_result
+from ..broker.resultmeta import result_parts
 from .outbox import Outgoing
 from .results import ALWAYS_FITS, NO_ARGUMENT, result_limit, safe_text, task_error
 
@@ -263,26 +264,27 @@ class Partials:
         """One MERGED frame; a partial of one task as a plain result; a value that cannot
         travel as one error per task it covers (errors always travel alone)."""
         try:
-            packed = protocol.dumps(part.value)
+            packed = protocol.dumps_parts(part.value)
         except BaseException as err:   # noqa: B036 - a value's __reduce__ may raise anything
             why = safe_text(lambda e: f"{type(e).__name__}: {e}", err, type(err).__name__)
             return self._errors(part, ErrorKind.UNPICKLABLE_RESULT,
                                 f"the merged result of {len(part.indices)} tasks is a {type(part.value).__name__} "
                                 f"that cannot be pickled ({why}); return plain numbers, numpy arrays, hist "
                                 "objects or dicts of them")
-        if len(packed) > min(self.max_result_bytes, ALWAYS_FITS):
+        size = sum(map(len, packed))
+        if size > min(self.max_result_bytes, ALWAYS_FITS):
             limit = result_limit(self.max_result_bytes, self.broker_limits())
-            if len(packed) > limit.nbytes:
+            if size > limit.nbytes:
                 return self._errors(part, ErrorKind.RESULT_TOO_LARGE,
-                                    f"the merged result of {len(part.indices)} tasks is {mib(len(packed))} "
+                                    f"the merged result of {len(part.indices)} tasks is {mib(size)} "
                                     f"compressed, over the limit of {mib(limit.nbytes)} ({limit.setting}): the "
                                     "reduce makes it grow with every task (lists that concatenate?); pass "
                                     f"merge=False, return histograms or sums, {limit.advice}")
         first = part.indices[0]
         if len(part.indices) == 1:
-            payload, status = encode_result(packed, part.metas[0]), protocol.OK
+            payload, status = result_parts(packed, part.metas[0]), protocol.OK
         else:
-            payload, status = encode_partial(part.indices, part.metas, packed, part.depth), protocol.MERGED
+            payload, status = partial_parts(part.indices, part.metas, packed, part.depth), protocol.MERGED
         return [(part.map_id, b"".join(part.tids), protocol.pack_result(self.key, part.map_id, first, status, payload))]
 
     def _errors(self, part: Partial, kind: ErrorKind, message: str) -> list[Outgoing]:

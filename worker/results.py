@@ -17,6 +17,7 @@ import cloudpickle
 from ..broker import messages, protocol
 from ..broker.config import mib
 from ..broker.leases import BulkLimits
+from ..broker.resultmeta import result_parts
 
 #: room left in one Redis command for the frame's header, the meta and the other arguments
 COMMAND_MARGIN = 64 * 1024
@@ -52,29 +53,31 @@ def result_limit(max_result_bytes: int, broker: BulkLimits) -> ResultLimit:
 
 
 def pack_result(status: int, value, meta: messages.ResultMeta, arg, max_result_bytes: int,
-                broker_limits: Callable[[], BulkLimits], dumps: Callable[[object], bytes] = protocol.dumps,
-                ) -> tuple[int, bytes]:
-    """(status, payload); a result that cannot travel becomes an error result. The
-    broker's limits are asked for (``broker_limits()``) only for a result over 1 MiB.
-    ``dumps`` packs the value (:func:`broker.protocol.dumps`)."""
+                broker_limits: Callable[[], BulkLimits],
+                dumps: Callable[[object], bytes | list[bytes]] = protocol.dumps_parts,
+                ) -> tuple[int, bytes | list[bytes]]:
+    """(status, payload or its parts: :func:`broker.protocol.sign`); a result that cannot
+    travel becomes an error result. The broker's limits are asked for
+    (``broker_limits()``) only for a result over 1 MiB. ``dumps`` packs the value
+    (:func:`broker.protocol.dumps_parts`, or bytes)."""
     try:
-        packed = dumps(value)
+        packed = protocol.parts_of(dumps(value))
     except BaseException as err:   # noqa: B036 - a value's __reduce__ may raise anything
         why = safe_text(lambda e: f"{type(e).__name__}: {e}", err, type(err).__name__)
         msg = (f"the function returned a {type(value).__name__} that cannot be pickled "
                f"({why}); return plain numbers, numpy arrays, hist objects or dicts of them")
         return protocol.USER_ERROR, messages.encode_result(
             protocol.dumps(task_error(messages.ErrorKind.UNPICKLABLE_RESULT, msg, "", arg)), meta)
-    limit = None
-    if len(packed) > min(max_result_bytes, ALWAYS_FITS):
+    limit, size = None, sum(map(len, packed))
+    if size > min(max_result_bytes, ALWAYS_FITS):
         limit = result_limit(max_result_bytes, broker_limits())
-    if limit is not None and len(packed) > limit.nbytes:
-        msg = (f"the result is {mib(len(packed))} compressed, over the limit of {mib(limit.nbytes)} "
+    if limit is not None and size > limit.nbytes:
+        msg = (f"the result is {mib(size)} compressed, over the limit of {mib(limit.nbytes)} "
                f"({limit.setting}): reduce on the worker (histograms, sums) instead of returning "
                f"per-event data, {limit.advice}")
         return protocol.USER_ERROR, messages.encode_result(
             protocol.dumps(task_error(messages.ErrorKind.RESULT_TOO_LARGE, msg, "", arg)), meta)
-    return status, messages.encode_result(packed, meta)
+    return status, result_parts(packed, meta)
 
 
 def refused_by_broker(key: bytes, frame: bytes, err: BaseException) -> bytes:
