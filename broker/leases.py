@@ -67,6 +67,7 @@ class BulkLimits:
 
 
 LIMITS_SECONDS = 60.0       # how long a worker trusts the broker's limits it read
+_limits_seen: dict[str, tuple[float, "BulkLimits"]] = {}   # by broker URL: one read per process
 FULL_BEAT = 30.0            # a heartbeat renews the worker's entry in the workers set and its holds this often (s)
 
 
@@ -134,9 +135,10 @@ class Leases:
 
     # -- taking tasks ----------------------------------------------------------------------
     def bulk_limits(self) -> BulkLimits:
-        """The broker's limits on one value and one command (read at most once a minute;
-        Redis' defaults when CONFIG GET is not allowed or the broker does not answer)."""
-        seen = getattr(self, "_bulk_limits", None)
+        """The broker's limits on one value and one command (read at most once a minute
+        per process: the light workers of ``bench scale`` are a hundred to a process; Redis'
+        defaults when CONFIG GET is not allowed or the broker does not answer)."""
+        seen = _limits_seen.get(self.config.url)
         if seen is not None and time.monotonic() - seen[0] < LIMITS_SECONDS:
             return seen[1]
         limits = seen[1] if seen is not None else BulkLimits()
@@ -146,7 +148,7 @@ class Leases:
                                 int(got.get("client-query-buffer-limit", limits.query_buffer)), known=True)
         except Exception:       # NOPERM, a renamed CONFIG, no connection: keep what we knew
             pass
-        self._bulk_limits = (time.monotonic(), limits)
+        _limits_seen[self.config.url] = (time.monotonic(), limits)
         return limits
 
     def take(self, worker: str, incarnation: str, max_tasks: int,
