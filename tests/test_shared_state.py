@@ -19,6 +19,20 @@ from rhtc.worker.shared import SharedState
 
 
 
+def _supervisor_holding(storage, name: str):
+    """A supervisor that holds ``name`` (not started: the test beats for it), and a lease
+    entry of its incarnation older than one lease: (supervisor, lease key, [task ids 1, 2],
+    a function that leases task id ``tid`` to it that long ago)."""
+    from rhtc.worker.supervisor import Supervisor
+
+    sup = Supervisor(storage.config, name=name, settings_=storage.settings, storage=storage)
+    sup.claim()
+    lease = storage.keys.lease(name)
+    old = sup.incarnation.ljust(keys.INCARNATION_LEN, "0") + "0" * keys.LEASE_TIME_LEN
+    tids = [protocol.TaskRef("0123456789abcdef", i).task_id for i in (1, 2)]
+    return sup, lease, tids, lambda tid: storage.r.hset(lease, tid, old + "a frame")
+
+
 def _frozen_inside_a_write(shared: SharedState) -> None:
     """The block as a writer leaves it when it stops between its two ``seq`` bumps."""
     shared.b.seq += 1
@@ -49,21 +63,15 @@ def test_a_supervisor_does_not_requeue_what_a_frozen_writer_holds(storage):
     process holds (in its partial). With the writer frozen inside a write, the reconcile
     leaves it (and tries again at the next beat); once the write ends it reconciles as
     before: the held entry stays, an entry nobody holds goes back."""
-    from rhtc.worker.supervisor import Supervisor
-
-    sup = Supervisor(storage.config, name="frozen-writer", settings_=storage.settings, storage=storage)
-    sup.claim()
-    lease = storage.keys.lease("frozen-writer")
-    old = sup.incarnation.ljust(keys.INCARNATION_LEN, "0") + "0" * keys.LEASE_TIME_LEN
-    held, stray = (protocol.TaskRef("0123456789abcdef", i).task_id for i in (1, 2))
-    storage.r.hset(lease, held, old + "a frame")
+    sup, lease, (held, stray), lease_old = _supervisor_holding(storage, "frozen-writer")
+    lease_old(held)
     sup.shared.set_held([held])
     _frozen_inside_a_write(sup.shared)
     assert sup.beat()
     assert storage.r.hexists(lease, held), "the reconcile requeued a task its task process holds"
     assert sup._next_reconcile == 0.0, "the skipped reconcile was not left for the next beat"
     sup.shared.b.seq += 1                            # the write ends
-    storage.r.hset(lease, stray, old + "another frame")
+    lease_old(stray)
     assert sup.beat()
     assert storage.r.hexists(lease, held)
     assert not storage.r.hexists(lease, stray), "the reconcile did not run once the write ended"
@@ -75,17 +83,11 @@ def test_a_supervisor_does_not_judge_its_lease_while_a_lease_is_in_flight(storag
     partial's entry is older than one lease and in no held list. The reconcile leaves it
     until the task process has written what it holds; then an entry it does not hold goes
     back (a lost reply, as before)."""
-    from rhtc.worker.supervisor import Supervisor
-
-    sup = Supervisor(storage.config, name="slow-merger", settings_=storage.settings, storage=storage)
-    sup.claim()
-    lease = storage.keys.lease("slow-merger")
-    old = sup.incarnation.ljust(keys.INCARNATION_LEN, "0") + "0" * keys.LEASE_TIME_LEN
-    own, given = (protocol.TaskRef("0123456789abcdef", i).task_id for i in (1, 2))
-    storage.r.hset(lease, own, old + "a frame")
+    sup, lease, (own, given), lease_old = _supervisor_holding(storage, "slow-merger")
+    lease_old(own)
     sup.shared.set_held([own])
     sup.shared.set_leasing()                         # merge_up sent; its reply not read yet
-    storage.r.hset(lease, given, old + "a partial")  # what merge.lua leased here
+    lease_old(given)                                 # what merge.lua leased here
     assert sup.beat()
     assert storage.r.hexists(lease, given), "the reconcile requeued what a lease in flight gave this worker"
     sup.shared.set_held([own])                       # its reply lost: the task loop holds only its own
