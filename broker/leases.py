@@ -249,13 +249,18 @@ class Leases:
         the name, what became of it, [(partial id, its frame or stub)]): with
         :attr:`~broker.messages.HandedUp.INPUTS`, fold these in and hand up again (the
         frame was not taken)."""
-        st = self.settings
+        st, lane = self.settings, self._fast
+        if lane.pending:                           # (a reply owed: an idle wake-up's lease, read later)
+            lane = None
         if len(frame) >= blobs.BLOB_FROM:          # set as is beside, its stub handed up (blobs.py)
             key = self.keys.blob(blobs.blob_name(map_id))
-            self.r.set(key, frame, ex=st.result_ttl + st.result_grace)
+            if lane:                               # (in the script's write; the partial not copied)
+                lane.send("SET", key, frame, "EX", st.result_ttl + st.result_grace, flush=False)
+            else:
+                self.r.set(key, frame, ex=st.result_ttl + st.result_grace)
             frame = blobs.stub(frame, key)
-        got = self._scripts["merge"](args=[self.keys.ns, "up", worker, incarnation, st.result_grace, fanin,
-                                           map_id, ids, frame, aside, covers])
+        args = [self.keys.ns, "up", worker, incarnation, st.result_grace, fanin, map_id, ids, frame, aside, covers]
+        got = lane.script_with(self._scripts["merge"], [], args)[-1] if lane else self._scripts["merge"](args=args)
         if not int(got[0]):
             return False, None, []
         return True, messages.HandedUp(got[1].decode()), [(got[i], got[i + 1]) for i in range(2, len(got), 2)]
