@@ -29,9 +29,7 @@ recognised before any move and changes nothing.
 """
 from __future__ import annotations
 
-import collections
 import random
-from array import array
 from typing import Callable
 
 from ...broker.messages import ErrorKind, FaultKind
@@ -42,13 +40,13 @@ from .events import (Audited, Backup, Cancel, CancelMap, Enqueue, Faulted, Finis
                      Undecodable, Unverifiable)
 from .ledger import Ledger
 from .retry import RetryPolicy, RetryQueue
+from .story import Story
 from .tasks import InvalidTransition, TaskResult, TaskState, TaskTable
 
 Q, L, R, B, D, F, C = TaskState
 _DONE = int(D)                    # the per-result path moves with a plain int (enum hashing costs)
 _WAITING = (Q, L)
 _NONE: list = []                  # "no instruction" (never appended to)
-STORY_EVENTS = 2000               # recent events kept to tell a task's story
 
 
 class MapState:
@@ -76,7 +74,7 @@ class MapState:
         self.cancelled = self.ended = False
         self.cancelled_by: str | None = None
         self._warned_unverified = False
-        self._recent: collections.deque = collections.deque(maxlen=STORY_EVENTS)
+        self._story = Story()
         self._handlers = {Result: self._result, Results: self._results, Raised: self._raised, Undecodable: self._undecodable,
                           Faulted: self._faulted, Partial: self._partial, Unverifiable: self._unverifiable,
                           Observed: self._observed, Audited: self._audited, Backup: self._backup,
@@ -86,9 +84,10 @@ class MapState:
     # -- the one entry point ------------------------------------------------------------
     def handle(self, event) -> list:
         """Apply one event; return the instructions for the driver (a list, maybe empty)."""
-        # what story() tells: a fetch's results as their indices only (kept whole, the
-        # values of a million-task map's last 2,000 fetches would stay in memory)
-        self._recent.append(event if type(event) is not Results else _Fetched(array("q", event.indices)))
+        if type(event) is Results:       # (what story() tells: its indices, never the values)
+            self._story.remember_fetch(event.indices)
+        else:
+            self._story.remember(event)
         out = self._handlers[type(event)](event)
         if self.tasks.unanswered == 0 and not self.ended and not self.cancelled:
             out = (out or []) + self._finish()
@@ -124,8 +123,7 @@ class MapState:
         the recent events about it (for an error that must be reported)."""
         note = self.tasks.notes.get(index)
         rows = sum(1 for i in self.ledger._index if i == index)
-        seen = [("Results" if type(e) is _Fetched else type(e).__name__) for e in self._recent
-                if index in _indices_of(e)]
+        seen = self._story.about(index)
         return (f"task {index} of map {self.map_id} is {self.tasks.state(index).name.lower()}; note {note}; "
                 f"{rows} ledger row(s); in the retry queue: {index in self.retries}; partials covering it: "
                 f"{self.in_partial[index] if self.in_partial else 0}; recent events about it: "
@@ -358,22 +356,6 @@ class MapState:
             self._move(i, C)
         self.retries.clear()
         return [CancelMap(e.by)]
-
-
-class _Fetched:
-    """A :class:`Results` event as the story keeps it: the indices it answered."""
-
-    __slots__ = ("indices",)
-
-    def __init__(self, indices):
-        self.indices = indices
-
-
-def _indices_of(event) -> tuple:
-    i = getattr(event, "index", None)
-    if i is not None:
-        return (i,)
-    return tuple(getattr(event, "indices", ()))
 
 
 def _undecodable(index: int, meta, err: Exception, state: MapState) -> RemoteError:
