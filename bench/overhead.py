@@ -110,16 +110,20 @@ def _peak_rss_mb() -> float:
 
 
 def _bare_redis(roundtrips: int) -> dict:
-    """The floor: what one round trip through a bare Redis list queue costs here."""
+    """The floors (:mod:`bench.floor`): one round trip through a bare Redis list queue, and
+    through the least a queue with our guarantees does (token fetched, token in the frame)."""
     from ..broker.embedded import EmbeddedBroker
-    from .floor import bare_round_trips
+    from .floor import TOKEN_MODES, bare_round_trips, guarded_round_trips
     import redis
     with EmbeddedBroker() as b:
         r = redis.Redis.from_url(b.config.url)
         with Probe(r) as probe:
             rts = bare_round_trips(b.config, roundtrips, warmup=0)
+        guarded = {mode: statistics.median(guarded_round_trips(b.config, roundtrips, token=mode)) * 1e3
+                   for mode in TOKEN_MODES}
         r.close()
-    return {"roundtrip_ms_median": statistics.median(rts) * 1e3, "profile_roundtrip": probe.per(roundtrips)}
+    return {"roundtrip_ms_median": statistics.median(rts) * 1e3, "profile_roundtrip": probe.per(roundtrips),
+            "guarded_ms_median": guarded}
 
 
 def _dask(workers: int, roundtrips: int, tasks: int, repeats: int, sleep: tuple | None) -> dict:
@@ -219,6 +223,9 @@ def overhead_command(workers, roundtrips, tasks, repeats, sleep, with_dask, time
                    f"{theirs.get('roundtrip_ms_p90', float('nan')):>12.3f}")
         click.echo(f"{'bare Redis queue (floor)':24}{result['bare_redis']['roundtrip_ms_median']:>16.3f}"
                    "   ms round trip: LPUSH/BRPOP/RPUSH/BLPOP, nothing else")
+        for mode, ms in result["bare_redis"]["guarded_ms_median"].items():
+            click.echo(f"{'guarded floor, ' + mode:24}{ms:>16.3f}   ms round trip: signed, leased, a liveness "
+                       f"token {'read by the lease' if mode == 'fetched' else 'in the frame'}; no map")
         click.echo(f"{'no-op tasks/s (median)':24}{ours['tasks_per_s_median']:>16,.0f}"
                    f"{theirs.get('tasks_per_s_median', float('nan')):>12,.0f}"
                    f"{_ratio(ours['tasks_per_s_median'], theirs.get('tasks_per_s_median')):>9.1f}x")
@@ -261,6 +268,10 @@ COMPARED = [
     ("round trip median (ms)", lambda r: r["ours"]["roundtrip_ms_median"], ".3f"),
     ("bare queue round trip (ms)", lambda r: r["bare_redis"]["roundtrip_ms_median"], ".3f"),
     ("round trip / bare queue", lambda r: r["ours"]["roundtrip_ms_median"] / r["bare_redis"]["roundtrip_ms_median"], ".2f"),
+] + [(f"guarded floor, {mode} (ms)", (lambda m: lambda r: r["bare_redis"]["guarded_ms_median"][m])(mode), ".3f")
+     for mode in ("fetched", "in-frame")] + [
+    ("guarded floor, in-frame / bare queue", lambda r: r["bare_redis"]["guarded_ms_median"]["in-frame"]
+     / r["bare_redis"]["roundtrip_ms_median"], ".2f"),
     ("no-op tasks/s", lambda r: r["ours"]["tasks_per_s_median"], ",.0f"),
     ("client CPU per task (us)", lambda r: r["ours"]["client_cpu_us_per_task"], ".1f"),
     ("client peak RSS (MB)", lambda r: r["ours"]["client_peak_rss_mb"], ",.0f"),

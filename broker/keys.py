@@ -99,6 +99,9 @@ key                             type    what / who deletes it
                                         200; expires a day after the last entry
 ``{ns}:keeper-stop:{pool}``     string  ``rhtc pool stop`` asks the keeper to stop; expires
 ``{ns}:floor:q`` / ``:res``     list    ``bench overhead``'s bare-queue floor; deleted after it
+``{ns}:floor:lease``            hash    the guarded floor's leases (a list when the take moves the
+                                        task into it); deleted after it
+``{ns}:floor:live``             string  the guarded floor's liveness token; deleted after it
 ==============================  ======  ===============================================
 
 A task's states and moves (one table; the client's map keeps the same names)
@@ -179,6 +182,8 @@ TEMPLATES: dict[str, str] = {
     "keeper_stop": "{ns}:keeper-stop:{pool}",
     "floor_queue": "{ns}:floor:q",
     "floor_results": "{ns}:floor:res",
+    "floor_lease": "{ns}:floor:lease",
+    "floor_live": "{ns}:floor:live",
 }
 
 #: the map's field holding its function hash; its nonce (the workers read it from the map's

@@ -49,6 +49,9 @@ _WAITING = (Q, L)
 _NONE: list = []                  # "no instruction" (never appended to)
 
 
+_RNG = random.Random()       # the retries' jitter, shared by the maps that bring no rng of their own
+
+
 class MapState:
     """All per-task state of one map of ``n`` tasks (see the module docstring)."""
 
@@ -57,7 +60,7 @@ class MapState:
                  rng: random.Random | None = None, now: float = 0.0):
         self.n, self.map_id, self.policy, self.fingerprint = n, map_id, policy, fingerprint
         self.describe = describe              # an argument as an error names it (pure)
-        self.rng = rng or random.Random()
+        self.rng = rng or _RNG                # (a Random of its own: ~10 us of os.urandom a map)
         self.tasks = TaskTable(n)
         self.ledger = Ledger(n)
         self.retries = RetryQueue()
