@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from hypothesis import given, settings, strategies as st
 
 from rhtc.broker import keys, protocol
@@ -120,3 +122,52 @@ def test_a_reader_sees_only_whole_lists_that_were_written(lists):
     writer.join()
     assert all(got is None or got in written for got in seen), \
         [got for got in seen if got is not None and got not in written][:1]
+
+
+@pytest.mark.timeout(60)
+def test_a_result_the_broker_refused_stays_held_until_it_is_handed_in(broker, storage, tmp_path):
+    """A task process's hand-in fails (its connection cut; the supervisor's still works):
+    the results and partials it keeps in its outbox to send again are still leased here,
+    so they stay in what it tells its supervisor. The reconcile used to read "nothing
+    held" after the failure and requeue them; their tasks ran again elsewhere, and the
+    hand-in that followed was refused (its leases gone): work done twice."""
+    from rhtc.bench.toxiproxy import Toxiproxy
+    from rhtc.bench.chaospool import proxied_url
+    from rhtc.broker.config import BrokerConfig
+    from rhtc.broker.resultmeta import ResultMeta, encode_result
+    from rhtc.worker.main import TaskProcess
+
+    from tests.chaoskit import wait_until
+
+    sup, lease, (done, _), lease_old = _supervisor_holding(storage, "refused-hand-in")
+    with Toxiproxy() as toxiproxy:
+        proxy = toxiproxy.proxy("redis", upstream=f"127.0.0.1:{broker.port}")
+        config = BrokerConfig(proxied_url(broker.config.url, proxy), broker.config.key, broker.config.namespace)
+        tp = TaskProcess(config, "refused-hand-in", sup.incarnation, sup.shared, cache_bytes=1 << 20,
+                         settings_=storage.settings)
+        ref = protocol.TaskRef.from_task_id(done)
+        meta = ResultMeta(worker="refused-hand-in", host="h", pid=1, start=0.0, stop=1.0)
+        tp.outbox.frames.append((ref.map_id, done, protocol.pack_result(
+            broker.config.key, ref.map_id, ref.index, protocol.OK, encode_result(protocol.dumps(42), meta))))
+        lease_old(done)                              # the task ran; its lease is older than one lease
+        refused = threading.Event()
+        keep = tp.outbox.refused
+        tp.outbox.refused = lambda err: (keep(err), refused.set())
+        proxy.cut()
+        loop = threading.Thread(target=tp.serve, daemon=True)
+        loop.start()
+        try:
+            assert refused.wait(20), "the task process never tried to hand its result in"
+            assert sup.beat()                        # the reconcile, on the supervisor's own connection
+            assert storage.r.hexists(lease, done), \
+                "the reconcile requeued a result its task process keeps to send again"
+            proxy.restore()
+            wait_until(lambda: not storage.r.hexists(lease, done), 20, "the result to be handed in")
+            queued = storage.r.lrange(storage.keys.shared_queue, 0, -1) + \
+                storage.r.lrange(storage.keys.queue("refused-hand-in"), 0, -1)
+            assert not queued, f"the task was sent again: {queued}"
+        finally:
+            tp.stopping = True
+            proxy.restore()
+            loop.join(20)
+        assert not loop.is_alive(), "the task loop did not stop"

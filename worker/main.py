@@ -219,10 +219,11 @@ class TaskProcess:
         self._hold(batch)
 
     def _hold(self, batch: list[bytes]) -> None:
-        """Tell the supervisor what this process holds: ``batch`` and the tasks of its open
-        partials (their leases must outlive the reconcile), and how many those are."""
+        """Tell the supervisor what this process holds: ``batch``, the tasks of its open
+        partials and what its outbox keeps to send again (their leases must outlive the
+        reconcile), and how many its partials cover."""
         merged = self.partials.held()
-        self.shared.set_held(batch + merged)
+        self.shared.set_held(batch + merged + self.outbox.held())
         self.shared.set_counters(merged=len(merged))
 
     def _run_frame(self, frame: bytes, token: bytes | None) -> None:

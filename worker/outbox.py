@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..broker.errors import BrokerOutOfMemory, BrokerUnavailable
+from ..broker.protocol import TASK_ID_LEN
 from .results import ALWAYS_FITS, REFUSALS, batches_within, refused_by_broker
 
 #: what a worker hands in: (map id, task id(s) (a partial's: all it covers), signed frame)
@@ -30,6 +31,13 @@ class Outbox:
 
     def __bool__(self) -> bool:
         return bool(self.frames)
+
+    def held(self) -> list[bytes]:
+        """The lease ids of what waits here (a partial's: every one it covers): still
+        leased here until a hand-in returns, so the supervisor must not requeue them while
+        the broker refuses it (their tasks would run again, and the hand-in be refused)."""
+        n = TASK_ID_LEN
+        return [tids[at:at + n] for _, tids, _ in self.frames for at in range(0, len(tids), n)]
 
     def take(self, n: int, watch: Sequence[str] = ()) -> tuple[bool, int, list[tuple[bytes, bytes]], set[str]]:
         """Hand every frame in and lease up to ``n`` tasks, in one round trip
