@@ -173,16 +173,17 @@ class FastLane:
         self.send(*args)
         return self.collect()
 
-    def script(self, script, keys: list, args: list, wait: bool = True, flush: bool = True):
+    def script(self, script, keys: list, args: list, wait: bool = True, flush: bool = True,
+               quiet: bool = False):
         """Run a script of :mod:`broker.functions` (loading the library if the broker lost
         it). With ``wait=False`` the reply is read before the next command instead (the
         library is then loaded first on this connection, so that a missing function cannot
-        go unnoticed); ``flush`` as :meth:`send`."""
+        go unnoticed); ``flush`` and ``quiet`` as :meth:`send`."""
         if not wait:
             if script.lib.name not in self._loaded:
                 script.lib.ensure(self.call)
                 self._loaded.add(script.lib.name)
-            self.send(*script.command(keys, args), flush=flush)
+            self.send(*script.command(keys, args), flush=flush, quiet=quiet)
             return None
         try:
             return self.call(*script.command(keys, args))

@@ -61,7 +61,8 @@ def prelude() -> str:
     lines.append("local K = {}")
     for name, template in keys.TEMPLATES.items():
         lines.append(f"K['{name}'] = function(a) return {_lua_key(template)} end")
-    lines.append("local function map_keys(a) return {" + ", ".join(
+    lines.append("local function map_keys(a, keep_end) if keep_end then return {" + ", ".join(
+        f"K['{k}'](a)" for k in keys.MAP_OWNED if k != "live") + "} end return {" + ", ".join(
         f"K['{k}'](a)" for k in keys.MAP_OWNED) + "} end")
     lines.append((_LUA / "lib.lua").read_text())
     return "\n".join(lines) + "\n"

@@ -236,15 +236,19 @@ class Storage(Leases, Pool, Keepers, InFlight):
         return protocol.pack_map_token(self.config.key, map_id, nonce,
                                        self.broker_ms() + int(self.settings.token_ttl * 1000))
 
-    def sign_map_end(self, map_id: str, nonce: str) -> None:
+    def sign_map_end(self, map_id: str, nonce: str, drop: bool = False) -> None:
         """Put a map's signed end in its liveness token's place (kept as long as its last
         token could be valid): workers refuse its frames from now on (worker/tokens.py).
         Written at once on the hot lane, its reply read with the next command's: the map's
-        return does not wait a round trip for it (the broker runs it in order all the same)."""
+        return does not wait a round trip for it (the broker runs it in order all the same).
+        ``drop``: the map's keys are deleted in the same write (:meth:`end_map`)."""
         ttl = int(self.settings.token_ttl * 1000)
         with self._fast.lock:
             self._fast.send("SET", self.keys.live(map_id), protocol.pack_map_token(
-                self.config.key, map_id, nonce, self.broker_ms() + ttl, ended=True), "PX", ttl, quiet=True)
+                self.config.key, map_id, nonce, self.broker_ms() + ttl, ended=True), "PX", ttl, quiet=True,
+                flush=not drop)
+            if drop:
+                self.end_map(map_id, lazy=True)
 
     def broker_ms(self) -> int:
         """The broker's clock (ms), estimated from ours and the offset last seen by TIME, so
@@ -299,13 +303,21 @@ class Storage(Leases, Pool, Keepers, InFlight):
 
     def end_map(self, map_id: str, lazy: bool = False) -> None:
         """Delete every key a map owns, and the blobs of its unread results (a late hand-in
-        after the end finds the map gone: take.lua deletes its blob). ``lazy``: with this
-        client's next command instead (the keys expire anyway); its queued tasks are
-        dropped by whoever takes them."""
-        if lazy:
-            self._finished_maps.append(map_id)
+        after the end finds the map gone: take.lua deletes its blob); its queued tasks are
+        dropped by whoever takes them. ``lazy``: sent without waiting for the reply (read
+        with the next command's), or, when the broker cannot be reached now, with this
+        client's next map (the keys expire anyway). It used to wait for the next map
+        always: a notebook idle after its map kept the map's keys, and the next map's
+        registration deleted them on its critical path."""
+        args = [self.keys.ns, 0, self.settings.scan_step, map_id]
+        if not lazy:
+            self._scripts["sweep"](args=args)
             return
-        self._scripts["sweep"](args=[self.keys.ns, 0, self.settings.scan_step, map_id])
+        try:
+            with self._fast.lock:
+                self._fast.script(self._scripts["sweep"], [], args, wait=False, quiet=True)
+        except ConnectionProblem:
+            self._finished_maps.append(map_id)
 
     def flush(self) -> None:
         """Delete the keys of maps ended lazily."""

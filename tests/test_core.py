@@ -202,6 +202,27 @@ def test_cancel_removes_queued_tasks_and_keys(broker, workers, storage):
     assert storage.shared_depth() == 0
 
 
+def test_a_finished_maps_keys_go_as_it_returns_and_its_signed_end_stays_until_it_expires(broker, workers, storage):
+    """A notebook idle after its map: the map's keys waited for its client's next map,
+    whose registration deleted them on its own critical path. They go in the write that
+    signs the map's end now; the end itself stays until its last token could be valid, so
+    a worker that takes a copy of one of its frames meanwhile meets it."""
+    from rhtc import last_map
+
+    workers.start(1)
+    for n in (1, 30):                  # one task (its result waits in the submission's trip), and more
+        assert remote_map(abs, [-i for i in range(n)], broker=broker, progress=False) == list(range(n))
+        map_id = last_map().map_id
+        deadline = time.monotonic() + 5               # (the client sends nothing more: the write is out)
+        while map_keys(storage) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert map_keys(storage) == [], f"map {map_id} of {n} task(s) left its keys after it returned"
+        assert map_id not in storage.maps_in_flight()
+        end = storage.r.get(storage.keys.live(map_id))
+        assert end is not None and protocol.unpack_map_token(broker.config.key, end).ended
+        assert 0 < storage.r.pttl(storage.keys.live(map_id)) <= storage.settings.token_ttl * 1000
+
+
 def test_ctrl_c_in_blocking_call_cancels_the_map(broker, workers, storage, tmp_path):
     workers.start(1)
     script = textwrap.dedent("""

@@ -45,7 +45,7 @@ if register then
   for j = i + 1, i + ndel do
     local old = ARGV[j]
     drop_blobs(old)
-    redis.call('DEL', unpack(map_keys(old)))
+    redis.call('DEL', unpack(map_keys(old, true)))   -- its signed end left to expire (drop_map)
     redis.call('ZREM', K.maps(), old)
   end
   i = i + 1 + ndel

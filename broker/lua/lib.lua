@@ -188,9 +188,12 @@ local function drop_blobs(mid)
   end
 end
 
-local function drop_map(mid)
+-- `keep_end`: its client ended it and signed the end in its token's place (the `live` key,
+-- which expires when its last token could: the workers that take a copy of its frames
+-- meanwhile see the end, say so, and remember it)
+local function drop_map(mid, keep_end)
   drop_blobs(mid)
-  redis.call('UNLINK', unpack(map_keys(mid)))  -- a long backlog is freed in the background
+  redis.call('UNLINK', unpack(map_keys(mid, keep_end)))  -- a long backlog is freed in the background
   redis.call('ZREM', K.maps(), mid)
 end
 

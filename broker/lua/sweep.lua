@@ -4,12 +4,12 @@
 -- are dropped by whoever pops them (take).
 -- ARGV: ns, throttle ms, step, then the ids of maps their client ended (cancelled, left
 -- early, timed out, done): those are dropped now, the blobs of their unread results with
--- them (drop_map), and the registry is not looked at. Returns the ids of the maps dropped.
+-- them, their signed ends left to expire (drop_map), and the registry is not looked at. Returns the ids of the maps dropped.
 local every, step = tonumber(ARGV[2]), tonumber(ARGV[3])
 if #ARGV > 3 then
   local ended = {}
   for i = 4, #ARGV do
-    drop_map(ARGV[i])
+    drop_map(ARGV[i], true)
     ended[#ended + 1] = ARGV[i]
   end
   return ended

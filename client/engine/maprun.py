@@ -79,6 +79,7 @@ class MapRun:
         self.frames_read = self.bytes_read = self.tree_depth = 0   # what the map's results cost it
         self.closed = False
         self._sent = self._end_signed = False           # something may be queued in Redis; its end signed
+        self._dropped = False                           # its keys deleted (every result read)
         self._fn_uploaded = False
         self._removed = 0                               # queued tasks a cancel took out of the broker
         self._applying = threading.RLock()              # one event at a time (apply)
@@ -324,11 +325,13 @@ class MapRun:
     def _finish(self) -> None:
         """Every task answered: sign the map's end, check its state, keep its lost runs."""
         self.end = time.time()
-        self._sign_end()
+        lost = self.end - (self.start or self.end) > 0.5     # a task process restart takes longer
+        self._sign_end(drop=not lost)  # every result is read: its keys go in the same write
+        if lost:
+            self.state.ledger.read_lost_runs(self.storage, self.map_id)
+            self._drop()
         if self.settings.check_invariants:
             self.validate()
-        if self.end - (self.start or self.end) > 0.5:     # a task process restart takes longer
-            self.state.ledger.read_lost_runs(self.storage, self.map_id)
         self.feed.flush(later=True)    # off the map's path: no round trip
 
     def cancel(self) -> int:
@@ -360,17 +363,25 @@ class MapRun:
             try:
                 if self.state.tasks.unfinished:
                     self.storage.cancel_map(self.map_id)
-                else:
-                    self.storage.end_map(self.map_id, lazy=True)
+                elif not self._dropped:
+                    self._drop()
             except ConnectionProblem:
                 pass
             self._sign_end()
 
-    def _sign_end(self) -> None:
-        """Sign the map's end in its token's place: workers refuse its frames from now on."""
+    def _sign_end(self, drop: bool = False) -> None:
+        """Sign the map's end in its token's place: workers refuse its frames from now on.
+        ``drop``: and delete its keys in the same write (every result is read)."""
         if self._sent and not self._end_signed:
             self._end_signed = True
             try:
-                self.storage.sign_map_end(self.map_id, self.nonce)
+                self.storage.sign_map_end(self.map_id, self.nonce, drop=drop)
+                self._dropped = drop
             except BrokerTrouble:
                 pass
+
+    def _drop(self) -> None:
+        """Delete the map's keys, without waiting for the reply (``Storage.end_map``)."""
+        if self._sent and not self._dropped:
+            self._dropped = True
+            self.storage.end_map(self.map_id, lazy=True)
