@@ -20,7 +20,7 @@ import time
 
 from rhtc.processes import stop_processes
 
-from ..broker.config import BrokerConfig
+from ..broker.config import BrokerConfig, settings
 from ..broker.embedded import EmbeddedBroker, die_with_parent
 from ..broker.storage import Storage
 from .arguments import positive_count
@@ -92,6 +92,7 @@ class LocalCluster:
                  broker: BrokerConfig | None = None, log_dir: str | None = None,
                  start_timeout: float = 120.0, name_prefix: str = "local", dashboard: bool | int = False,
                  disk_cache: str | None = None, disk_cache_size: str | None = None):
+        settings()      # an RHTC_* setting out of its range is refused here, before a broker or worker starts
         if n_workers is not None:
             positive_count("n_workers", n_workers, "worker processes to start; None for one per CPU")
         self.n_workers = n_workers or os.cpu_count() or 1

@@ -32,7 +32,7 @@ def _sample(field: dataclasses.Field) -> tuple[str, object]:
         return "3GiB", 3 * 1024 ** 3
     if kind == "duration":
         return "1.5h", 5400.0
-    value = max(default * 3 + 7, field.metadata["minimum"] or 0)
+    value = min(max(default * 3 + 7, field.metadata["minimum"] or 0), field.metadata["maximum"])
     return str(value), type(default)(value)
 
 

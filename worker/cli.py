@@ -1,7 +1,6 @@
 """Command line of one worker (also reached as ``rhtc worker``)."""
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import sys
@@ -52,7 +51,7 @@ def main(url, config_file, name, cache_size, disk_cache, disk_cache_size, lifeti
     """Serve tasks from the broker until SIGTERM (then hand back the current task, exit 0)."""
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    from ..broker.config import parse_duration, parse_size
+    from ..broker.config import parse_size
     from .supervisor import Supervisor
     if name is not None:
         try:
@@ -62,15 +61,8 @@ def main(url, config_file, name, cache_size, disk_cache, disk_cache_size, lifeti
     try:
         config = BrokerConfig.resolve(url=url, namespace=namespace, config_file=config_file)
         size = parse_size(cache_size) if cache_size else default_cache_size()
-        st = settings()
-        if disk_cache is not None:
-            st = dataclasses.replace(st, disk_cache=disk_cache)
-        if disk_cache_size is not None:
-            st = dataclasses.replace(st, disk_cache_size=parse_size(disk_cache_size))
-        if lifetime is not None:
-            st = dataclasses.replace(st, lifetime=parse_duration(lifetime))
-        if idle_timeout is not None:
-            st = dataclasses.replace(st, idle_timeout=parse_duration(idle_timeout))
+        st = settings().overridden(disk_cache=disk_cache, disk_cache_size=disk_cache_size, lifetime=lifetime,
+                                   idle_timeout=idle_timeout)    # checked as their variables are
         w = Supervisor(config, name=name, cache_bytes=size, settings_=st)
     except (BrokerNotConfigured, KeyNotConfigured, ValueError, PermissionError) as err:
         raise click.ClickException(str(err))
