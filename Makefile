@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup example test test-quick clean
+.PHONY: setup example test test-quick docs clean
 
 setup: $(VENV)/.installed
 
@@ -30,5 +30,15 @@ test: setup
 test-quick: setup
 	$(PY) -m pytest -q -m quick $(PYTEST_ARGS)
 
+# the documentation site (docs/, Sphinx + MyST) into docs/_build/html; strict: a broken link or
+# reference, a missing heading anchor or a page outside the toctree fails it. Needs the [docs]
+# extra (in [all]; installed here if missing) and Graphviz's dot (apt-get) for the diagrams
+docs: setup
+	@$(PY) -c 'import sphinx, myst_parser, furo' 2>/dev/null || $(PY) -m pip install -q -e '.[docs]'
+	@command -v dot >/dev/null || { echo "installing graphviz (apt-get)"; \
+	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq graphviz >/dev/null; }
+	$(PY) -m sphinx -W --keep-going -n -q -b html docs docs/_build/html
+	@echo "docs: docs/_build/html/index.html"
+
 clean:
-	rm -rf $(VENV) data/generated *.egg-info
+	rm -rf $(VENV) data/generated *.egg-info docs/_build

@@ -25,6 +25,8 @@ from typing import Iterator
 
 import click
 
+from . import results
+
 _ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -68,7 +70,7 @@ def run_bench(root: Path, args: list[str]) -> dict:
             raise click.ClickException(f"bench {' '.join(args)} with the code of {root} failed "
                                        f"(exit {got.returncode}): {got.stderr.strip()[-2000:]}")
         with open(out) as fh:
-            return json.load(fh)
+            return results.figures(json.load(fh))
     finally:
         os.unlink(out)
 

@@ -14,7 +14,6 @@ workers, and cold on one of our workers (bench/agcchunk.py).
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import statistics
@@ -23,6 +22,8 @@ import warnings
 from typing import Any, Callable
 
 import click
+
+from . import results
 
 #: The 200 Gbps challenge's assumed per-core rate for this analysis (AGC.md).
 AGC_KHZ_PER_CORE = 25.0
@@ -240,8 +241,7 @@ def agc_command(workers, events, chunk_size, systematics, data_dir, systems, rep
     result = {"events": n, "work_items": len(items), "chunk_size": chunk_size, "systematics": systematics,
               "workers": workers, "cores": os.cpu_count(), "systems": res, "summary": summary}
     if json_path:
-        with open(json_path, "w") as fh:
-            json.dump(result, fh, indent=2, default=str)
+        results.write(json_path, "agc", result, default=str)
         click.echo(f"figures: {json_path}; our timelines: {cold_png}, {timeline_path}", err=True)
     return result
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import collections
 import ctypes
 import dataclasses
-import json
 import os
 import random
 import statistics
@@ -32,6 +31,7 @@ import time
 
 import click
 
+from . import results
 from .chaosday import describe_day, run_day
 from .chaosfaults import FAULT_KINDS, Injector, plan_faults, wait_at_gate
 from .chaospool import ChaosPool, outliving
@@ -232,8 +232,7 @@ def chaos_command(tasks, workers, lease, repeats, seed, extra_faults, day_maps, 
     for p in day.problems if day else []:
         click.echo(f"PROBLEM (day, seed {seed}): {p}")
     if json_path:
-        with open(json_path, "w") as fh:
-            json.dump({"tasks": tasks, "workers": workers, "lease_s": lease, "seeds": [seed, seed + repeats - 1],
+        results.write(json_path, "chaos", {"tasks": tasks, "workers": workers, "lease_s": lease, "seeds": [seed, seed + repeats - 1],
                        "faults": dict(faults), "checked": checked, "delivered": delivered, "expected": expected,
                        "seconds_without_faults": [r.seconds for r in calm],
                        "seconds_with_faults": [r.seconds for r in rough],
@@ -241,7 +240,7 @@ def chaos_command(tasks, workers, lease, repeats, seed, extra_faults, day_maps, 
                        "day": day and {"maps": day.maps, "tasks": day.tasks, "correct": day.correct,
                                        "delivered": day.delivered, "faults": dict(day.faults),
                                        "attempts_counted": day.attempts_counted, "stale_maps": day.stale_maps,
-                                       "seconds": day.seconds}}, fh, indent=2)
+                                       "seconds": day.seconds}})
     if checked != expected or delivered != expected or any(r.problems for r in calm + rough) \
             or (day is not None and not day.ok):
         raise SystemExit(1)

@@ -32,7 +32,6 @@ if __name__ == "compression":
                       "import it as bench.compression")
 
 import gc
-import json
 import multiprocessing
 import os
 import statistics
@@ -44,6 +43,7 @@ from typing import Any, Sequence
 import click
 import uproot
 
+from . import results
 from .datagen import DIMUON_BRANCHES, make_data, parse_compression
 
 #: The compressions compared, LZMA (NanoAOD's default and the baseline) first.
@@ -201,8 +201,7 @@ def compression_command(events: int, out: str, repeats: int, seed: int, codecs: 
         raise click.BadParameter(str(exc)) from None
     click.echo(f"({time.perf_counter() - start:.1f} s including generating missing files)")
     if json_path:
-        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(json_path).write_text(json.dumps(result, indent=1))
+        results.write(json_path, "compression", result, indent=1)
         click.echo(f"wrote {json_path}")
 
 

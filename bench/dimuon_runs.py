@@ -4,14 +4,13 @@ the local-file command (``bench/dimuon.py``) and the ``root://`` one (``bench/di
 """
 from __future__ import annotations
 
-import json
 import math
-import os
 import statistics
 import time
 
 import click
 
+from . import results
 from .dimuon_dask import warm_up
 from rhtc import context
 from ..client.reduce import combine
@@ -176,9 +175,7 @@ class Report:
 
     def save(self) -> None:
         if self.json_path:
-            with open(self.json_path + ".tmp", "w") as fh:
-                json.dump(self.data, fh, indent=2)
-            os.replace(self.json_path + ".tmp", self.json_path)
+            results.write(self.json_path, "dimuon", self.data)
 
 
 def _check_physics(systems: dict, n_events: int, pairs: int) -> None:

@@ -10,7 +10,6 @@ Both systems run N single-threaded worker processes on this machine, in the same
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import random
 import resource
@@ -19,7 +18,7 @@ import time
 
 import click
 
-from . import profile
+from . import profile, results
 from .against import side_by_side
 from .profile import Probe
 
@@ -185,8 +184,7 @@ def overhead_command(workers, roundtrips, tasks, repeats, sleep, with_dask, time
                 "--repeats", str(repeats), "--no-dask"]
         result = compare(against, args, rounds)
         if json_path:
-            with open(json_path, "w") as fh:
-                json.dump(result, fh, indent=2)
+            results.write(json_path, "overhead", result)
         return
     with_dask = (sl is None) if with_dask is None else with_dask
     click.echo(f"bench overhead: {workers} workers, {os.cpu_count()} cores", err=True)
@@ -256,8 +254,7 @@ def overhead_command(workers, roundtrips, tasks, repeats, sleep, with_dask, time
         if timeline:
             click.echo(f"timeline: {timeline}")
     if json_path:
-        with open(json_path, "w") as fh:
-            json.dump(result, fh, indent=2)
+        results.write(json_path, "overhead", result)
     return result
 
 

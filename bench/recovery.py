@@ -5,7 +5,6 @@ worker runs it (lease expiry + reaping), median of a few kills.
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import statistics
@@ -13,6 +12,7 @@ import time
 
 import click
 
+from . import results
 from .overhead import nap
 from ..broker.config import settings
 from ..broker.protocol import TaskRef
@@ -67,5 +67,4 @@ def recovery_command(kills, json_path):
     click.echo(f"recovery after SIGKILL (lease {lease:g} s): median {statistics.median(times):.2f} s, "
                f"each: {', '.join(f'{t:.2f}' for t in times)} s")
     if json_path:
-        with open(json_path, "w") as fh:
-            json.dump({"lease_s": lease, "recovery_s": times}, fh, indent=2)
+        results.write(json_path, "recovery", {"lease_s": lease, "recovery_s": times})

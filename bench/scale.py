@@ -30,7 +30,6 @@ refused 8 MB hand-ins would be what the bench measures.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import statistics
@@ -40,6 +39,7 @@ import time
 import click
 import psutil
 
+from . import results
 from ..broker.config import parse_size
 from ..broker.embedded import EmbeddedBroker
 from ..broker.storage import Storage
@@ -269,8 +269,7 @@ def scale_command(workers_text, seconds_text, sizes_text, waves, processes, memo
                   both, json_path, ceiling_of, against, rounds):
     """One Redis, one client, many light workers: throughput, efficiency, costs."""
     if ceiling_of:
-        with open(ceiling_of) as fh:
-            click.echo("\n".join(ceiling_lines(json.load(fh))))
+        click.echo("\n".join(ceiling_lines(results.load(ceiling_of))))
         return None
     if against:
         args = ["scale", "--workers", workers_text, "--seconds", seconds_text, "--sizes", sizes_text,
@@ -280,8 +279,7 @@ def scale_command(workers_text, seconds_text, sizes_text, waves, processes, memo
         out = {"ref": against, "args": args, "ours": ours, "theirs": theirs}
         click.echo("\n".join(compare_lines(against, ours, theirs)))
         if json_path:
-            with open(json_path, "w") as fh:
-                json.dump(out, fh, indent=2)
+            results.write(json_path, "scale", out)
         return out
     counts, durations, sizes = _ints(workers_text), _floats(seconds_text), _sizes(sizes_text)
     budget = parse_size(memory_budget)
@@ -330,8 +328,7 @@ def scale_command(workers_text, seconds_text, sizes_text, waves, processes, memo
         out["ceiling"] = ceiling_lines(out)
         click.echo("\n".join(["", "on paper (bench/ceiling.py):", *out["ceiling"]]))
     if json_path:
-        with open(json_path, "w") as fh:
-            json.dump(out, fh, indent=2)
+        results.write(json_path, "scale", out)
     return out
 
 

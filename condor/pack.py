@@ -36,7 +36,7 @@ Example::
 
 The alternatives, for large pools: install the project once on a shared filesystem
 (CVMFS, /home, /cvmfs/...) or in a container image and start the workers with
-``worker_python=/path/to/python`` instead of a pack (see docs/running-on-htcondor.md).
+``worker_python=/path/to/python`` instead of a pack (see docs/htcondor.md).
 """
 from __future__ import annotations
 

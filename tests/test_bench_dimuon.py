@@ -2,11 +2,10 @@
 line and leaves no process behind; figures reach the JSON as soon as they are measured."""
 from __future__ import annotations
 
-import json
-
 import psutil
 import pytest
 
+from rhtc.bench import results
 from rhtc.bench.dimuon_runs import Report, auto_chunk_size, row
 from rhtc.client import make_chunks
 from tests.conftest import NANOAOD, needs_nanoaod
@@ -24,9 +23,9 @@ def test_figures_are_saved_as_soon_as_measured(tmp_path, capsys):
     path = tmp_path / "b.json"
     report = Report(str(path), events=100)
     report.add("bare", "bare", {"cold_s": 2.0, "warm_s": 0.5}, 100)
-    assert json.loads(path.read_text())["bare"]["warm_s"] == 0.5
+    assert results.load(path)["bare"]["warm_s"] == 0.5
     report.add("dask", "dask (150)", {"error": "dask did not start within 360 s"}, 100)
-    saved = json.loads(path.read_text())
+    saved = results.load(path)
     assert saved["bare"]["cold_s"] == 2.0 and "did not start" in saved["dask"]["error"]
     out = capsys.readouterr().out.splitlines()
     assert out[-1].startswith("dask (150)") and out[-1].endswith("dask did not start within 360 s")

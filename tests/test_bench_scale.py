@@ -2,12 +2,10 @@
 every figure of the table printed and written, and a cell over the memory budget skipped."""
 from __future__ import annotations
 
-import json
-
 import pytest
 from click.testing import CliRunner
 
-from rhtc.bench import scale
+from rhtc.bench import results, scale
 from rhtc.bench.scale import scale_command
 
 #: starts its own broker and light-worker processes: the full suite only
@@ -22,7 +20,7 @@ def test_bench_scale_small_grid(tmp_path, monkeypatch):
                                              "--waves", "2", "--processes", "2", "--memory-budget", "30MB",
                                              "--json", str(out)])
     assert got.exit_code == 0, got.output
-    data = json.loads(out.read_text())
+    data = results.load(out)
     (pool,) = data["pools"]
     assert pool["workers"] == 20 and pool["register_s"] > 0 and pool["redis_idle_share"] > 0
     ran = [c for c in data["cells"] if "skipped" not in c]

@@ -1,0 +1,79 @@
+"""Pictures drawn from benchmark results at build time (into ``docs/_static/figures/``,
+which git ignores): the warm-versus-cold bars of a ``bench dimuon`` result.
+
+Also a script: ``python docs/_ext/rhtc_docgen/figures.py RESULT.json OUT.png``.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Callable
+
+FIGURES = "_static/figures"
+_LABELS = {"ours": "redis-htcondor", "dask": "dask.distributed", "bare": "bare loop (1 process)"}
+
+
+def rates(figures: dict) -> dict[str, tuple[float, float]]:
+    """system -> (cold, warm) in MHz of a dimuon result: from ``cold_mhz``/``warm_mhz``, or
+    from the events and ``cold_s``/``warm_s``."""
+    events = figures.get("events")
+    out = {}
+    for system in _LABELS:
+        r = figures.get(system) or {}
+        if "cold_mhz" in r and "warm_mhz" in r:
+            out[system] = (float(r["cold_mhz"]), float(r["warm_mhz"]))
+        elif events and r.get("cold_s") and r.get("warm_s"):
+            out[system] = (events / r["cold_s"] / 1e6, events / r["warm_s"] / 1e6)
+    return out
+
+
+def warm_cold(figures: dict, out: Path, title: str) -> bool:
+    """Draw the cold and warm rates of each system as bars into ``out``; False if the result
+    holds no cold/warm pair."""
+    got = rates(figures)
+    if not got:
+        return False
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    systems = list(got)
+    fig, ax = plt.subplots(figsize=(6.4, 3.4), dpi=120)
+    xs = range(len(systems))
+    cold = [got[s][0] for s in systems]
+    warm = [got[s][1] for s in systems]
+    ax.bar([x - 0.2 for x in xs], cold, 0.4, label="cold (first run)", color="#8da0cb")
+    ax.bar([x + 0.2 for x in xs], warm, 0.4, label="warm (same chunks again)", color="#fc8d62")
+    for x, c, w in zip(xs, cold, warm):
+        ax.text(x + 0.2, w, f"{w / c:.1f}x", ha="center", va="bottom", fontsize=9)
+    ax.set_xticks(list(xs), [_LABELS[s] for s in systems])
+    ax.set_ylabel("events per second (MHz)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(frameon=False, fontsize=8)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, metadata={"Software": None})
+    plt.close(fig)
+    return True
+
+
+def draw(bench: str, doc: dict, srcdir: Path, warn: Callable[[str], None]) -> list[tuple[str, str]]:
+    """(image path relative to the docs, caption) of each picture drawn from result ``doc``."""
+    if bench != "dimuon":
+        return []
+    f = doc["figures"]
+    what = f"{f.get('events', 0) / 1e6:g}M events {f.get('compression', '')}, {f.get('workers', '?')} workers"
+    name = f"{FIGURES}/dimuon-warm-cold.png"
+    if warm_cold(f, srcdir / name, f"bench dimuon: {what}"):
+        note = " (transcribed)" if doc.get("transcribed_from") else ""
+        return [(name, f"Cold and warm read rates of the dimuon analysis, {what}, "
+                       f"{doc['date'][:10]}{note}: the warm run is served from the workers' caches.")]
+    return []
+
+
+if __name__ == "__main__":
+    import json
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+    from rhtc.bench.results import figures as _figures
+    doc = json.loads(Path(sys.argv[1]).read_text())
+    if not warm_cold(_figures(doc), Path(sys.argv[2]), Path(sys.argv[1]).stem):
+        sys.exit(f"{sys.argv[1]} holds no cold/warm figures of a dimuon run")
