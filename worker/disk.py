@@ -10,8 +10,13 @@ entry; a writer killed mid-write leaves an orphan file that diskcache ignores), 
 directory in bytes and evicts across all its users. We add what it does not do:
 
 * **a private directory** (:mod:`worker.tierdir`): owned by the worker's user, writable by
-  nobody else, under parents nobody else can replace; otherwise :class:`DiskTierRefused`
-  and the worker runs on its RAM cache;
+  nobody else (its group included), under parents nobody else can replace; otherwise
+  :class:`DiskTierRefused` and the worker runs on its RAM cache. Every folder and file the
+  tier makes is 0700/0600 whatever the umask (:mod:`worker.tierfiles`);
+* **odd entries** (a named pipe, a link, a folder, a device or another user's file where
+  an entry's file should be) are never opened in a way that can block, nor read: the
+  entry is counted in :attr:`DiskTier.refused`, logged by name, and the chunk is read
+  from its input file (:func:`worker.tierfiles.open_entry`);
 * a **checksum** and length over every entry (a file truncated or corrupted after a node
   crash is dropped and re-read from the input file: costs a read, never an error or a
   wrong value), and a **tag** under the tier's secret over the entry and its key: an
@@ -58,7 +63,8 @@ import time
 from typing import Any
 
 from .entries import NotOurs, Seal, decode, encode  # noqa: F401  (the entry format; tests read it here)
-from .tierdir import DiskTierRefused, private_directory, tier_id, tier_secret
+from .tierdir import DiskTierRefused, private_contents, private_directory, tier_id, tier_secret
+from .tierfiles import OddEntry, open_entry, write_entry
 
 log = logging.getLogger("rhtc.worker")
 
@@ -75,11 +81,13 @@ class DiskTier:
         self.directory = private_directory(directory)      # DiskTierRefused when not the analyst's own
         self.size_limit, self.min_free = int(size_limit), int(min_free)
         self.tier, self._seal = tier_id(self.directory), Seal(tier_secret(self.directory))
+        private_contents(self.directory)                   # its index 0600 before SQLite makes it
         self._store = diskcache.Cache(self.directory, disk=bytes_only_disk(), size_limit=self.size_limit,
                                       eviction_policy="least-recently-stored", timeout=5,
                                       cull_limit=20)
         self.hits = self.misses = self.dropped = self.written = self.skipped = 0
-        self.refused = 0              # entries not written by this tier's workers, or moved to another key
+        self.refused = 0              # entries not written by this tier's workers, moved to another key,
+                                      # or not a regular file of ours (a named pipe, a link...)
         self._volume, self._volume_at = 0, -1.0
         self._pending: queue.Queue = queue.Queue(maxsize=WRITE_QUEUE)
         self._writer: threading.Thread | None = None
@@ -90,7 +98,7 @@ class DiskTier:
         authentic (such an entry is deleted: the caller reads the input file instead)."""
         try:
             raw = self._store.get(key, default=None, read=True, retry=True)
-            if raw is not None and raw is not REFUSED and not isinstance(raw, bytes):
+            if raw is not None and not isinstance(raw, (bytes, Refused)):
                 raw = mapped(raw)              # an entry in a file of its own (not a small one)
         except Exception as err:           # a broken index, a disk error: a miss, said once
             self._say(f"cannot read the disk cache {self.directory}: {type(err).__name__}: {err}")
@@ -99,17 +107,17 @@ class DiskTier:
             self.misses += 1
             return None
         try:
-            value = REFUSED if raw is REFUSED else decode(raw, key, self._seal)
+            value = raw if isinstance(raw, Refused) else decode(raw, key, self._seal)
         except NotOurs:
-            value = REFUSED
-        if value is None or value is REFUSED:
+            value = Refused("its tag is wrong for its key: written without the tier's secret, or moved "
+                            "from another key")
+        if value is None or isinstance(value, Refused):
             if value is None:
                 self.dropped += 1
             else:
                 self.refused += 1
-                self._say(f"the disk cache {self.directory} holds entries that its workers did not write "
-                          f"(an index row that is not bytes, an entry without the tier's key, or one "
-                          f"moved to another key): refused")
+                self._say(f"the disk cache {self.directory}: the entry under {key!r} was refused ({self.refused} "
+                          f"so far): {value.why}")
             self.misses += 1
             self.discard(key)
             return None
@@ -254,8 +262,20 @@ def mapped(fh) -> mmap.mmap | bytes:
             return fh.read()
 
 
+class Refused:
+    """What :func:`bytes_only_disk` hands back instead of an entry it will not read: why."""
+
+    __slots__ = ("why",)
+
+    def __init__(self, why: str):
+        self.why = why
+
+    def __repr__(self) -> str:
+        return f"Refused({self.why!r})"
+
+
 #: what :func:`bytes_only_disk` hands back for an index row that is not one of ours
-REFUSED = type("Refused", (), {"__repr__": lambda self: "REFUSED", "__slots__": ()})()
+REFUSED = Refused("its index row is neither raw bytes nor an entry's file in the tier (a pickle?)")
 #: the names diskcache gives the files of large entries (``ab/cd/<28 hex>.val``, in the tier)
 ENTRY_FILE = re.compile(r"[0-9a-f]{2}/[0-9a-f]{2}/[0-9a-f]{28}\.val")
 
@@ -269,13 +289,21 @@ def bytes_only_disk() -> type:
     :data:`REFUSED`; a key that is not a raw str reads as None, and a non-str key is never
     written (so never matched: ``get`` looks up ``(key, raw=1)``).
 
+    Its files are its own too: written 0600 in folders 0700 whatever the umask
+    (diskcache's would be ``0666/0777 & ~umask``), and opened without following a link nor
+    waiting on a named pipe, then read only when they are regular files of ours that
+    nobody else can write (:func:`worker.tierfiles.open_entry`); another thing there
+    reads as a :class:`Refused` that says what it is.
+
     >>> import tempfile, diskcache
     >>> c = diskcache.Cache(tempfile.mkdtemp(), disk=bytes_only_disk())
     >>> c.set("k", b"value"), c.get("k")
     (True, b'value')
-    >>> _ = c._sql("UPDATE Cache SET mode = 4"); c.get("k")          # a PICKLE row
-    REFUSED
+    >>> _ = c._sql("UPDATE Cache SET mode = 4"); c.get("k") is REFUSED          # a PICKLE row
+    True
     """
+    import sqlite3
+
     import diskcache
     from diskcache.core import MODE_BINARY, MODE_RAW, UNKNOWN
 
@@ -291,13 +319,29 @@ def bytes_only_disk() -> type:
         def store(self, value, read, key=UNKNOWN):
             if type(value) is not bytes:
                 raise TypeError(f"the disk tier stores bytes, not {type(value).__name__}")
-            return super().store(value, read, key=key)
+            if len(value) < self.min_file_size:
+                return 0, MODE_RAW, None, sqlite3.Binary(value)
+            filename, _ = self.filename(key, value)
+            for attempt in range(1, 11):           # as diskcache: a folder may be evicted meanwhile
+                try:
+                    return write_entry(self._directory, filename, value), MODE_BINARY, filename, None
+                except OSError:
+                    if attempt == 10:
+                        raise
 
         def fetch(self, mode, filename, value, read):
             if mode == MODE_RAW and type(value) is bytes:
                 return value
             if mode == MODE_BINARY and value is None and type(filename) is str and ENTRY_FILE.fullmatch(filename):
-                return super().fetch(mode, filename, value, read)
+                try:
+                    fd = open_entry(self._directory, filename)   # FileNotFoundError: evicted, a miss
+                except OddEntry as odd:
+                    return Refused(str(odd))
+                fh = os.fdopen(fd, "rb")
+                if read:
+                    return fh
+                with fh:
+                    return fh.read()
             return REFUSED                          # PICKLE, TEXT, a path out of the tier: never read
 
         def remove(self, file_path):
