@@ -28,6 +28,13 @@ A merger verifies each partial's signature and map before it unpickles it; one t
 overlaps its own partial, or that its reduce function refuses, goes to the client alone
 (which takes a partial only if none of its tasks is counted yet).
 
+**A fold that raises** (a reduce function with a bug, a ``MemoryError`` on a small node
+halfway through ``a += b``) leaves the worker's partial as it was before the fold (it
+folds into a value it can throw away: :func:`worker.merge.fold_aside`) and sends what it
+could not fold to the client unmerged, with a :class:`FoldFailure` riding along in a
+:class:`Noted` value: the client folds it as ``merge=False`` would (the same answer, or
+the same error) and says which worker failed, on which tasks, with its traceback.
+
 The payload of a partial::
 
     count (uint32 BE) | count task indices (uint32 BE each) | depth (uint8)
@@ -71,7 +78,9 @@ MERGER_DEATHS = 2
 
 def combine(a: Any, b: Any) -> Any:
     """``a + b``, recursing into dicts (keys of either side kept) and tuples: what
-    ``reduce=True`` folds results with, on the client and on the workers."""
+    ``reduce=True`` folds results with, on the client and on the workers. It writes into
+    neither argument (new dicts, tuples, sums), even when it raises halfway: a worker folds
+    its partial with it in place (:func:`worker.merge.fold_aside`)."""
     if a is None:
         return b
     if b is None:
@@ -89,6 +98,58 @@ def combine(a: Any, b: Any) -> Any:
         raise TypeError(f"cannot combine a {type(a).__name__} with a {type(b).__name__} using +: "
                         f"{err}. Return numbers, numpy arrays, hist objects or dicts of them, or "
                         "pass reduce=<your function of two results>") from err
+
+
+@dataclasses.dataclass(frozen=True)
+class FoldFailure:
+    """A fold that raised on a worker: folding the value of ``tasks`` (another worker's
+    partial if ``partial``, else one task's result) into its partial of ``into`` tasks of
+    map ``map_id``, the reduce function raised ``error`` (a
+    :class:`~broker.messages.TaskError`'s wire form: type, message, remote traceback). The
+    partial stayed as it was; the value went to the client unmerged.
+
+    >>> f = FoldFailure("0123456789abcdef", "w1", "n1", (7,), 3, False, {"type": "MemoryError"})
+    >>> f.what
+    'the result of task 7'
+    """
+
+    map_id: str
+    worker: str
+    host: str
+    tasks: tuple[int, ...]
+    into: int
+    partial: bool
+    error: dict
+
+    @property
+    def what(self) -> str:
+        """What the worker could not fold, in words."""
+        if not self.partial:
+            return f"the result of task {self.tasks[0]}"
+        shown = ", ".join(map(str, self.tasks[:10])) + (" ..." if len(self.tasks) > 10 else "")
+        return f"another worker's partial of {len(self.tasks)} tasks ({shown})"
+
+
+@dataclasses.dataclass(frozen=True)
+class Noted:
+    """A merging map's value as it travels with the :class:`FoldFailure` met on its way: a
+    task's result that its worker could not fold (the failure is about it), or a partial
+    into which its worker could not fold another (the failure is about that other one).
+    Whoever reads a merging map's values takes them apart with :func:`unnoted`.
+
+    >>> unnoted(Noted(5, ())), unnoted(5)
+    ((5, []), (5, []))
+    """
+
+    value: Any
+    failures: tuple[FoldFailure, ...]
+
+
+def unnoted(value: Any) -> tuple[Any, list[FoldFailure]]:
+    """(the value itself, the fold failures it carries) of a merging map's value."""
+    if type(value) is Noted:
+        return value.value, list(value.failures)
+    return value, []
 
 
 @dataclasses.dataclass(frozen=True)
