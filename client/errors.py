@@ -111,6 +111,18 @@ class BrokerLost(ConnectionError, RhtcError):
 class BrokerFull(RuntimeError, RhtcError):
     """Redis reached its maxmemory and refused the map's writes."""
 
+    @classmethod
+    def refused(cls, broker: Any, used: float, limit: float, what: str) -> "BrokerFull":
+        """The error for ``what`` the full ``broker`` refused: how full it is, what to do.
+
+        >>> e = BrokerFull.refused("redis://node:6379", 9e6, 8e6, "it refused to start map 0123")
+        >>> "'redis://node:6379' is out of memory (9 MB used of maxmemory 8 MB)" in str(e), str(e)[-23:]
+        (True, 'then run the map again.')
+        """
+        return cls(f"the broker {broker!r} is out of memory ({used / 1e6:.0f} MB used of maxmemory {limit / 1e6:.0f} "
+                   f"MB): {what}. Free memory in Redis (other maps' unread results?), raise its maxmemory, or send "
+                   "fewer/smaller tasks; then run the map again.")
+
 
 class KeyMismatch(RuntimeError, RhtcError):
     """The live workers hold another signing key than this client: they cannot verify

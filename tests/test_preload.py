@@ -47,3 +47,55 @@ def test_with_the_setting_none_a_worker_imports_none_of_it(broker, workers):
     got = remote_map(imported_before, [0], broker=broker, progress=False, timeout=60)
     assert "uproot" not in got[0] and "awkward" not in got[0], got
     assert "preload" not in workers.log(name)
+
+
+SLOW_MODULE = "rhtc_test_slow_preload"
+
+
+def trivial(x):
+    """Runs on the worker: imports nothing."""
+    return x + 1
+
+
+def uses_the_slow_module(_):
+    """Runs on the worker: imports the module being preloaded (fully initialized: VALUE is last)."""
+    import rhtc_test_slow_preload
+    return rhtc_test_slow_preload.VALUE
+
+
+@pytest.mark.timeout(180)
+def test_a_held_preload_delays_only_the_task_that_imports_it(broker, workers, tmp_path):
+    """A preload whose import is held (until the test releases it) does not delay tasks that
+    do not import it; one that does waits for it and gets it whole; the wait is logged."""
+    import os
+    import threading
+    code = tmp_path / "code"
+    code.mkdir()
+    entered, release = tmp_path / "entered", tmp_path / "release"
+    (code / f"{SLOW_MODULE}.py").write_text(
+        "import os, time\n"
+        f"open({str(entered)!r}, 'w').close()\n"
+        f"while not os.path.exists({str(release)!r}):\n"
+        "    time.sleep(0.02)\n"
+        "VALUE = 42\n")
+    path = os.pathsep.join(p for p in (str(code), os.environ.get("PYTHONPATH", "")) if p)
+    try:
+        [name] = workers.start(1, extra=("-v",), env={"RHTC_PRELOAD": SLOW_MODULE, "PYTHONPATH": path})
+        deadline = time.monotonic() + 60
+        while not entered.exists():                                  # the preload is in flight
+            assert time.monotonic() < deadline, workers.log(name)
+            time.sleep(0.05)
+        assert remote_map(trivial, [1, 2], broker=broker, progress=False, timeout=60) == [2, 3]
+        assert not release.exists()                                  # (still held meanwhile)
+        got = []
+        importing = threading.Thread(target=lambda: got.append(
+            remote_map(uses_the_slow_module, [0], broker=broker, progress=False, timeout=120)), daemon=True)
+        importing.start()
+        _wait_for_line(workers, name, f"while {SLOW_MODULE} is being preloaded: it waits")
+        _wait_for_line(workers, name, f"preload: still importing {SLOW_MODULE} after")
+        release.touch()
+        importing.join(120)
+        assert got == [[42]], workers.log(name)
+        _wait_for_line(workers, name, f"preload: imported {SLOW_MODULE} in")
+    finally:
+        release.touch()                                              # nothing stays held

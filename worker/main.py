@@ -129,7 +129,6 @@ class TaskProcess:
                     elif not quiet:                         # at 1,000 workers; a SCARD, ~1 %)
                         self._quiet_until = time.monotonic() + QUIET_RETAKE
                 if batch:
-                    self.preload.settle()       # never unpickle or run beside an import in flight
                     self._run_batch(batch)
                 backoff.ok()
             except HandBack:

@@ -34,6 +34,7 @@ from .invariants import validate
 from .merged import function_to_send
 from .options import MapOptions
 from .packing import Frames, pack_function
+from .refused import refused_start
 from .retry import RetryPolicy
 from .routing import owners
 from .state import MapState
@@ -82,6 +83,7 @@ class MapRun:
         self._dropped = False                           # its keys deleted (every result read)
         self._fn_uploaded = False
         self._removed = 0                               # queued tasks a cancel took out of the broker
+        self._starting: dict[str | None, list[int]] | None = None   # while it starts: where it sent which task
         self._applying = threading.RLock()              # one event at a time (apply)
         self.upkeep = Upkeep(self)
         self.frames = Frames(self.key, self.map_id, self.nonce, self.fn_hash, args, max_task_bytes)
@@ -125,8 +127,12 @@ class MapRun:
             if kind is Enqueue:
                 if ins.upload:
                     self._fn_uploaded = False
-                for lo in range(0, len(ins.indices), SUBMIT_BATCH):
-                    self._enqueue(ins.indices[lo:lo + SUBMIT_BATCH], route=ins.route, fair=ins.fair)
+                try:
+                    for lo in range(0, len(ins.indices), SUBMIT_BATCH):
+                        self._enqueue(ins.indices[lo:lo + SUBMIT_BATCH], route=ins.route, fair=ins.fair)
+                except BrokerOutOfMemory as err:
+                    raise BrokerFull.refused(self.storage.config, *self.memory(),
+                                             f"map {self.map_id} could not queue its tasks") from err
             elif kind is NoteError:
                 self.feed.note_error(ins.index, ins.error)
             elif kind is Report:
@@ -150,18 +156,25 @@ class MapRun:
         try:
             self.upkeep.look()
             beacon.attach(self)           # its tasks are dropped soon after this process dies
-            for lo in range(0, self.n, SUBMIT_BATCH):
-                early = self._enqueue(range(lo, min(self.n, lo + SUBMIT_BATCH)), wait_first if lo == 0 else 0.0)
-                for frame in early:
-                    self._accept(frame)
+            self._starting = {}
+            try:
+                for lo in range(0, self.n, SUBMIT_BATCH):
+                    early = self._enqueue(range(lo, min(self.n, lo + SUBMIT_BATCH)), wait_first if lo == 0 else 0.0)
+                    for frame in early:
+                        self._accept(frame)
+                if not wait_first:        # a map that may run long: its registry entry expires
+                    renew_map_entry(self.storage, self.map_id)    # if this client dies (ticks renew it)
+            except BrokerOutOfMemory as err:       # any write of its start (which one is luck)
+                full, removed = refused_start(self, self._starting)
+                self._sent = self._sent and not removed    # (nothing of it there: its cancel has nothing to do)
+                raise full from err
+            self._starting = None
         except BaseException:             # Ctrl-C, or an argument of a later batch could not
             if self._sent:                # travel: what was queued is taken back
                 self.cancel()
             else:
                 beacon.detach(self)
             raise
-        if not wait_first:                # a map that may run long: its registry entry expires
-            renew_map_entry(self.storage, self.map_id)    # if this client dies (ticks renew it)
         if not self.n:
             self.apply(Tick(time.time()))                 # nothing to wait for: it ends now
         self.upkeep.schedule()
@@ -180,20 +193,15 @@ class MapRun:
         held: dict[str, list[bytes]] = {}         # (a thief leaves these to their owner)
         for i in indices:
             (held if i in home else routed).setdefault(owner.get(i), []).append(self.frames[i])
+            if self._starting is not None:        # (refused or not: the broker may have queued it)
+                self._starting.setdefault(owner.get(i), []).append(i)
         upload = not self._fn_uploaded or len(self.packed_fn) < 65536 or \
             not self.storage.function_present(self.fn_hash)
-        try:
-            with held_interrupt():        # queued whole (and its reply read) or not at all
-                self._sent = True
-                early = self.storage.enqueue_map(self.map_id, self.fn_hash, self.packed_fn if upload else None,
-                                                 self._info(), routed, wait_first=wait_first, nonce=self.nonce,
-                                                 client=beacon.client_id(), fair=fair, home=held)
-        except BrokerOutOfMemory as err:
-            used, limit = self.memory()
-            raise BrokerFull(f"the broker {self.storage.config!r} is out of memory ({used / 1e6:.0f} MB "
-                             f"used of maxmemory {limit / 1e6:.0f} MB): map {self.map_id} could not "
-                             "queue its tasks. Free memory in Redis (other maps' unread results?), "
-                             "raise its maxmemory, or send fewer/smaller tasks.") from err
+        with held_interrupt():            # queued whole (and its reply read) or not at all
+            self._sent = True
+            early = self.storage.enqueue_map(self.map_id, self.fn_hash, self.packed_fn if upload else None,
+                                             self._info(), routed, wait_first=wait_first, nonce=self.nonce,
+                                             client=beacon.client_id(), fair=fair, home=held)
         self._fn_uploaded = True
         return early
 
