@@ -56,7 +56,7 @@ from rhtc.errors import RhtcError
 # (``protocol.dumps``); bound once at import, so a call costs no more than before
 from .pickling import RAW, WIRE_SAMPLE, WIRE_SHRINK, dumps, dumps_parts, loads, loads_plain  # noqa: F401
 
-VERSION = 5          # 3: a big pickle that LZ4 cannot shrink travels as is (RAW); 4: result metadata packed (resultmeta.py); 5: the tree of partials (merge.py)
+VERSION = 6          # 3: a big pickle that LZ4 cannot shrink travels as is (RAW); 4: result metadata packed (resultmeta.py); 5: the tree of partials (merge.py); 6: what a task read (ResultMeta.reads)
 MAGIC = b"RH"
 HEADER_LEN = 3
 SIG_LEN = 32

@@ -46,6 +46,9 @@ class ResultMeta:
     bytes_file: int = _counter("bytes read from the input files")
     events: int | None = None
     files_opened: int = _counter("files the task had to open (not already open on the worker)")
+    #: the branches the task read through its chunks (:mod:`broker.reads`; "" when none):
+    #: what ``rhtc warm`` reads again into a new pool's caches
+    reads: str = ""
     extra: dict = dataclasses.field(default_factory=dict)
 
     @property

@@ -38,11 +38,15 @@ _API = {
     "BrokerLost": "rhtc.client.errors", "BrokerFull": "rhtc.client.errors",
     "KeyMismatch": "rhtc.client.errors", "WorkItemFailed": "rhtc.client.errors",
     "TasksFailedWarning": "rhtc.client.errors",
+    "ReduceFailedOnWorker": "rhtc.client.reduce",
     "ChunkFileError": "rhtc.client.data.chunks", "BranchNotFound": "rhtc.client.data.chunks",
     "BrokerNotConfigured": "rhtc.broker.config",
     "make_chunks": "rhtc.client.data.chunks", "Chunk": "rhtc.client.data.chunks",
     "BrokerConfig": "rhtc.broker.config",
     "RhtcError": "rhtc.errors", "ReadOnlyArrayError": "rhtc.errors",
+    "warm": "rhtc.client.warm", "submit_warm": "rhtc.client.warm", "Warming": "rhtc.client.warm",
+    "WarmRefused": "rhtc.client.warm", "WarmFailed": "rhtc.client.warm",
+    "WarmSummary": "rhtc.client.reports.placed",
     "make_nanoaod": "rhtc.bench.datagen:make_data",  # synthetic NanoAOD files to try things on
 }
 __all__ = sorted(_API) + ["__version__"]

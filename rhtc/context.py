@@ -30,6 +30,9 @@ class TaskContext:
     # (cache key, chunk, cached value) of every array the cache handed this task: a write
     # into one is explained by name (worker/frozen.py)
     handed: list = dataclasses.field(default_factory=list)
+    # what the task read through its chunks: routing key -> (chunk, {(branch, library): None})
+    # (its result says so: broker/reads.py; ``rhtc warm`` reads them again)
+    reads: dict = dataclasses.field(default_factory=dict)
 
     def begin_task(self) -> None:
         self.bytes_from_cache = 0
@@ -38,6 +41,23 @@ class TaskContext:
         self.files_opened = 0
         self.routing_keys = set()
         self.handed = []
+        self.reads = {}
+
+    def note_read(self, chunk, branches, library: str = "ak") -> None:
+        """Note that the task read ``branches`` of ``chunk`` (as uproot's ``library``)."""
+        entry = self.reads.get(chunk.routing_key)
+        if entry is None:
+            entry = self.reads[chunk.routing_key] = (chunk, {})
+        for branch in branches:
+            entry[1][(branch, library)] = None
+
+    def reads_text(self, arg) -> str:
+        """What the task read, as its result's metadata carries it (``arg``: the task's
+        argument, whose own chunk is written short; :mod:`rhtc.broker.reads`)."""
+        if not self.reads:
+            return ""
+        from rhtc.broker.reads import encode_reads
+        return encode_reads(self.reads, arg)
 
 
 current: TaskContext | None = None

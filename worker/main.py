@@ -308,7 +308,7 @@ class TaskProcess:
                                    incarnation=self.incarnation, bytes_cache=self.ctx.bytes_from_cache,
                                    bytes_disk=self.ctx.bytes_from_disk,
                                    bytes_file=self.ctx.bytes_from_file, events=events_of(arg),
-                                   files_opened=self.ctx.files_opened)
+                                   files_opened=self.ctx.files_opened, reads=self.ctx.reads_text(arg))
         if not (status == protocol.OK and isinstance(fn, MergePlan) and self.partials.fold(fn, ref, value, meta)):
             status, payload = pack_result(status, value, meta, arg, self.settings.max_result_bytes,
                                           self.storage.bulk_limits, dumps=self.dumps)

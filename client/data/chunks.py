@@ -62,6 +62,7 @@ class Chunk:
         ctx = context.current
         cached = cached_arrays(self, branches, ctx, kwargs)     # a replaced worker: no file to open
         if cached is not None:
+            ctx.note_read(self, branches, kwargs.get("library", "ak"))    # (rhtc warm reads them again)
             return cached
         retries = xrootd.READ_RETRIES if xrootd.is_remote(self.file) else 0
         for attempt in range(retries + 1):
@@ -82,6 +83,8 @@ class Chunk:
         for again in (False, True):   # once more when the file changed while it was read
             opened = _open_file(self.file, self.tree, self.uuid)
             _check_branches(opened, branches, self)
+            if ctx is not None:
+                ctx.note_read(self, branches, kwargs.get("library", "ak"))
             cache = ctx.cache.view(self.routing_key, opened.version, by_chunk=True) \
                 if ctx is not None and ctx.cache is not None else None
             source = opened.tree.file.source

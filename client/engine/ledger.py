@@ -50,6 +50,7 @@ class Ledger:
         self._counts = {name: array("q") for name in RUN_COUNTERS}    # bytes_cache, bytes_file...
         self._count_items = tuple(self._counts.items())
         self._events = array("q")
+        self._reads = array("i")                # what it read (broker/reads.py), interned with the names
         self._retries = array("h")
         self._backup = bytearray()
         self._errors: dict[int, str] = {}
@@ -84,9 +85,10 @@ class Ledger:
             for name, col in self._count_items:
                 col.append(d[name] or 0)
             self._events.append(_NONE if meta.events is None else meta.events)
+            self._reads.append(self._name(meta.reads) if meta.reads else _NONE)
         else:
             for col, v in ((self._worker, _NONE), (self._host, _NONE), (self._pid, 0), (self._start, _NAN),
-                           (self._stop, _NAN), (self._events, _NONE)):
+                           (self._stop, _NAN), (self._events, _NONE), (self._reads, _NONE)):
                 col.append(v)
             for col in self._counts.values():
                 col.append(0)
@@ -188,6 +190,8 @@ class Ledger:
                 d["bytes_read"] = sum(d[name] for name in BYTES_SOURCES)
                 if self._events[k] != _NONE:
                     d["events"] = self._events[k]
+                if self._reads[k] != _NONE:
+                    d["reads"] = names[self._reads[k]]
             yield d
 
 

@@ -7,6 +7,7 @@
     rhtc cancel MAP             cancel a map in flight (its id, or the start of it, from status)
     rhtc dashboard              a live page of the broker in the browser, and /metrics
     rhtc timeline run.json      draw a map's timeline from its saved record
+    rhtc warm run.json          read what that run read into the pool's caches (the next run is warm)
     rhtc submit --workers 50    submit workers to HTCondor (or --scheduler slurm)
     rhtc pool start -n 50       ... and keep them: replaced when held, evicted, at their walltime
     rhtc --version              the installed version
@@ -251,6 +252,47 @@ def dashboard(url, host, port, token):
     finally:
         _ignore_signals()
         d.stop()
+
+
+@main.command("warm")
+@click.argument("record_path", metavar="RECORD", required=False, type=click.Path(dir_okay=False))
+@click.option("--broker", "url", default=None, help="Broker URL (default: configured).")
+@click.option("--progress/--no-progress", default=True, show_default=True, help="Show a progress bar.")
+def warm_command(record_path, url, progress):
+    """Read the branches a run read (its saved RECORD) into the pool's caches, placed as a cold
+    run places them, so that the next run of the analysis reads nothing from the files."""
+    from ..errors import MapCancelled
+    from ..warm import WarmFailed, WarmRefused, warm, warm_plan
+    from ..reports.record import RunRecord
+    if record_path is None:
+        raise click.ClickException("name the run record to warm from: rhtc warm run.json (save it after the "
+                                   "run with rhtc.last_map().record().save('run.json'); in that Python "
+                                   "session, rhtc.warm() warms from its last map)")
+    try:
+        record = RunRecord.load(record_path)
+        warm_plan(record)                       # refused before anything is queued
+        config = BrokerConfig.resolve(url=url)
+    except FileNotFoundError:
+        raise click.ClickException(f"no run record at {record_path}")
+    except (WarmRefused, ValueError, BrokerNotConfigured, KeyNotConfigured, PermissionError) as err:
+        raise click.ClickException(str(err))
+    old = {sig: signal.getsignal(sig) for sig in _STOP_SIGNALS}
+    _stop_on_signals()                          # SIGTERM/SIGHUP cancel the warm map as Ctrl-C does
+    try:
+        summary = warm(record, broker=config, progress=progress)
+    except WarmFailed as err:
+        click.echo(str(err.summary))
+        raise click.ClickException(str(err))
+    except (KeyboardInterrupt, MapCancelled) as err:
+        click.echo(f"warm cancelled{': ' + str(err) if str(err) else ''}; what was read stays in the caches",
+                   err=True)
+        sys.exit(130)
+    except (ConnectionError, *ConnectionProblem) as err:
+        raise click.ClickException(f"cannot reach the broker {redact(config.url)}: {err}")
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+    click.echo(str(summary))
 
 
 def _register_optional() -> None:

@@ -17,7 +17,12 @@ metadata every worker attaches to its result, and can save it as JSON::
      "metrics": [{"t": 1700000002.0, "worker": "node1-1234", "cpu": 97.0,
                   "rss": 123456789, "cache_bytes": 0, "cache_entries": 0,
                   "bytes_read": 0, "net_recv": 0, "net_sent": 0, "disk_read": 0,
-                  "node_cpu": 35.0, ...}, ...]}
+                  "node_cpu": 35.0, ...}, ...],
+     "reads": {"files": [["/data/a.root", "Events", "uuid..."]],      # what the tasks read
+               "branch_lists": [[["Muon_pt", "ak"], ["nMuon", "ak"]]],
+               "tasks": {"index": [0, ...], "file": [0, ...], "start": [0, ...],
+                         "stop": [100000, ...], "branches": [0, ...]},
+               "unlisted": [], "unresolved": []}}
 
 ``error`` is ``null`` or a one-line summary such as ``"ValueError: bad branch"``;
 ``events`` is ``null`` when the function does not report how many events it saw;
@@ -25,7 +30,9 @@ metadata every worker attaches to its result, and can save it as JSON::
 open already; records written before it existed read as 0);
 ``attempts`` are the failed attempts before each task's own row (:mod:`client.reports.attempts`:
 retried after an error, or lost with the process that ran them; records written before
-it existed have none); ``metrics`` may be empty.
+it existed have none); ``metrics`` may be empty; ``reads`` says which branches of which
+chunks the tasks read (:class:`~client.reports.reads.ChunkReads`, what ``rhtc warm`` reads
+again; records written before it existed have none).
 
 The rows are :class:`~client.reports.rows.TaskRecord` and
 :class:`~client.reports.rows.MetricSample` (:mod:`client.reports.rows`, which reads them
@@ -56,6 +63,7 @@ from typing import Any, Mapping
 
 from .attempts import AttemptRecord
 from .efficiency import efficiency
+from .reads import ChunkReads
 from .rows import MetricSample, TaskRecord, _number, short_error  # noqa: F401 (short_error: public here too)
 
 FORMAT_VERSION = 1
@@ -94,7 +102,9 @@ class RunRecord:
     tasks: list[TaskRecord] = field(default_factory=list)
     metrics: list[MetricSample] = field(default_factory=list)
     attempts: list[AttemptRecord] = field(default_factory=list)
+    reads: ChunkReads | None = None
     version: int = FORMAT_VERSION
+    _arguments: Any = field(default=None, init=False, repr=False, compare=False)
     _positions: dict[int, int] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def add_task(self, meta: Mapping[str, Any], received: float | None = None) -> None:
@@ -123,6 +133,21 @@ class RunRecord:
             self.tasks.append(task)
         self.end = max(self.end, task.stop if received is None else float(received))
         self.n_tasks = max(self.n_tasks, len(self.tasks))
+        text = meta.get("reads")
+        if text:
+            if self.reads is None:
+                self.reads = ChunkReads()
+            args = self._arguments
+            self.reads.add(task.index, str(text), args[task.index] if args is not None
+                           and 0 <= task.index < len(args) else None)
+
+    def use_arguments(self, args) -> None:
+        """The map's arguments: what a task read of its own argument's chunk is recorded
+        as that chunk (see :mod:`broker.reads`); what the tasks read is recorded from now on
+        (``reads`` is no longer None, even if they read nothing through a chunk)."""
+        self._arguments = args
+        if self.reads is None:
+            self.reads = ChunkReads()
 
     def add_metric(self, sample: Mapping[str, Any]) -> None:
         """Record one worker metrics sample (keys as in the module docstring).
@@ -182,6 +207,7 @@ class RunRecord:
             "tasks": [task.to_dict() for task in self.tasks],
             "metrics": [sample.to_dict() for sample in self.metrics],
             "attempts": [attempt.to_dict() for attempt in self.attempts],
+            **({"reads": self.reads.to_dict()} if self.reads is not None else {}),
         }
 
     @classmethod
@@ -206,6 +232,10 @@ class RunRecord:
                     for i, a in enumerate(data.get("attempts") or [])]
         start = data.get("start")
         end = data.get("end")
+        reads = data.get("reads")
+        if reads is not None and not isinstance(reads, dict):
+            raise ValueError(f"reads is {type(reads).__name__}, not an object")
+        reads = ChunkReads.from_dict(reads) if reads is not None else None
         return cls(
             map_id=str(data.get("map_id") or ""),
             function=str(data.get("function") or ""),
@@ -215,6 +245,7 @@ class RunRecord:
             tasks=tasks,
             metrics=metrics,
             attempts=attempts,
+            reads=reads,
             version=FORMAT_VERSION,
         )
 
