@@ -23,7 +23,8 @@ from __future__ import annotations
 import pytest
 
 #: the modules whose tests use the machine's one HTCondor pool or Slurm cluster
-POOL_MODULES = frozenset({"test_condor.py", "test_slurm.py", "test_pool_keeper.py"})
+POOL_MODULES = frozenset({"test_condor.py", "test_slurm.py", "test_pool_keeper.py",
+                          "test_pool_examples.py"})     # tests/docs/: the docs' pool examples
 POOL_GROUP = "pools"
 #: modules kept in one worker for a module-scoped fixture that is slow to build (what it builds)
 MODULE_GROUPS = {

@@ -1,23 +1,44 @@
 """Every example runs: each ``python`` block of README.md and docs/*.md, a page's blocks in
 order in one namespace (the conventions and what a block can rely on: tests/docs/examples.py).
-A page that maps runs in the full suite in one shared LocalCluster; the others are quick."""
+A page that maps, or whose blocks need a server (``requires: xrootd``), runs in the full suite
+(mapping pages in one shared LocalCluster); the others are quick. A page that needs a pool
+(``requires: condor``) runs whole in tests/docs/test_pool_examples.py."""
 from __future__ import annotations
 
 import os
 
 import pytest
 
-from tests.docs.examples import DATA_EVENTS, DATA_FILES, PAGES, available, blocks, needs_cluster
+from tests.docs.examples import PAGES, SERVERS, blocks, needs_cluster, pool_of, requirements, unknown_requirements
+from tests.pools.common import PoolUnavailable, ensure_debian_packages
+from tests.pools.fixtures import pools_required
+
+
+def _unavailable(what: str, reason: str):
+    """A server this machine cannot provide: skip, or fail where pools are required (CI)."""
+    if pools_required():
+        pytest.fail(f"{what} required ($RHTC_REQUIRE_POOLS/$CI) but unavailable: {reason}", pytrace=False)
+    pytest.skip(f"{what} unavailable: {reason}")
 
 
 @pytest.fixture(scope="session")
-def docs_data(tmp_path_factory):
-    """A directory whose data/generated/*.root are the examples' small NanoAOD files."""
-    from rhtc import make_nanoaod
-    home = tmp_path_factory.mktemp("docs-examples")
-    make_nanoaod(home / "data" / "generated", files=DATA_FILES, events=DATA_EVENTS, compression="LZ4",
-                 progress=False, workers=1)
-    return home
+def docs_xrootd():
+    """What a ``requires: xrootd`` block needs: Debian's xrootd-server (installed with apt-get
+    when missing, as tests/test_xrootd.py does) and the XRootD client of the [xrootd] extra."""
+    try:
+        ensure_debian_packages(["xrootd-server"], ["xrootd"])
+    except PoolUnavailable as err:
+        _unavailable("xrootd-server", str(err))
+    try:
+        import fsspec_xrootd  # noqa: F401
+        import XRootD.client  # noqa: F401
+    except ImportError as err:
+        _unavailable("the [xrootd] extra", f"{err} (pip install 'redis-htcondor[xrootd]')")
+
+
+#: the fixture that provides each server a block may require
+SERVER_FIXTURES = {"xrootd": "docs_xrootd"}
+assert set(SERVER_FIXTURES) == set(SERVERS)
 
 
 @pytest.fixture(scope="session")
@@ -41,30 +62,25 @@ def docs_cluster(docs_data):
 
 def _params():
     for page in PAGES:
-        found = blocks(page)
-        if not found:
-            continue
-        heavy = needs_cluster(page)
+        if not blocks(page) or pool_of(page):
+            continue                     # no python block; or the whole page runs in a pool
+        heavy = needs_cluster(page) or bool(requirements(page))
         yield pytest.param(page, heavy, id=page, marks=[pytest.mark.heavy] if heavy else [])
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("page, heavy", list(_params()))
 def test_page_examples_run(page, heavy, request, docs_data, monkeypatch):
-    if heavy:
+    unknown = unknown_requirements(page)
+    assert not unknown, (f"{page}: {'; '.join(unknown)}: the suite provides {sorted(SERVER_FIXTURES)} here and "
+                         "the pools in tests/docs/test_pool_examples.py; wire a new one in (tests/docs/)")
+    for server in sorted(requirements(page)):
+        request.getfixturevalue(SERVER_FIXTURES[server])
+    if needs_cluster(page):
         request.getfixturevalue("docs_cluster")
     monkeypatch.chdir(docs_data)
-    can = available()
-    skipped = []
     for block in blocks(page):
-        missing = [r for r in block.requires if r not in can]
-        if missing:
-            skipped.append(f"line {block.line} (requires {', '.join(missing)})")
-            continue
         try:
             block.example.evaluate()
         except Exception as exc:
             raise AssertionError(f"{page}, the block at line {block.line} failed: {exc!r}\n{block.source}") from exc
-    if skipped:
-        request.node.add_report_section("call", "docs", "not run: " + "; ".join(skipped) +
-                                        " ($RHTC_DOCS_REQUIRES names what this machine has)")
