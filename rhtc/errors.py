@@ -14,7 +14,8 @@ class RhtcError(Exception):
 
 
 class ReadOnlyArrayError(ValueError, RhtcError):
-    """A task wrote in place into an array that a worker's cache served: every cache tier
-    hands out read-only arrays (so that no task changes what a later one reads). The
-    message names the branch; copy it before changing it (``np.array(x)``, ``ak.copy(x)``).
+    """A task wrote in place into an array that a worker's cache served, or tried to make one
+    writable again (``x.flags.writeable = True``): every cache tier hands out read-only
+    arrays that stay so (so that no task changes what a later one reads). The message
+    names the branch; copy it before changing it (``np.array(x)``, ``x.copy()``, ``ak.copy(x)``).
     It reaches the client as the :class:`rhtc.RemoteError` of the task."""

@@ -5,9 +5,10 @@ each branch up under a key made of the file's UUID, the tree, the branch, its
 interpretation and the entry range, and stores what it had to read. This module only
 supplies the mapping: a byte-capped LRU that also remembers which *chunk* each entry
 belongs to (so the worker can advertise which chunks it holds and withdraw them when
-they are evicted) and counts the bytes served from memory. What it holds is read-only,
-and what it hands out is a view or a new wrapper (:mod:`worker.frozen`): no task can
-change what a later task reads.
+they are evicted) and counts the bytes served from memory. What it holds is kept in
+memory that no array owns (a copy made once, as a value enters), and what it hands out
+is a read-only view or a new wrapper that cannot be made writable again
+(:mod:`worker.frozen`): no task can change what a later task reads.
 
     >>> c = BranchCache(limit_bytes=100)
     >>> v = c.view("chunk-A")
@@ -90,16 +91,31 @@ class BranchCache(MutableMapping):
         self.put(key, value, None)
 
     def put(self, key: str, value: Any, tag: str | None) -> Any:
-        """Keep ``value`` (made read-only: the task that read it holds it too) under ``key``
-        for the chunk ``tag``; returns what the cache keeps (or would have kept)."""
-        freeze(value)
-        _handed(key, tag, value)
+        """Keep ``value`` under ``key`` for the chunk ``tag``, as :func:`worker.frozen.freeze`
+        makes it (the values in memory no array owns: the task that read ``value`` holds
+        it, and it is made read-only too); returns what the cache keeps (or would have
+        kept), never to be handed out as it is. A value that cannot be made read-only (not
+        a numpy or awkward array, nor immutable) is not kept: None.
+
+        >>> import numpy as np
+        >>> c = BranchCache(limit_bytes=100)
+        >>> read = np.arange(3.0)
+        >>> kept = c.put("k", read, None)
+        >>> kept is read, kept.flags.owndata, read.flags.writeable, c.put("list", [1], None), len(c)
+        (False, False, False, None, 1)
+        """
         if key in self._data:          # uproot re-stores what it just got from us: keep ours
             self._data.move_to_end(key)
-            return self._data[key][0]
-        value, size = self._share_offsets(value, tag) if tag is not None else (value, nbytes_of(value))
-        self._store(key, value, size, tag)
-        return value
+            kept = self._data[key][0]
+            _handed(key, tag, kept)
+            return kept
+        kept = freeze(value)
+        if kept is None:
+            return None
+        _handed(key, tag, kept)
+        kept, size = self._share_offsets(kept, tag) if tag is not None else (kept, nbytes_of(kept))
+        self._store(key, kept, size, tag)
+        return kept
 
     def keep(self, key: str, value: Any, nbytes: int, tag: str | None) -> bool:
         """Keep an object that is not an array read from a file (coffea's NanoEvents built
@@ -188,7 +204,8 @@ class BranchCache(MutableMapping):
         out, self.evicted_tags = self.evicted_tags, set()
         return out
 
-    def view(self, tag: str, version: str | None = None, by_chunk: bool = False) -> "TaggedView":
+    def view(self, tag: str, version: str | None = None, by_chunk: bool = False,
+             serves_back: bool = False) -> "TaggedView":
         """A mapping to hand to uproot for one chunk: entries it stores carry ``tag``.
 
         ``version`` names the version of the file the chunk is read from (see
@@ -197,13 +214,15 @@ class BranchCache(MutableMapping):
         ``by_chunk`` (``tag`` is the chunk's routing key and uproot reads the branches with
         their own interpretations) keys the entries by chunk and branch (:func:`chunk_key`),
         so that :meth:`TaggedView.branch` finds them without the file's metadata.
+        ``serves_back`` (a reader that gives its task what the cache keeps in place of what
+        it read: :meth:`TaggedView.served`) has the view remember what was stored through it.
 
         >>> c = BranchCache(limit_bytes=100)
         >>> c.view("chunk-A", "v1")["k"] = b"old"
         >>> c.view("chunk-A", "v2").get("k") is None, c.view("chunk-A", "v1").get("k")
         (True, b'old')
         """
-        return TaggedView(self, tag, version, by_chunk)
+        return TaggedView(self, tag, version, by_chunk, serves_back)
 
     def holds(self, key: str) -> bool:
         """True when ``key`` is in memory or in the node's disk tier (nothing is read)."""
@@ -275,10 +294,13 @@ def branch_of(key: str, tag: str) -> tuple[str, str] | None:
 class TaggedView(MutableMapping):
     """What uproot sees as ``array_cache`` while reading one chunk (of one file version)."""
 
-    def __init__(self, cache: BranchCache, tag: str, version: str | None = None, by_chunk: bool = False):
+    def __init__(self, cache: BranchCache, tag: str, version: str | None = None, by_chunk: bool = False,
+                 serves_back: bool = False):
         self.cache, self.tag, self.version = cache, tag, version
         self.prefix = f"{version}|" if version else ""
         self.by_chunk = by_chunk and bool(version)
+        # id(what was stored) -> (it, what the cache keeps), when :meth:`served` is to be asked
+        self._stored: dict[int, tuple[Any, Any]] | None = {} if serves_back else None
 
     def _key(self, key: str) -> str:
         if self.by_chunk:
@@ -305,11 +327,31 @@ class TaggedView(MutableMapping):
     def __setitem__(self, key, value):
         key = self._key(key)
         fresh = key not in self.cache._data
-        self.cache.put(key, value, self.tag)
-        if fresh and self.cache.disk is not None and self.prefix:
-            self.cache.disk.put_later(key, value)      # read from the file: keep it on the node
-        if fresh and context.current is not None:
-            context.current.routing_keys.add(self.tag)
+        kept = self.cache.put(key, value, self.tag)
+        if fresh and kept is not None:
+            if self._stored is not None:
+                self._stored[id(value)] = (value, kept)
+            if self.cache.disk is not None and self.prefix:   # read from the file: keep it on the node,
+                self.cache.disk.put_later(key, kept)          # written from the cache's copy (no task's)
+            if context.current is not None:
+                context.current.routing_keys.add(self.tag)
+
+    def served(self, value: Any) -> Any:
+        """What the task gets for ``value``, an array uproot read from the file and stored
+        through this view, in place of it: a view of what the cache keeps, as a warm read
+        would give (``value`` itself when it was not stored here, e.g. already served).
+        The view must have been made with ``serves_back``.
+
+        >>> import numpy as np
+        >>> v = BranchCache(limit_bytes=100).view("chunk-A", "v1", serves_back=True)
+        >>> read = np.arange(3.0)
+        >>> v["k"] = read
+        >>> mine = v.served(read)
+        >>> mine is read, mine.tolist(), mine.flags.owndata
+        (False, [0.0, 1.0, 2.0], False)
+        """
+        entry = self._stored.get(id(value)) if self._stored is not None else None
+        return hand_out(entry[1]) if entry is not None and entry[0] is value else value
 
     def __delitem__(self, key):
         del self.cache[self._key(key)]

@@ -4,31 +4,52 @@ A warm answer must be the cold answer. The worker's caches (RAM, the node's disk
 chunks served without opening their file, coffea's NanoEvents buffers) hand the same
 arrays to every task that reads a chunk, so an in-place write (``x *= 2``, a correction
 applied with ``np.multiply(x, k, out=x)``) would change what the next task reads. Every
-tier therefore hands out **read-only** arrays, and a value read from a file is made
-read-only as it enters the cache, so the task that read it sees the same as the tasks
-that find it cached:
+tier therefore hands out **read-only** arrays that cannot be made writable again: not
+with ``x.flags.writeable = True``, ``x.setflags(write=True)``, nor through ``x.base``,
+``np.asarray`` of an awkward array, ``ak.to_numpy``, ``ak.flatten`` or an element of a
+jagged ``library="np"`` branch.
 
-* numpy arrays: a view of the cached array, read-only (numpy refuses to make a view of
-  a read-only array writable again); object arrays (jagged ``library="np"``) and their
-  per-event arrays are read-only too;
-* awkward arrays: a new ``ak.Array`` over the cached layout, whose buffers are read-only:
-  awkward's operations make new arrays as always, ``arr["field"] = ...`` changes only the
-  task's own ``ak.Array``, and a write through ``np.asarray(arr)`` raises.
+numpy refuses ``flags.writeable = True`` only for an array that does not own its memory
+and whose base cannot give a writable buffer; an array that owns its memory can always be
+made writable again. So the cache keeps every value it is given (:func:`freeze`) in memory
+that no array owns:
 
-Copies were measured against this: copying the five muon branches of a 500k-event chunk
-took 0.66x (``ak.copy``) and 0.25x (numpy, flat contents only) of the whole dimuon task,
-against ~80 us for five new ``ak.Array`` wrappers. The disk tier's arrays were read-only
-already (they are views of the entry's bytes): now every tier behaves the same.
+* numpy arrays: the bytes of the array (``bytes``, immutable), seen through a read-only
+  ``np.frombuffer`` view; a task gets a view of that view (:func:`hand_out`);
+* awkward arrays: a layout rebuilt over such views (``ak.to_buffers``/``ak.from_buffers``:
+  offsets, contents, indexes, masks), the task gets a new ``ak.Array`` over it (its own
+  wrapper: ``arr["field"] = ...`` changes only the task's);
+* object arrays (jagged ``library="np"``): per-event arrays viewing one such buffer; a task
+  gets a read-only view of its own copy of the array of references (the per-event arrays
+  are the cache's; the copy, ``x.base``, is the task's: changing it changes no later read);
+* what the node's disk tier reads back is already such a view (of the entry's bytes or
+  its read-only memory map): it is kept as it is, without a copy.
 
-A task that writes into one of them gets :class:`rhtc.errors.ReadOnlyArrayError` (a
-``ValueError``), which :func:`explain` builds from numpy's bare "output array is
-read-only": it names the branch and the chunk and says how to copy.
+The copy into bytes is made once, as a value enters the cache (the cold read, whose task
+is handed views of it too: :mod:`client.data.chunks`), never on a warm read. For the five
+dimuon branches of a 250k-event chunk (18 MB) it took 3 ms, 0.2x of the LZ4 cold read and
+0.07x of a ZLIB one; a warm read's five wrappers take ~40 us, as before. Jagged
+``library="np"`` branches are slow in uproot already (~0.1 s per branch of 250k events):
+sealing them costs about as much again, once, and each read copies the references (~3 ms
+per branch). The disk tier is fed in the background from the cache's bytes, which no task
+can reach. A reader that keeps what it read (a ``Chunk.arrays`` call with ``cut=`` or
+expressions, coffea building a chunk's events the first time) keeps its own arrays,
+read-only by flag: a flip and a write there change that task's answer, no later one.
+
+Out of scope, for every tier: writing memory through ``ctypes`` (or an ``np.ndarray``
+constructed over a raw address), or reaching into the private attributes of the cache's
+objects: that is no longer numpy's read-only contract but poking at the process.
+
+A task that writes into one of them, or tries to make one writable, gets
+:class:`rhtc.errors.ReadOnlyArrayError` (a ``ValueError``), which :func:`explain` builds from
+numpy's bare message: it names the branch and the chunk and says how to copy
+(``np.array(x)``, ``ak.copy(x)``, ``x.copy()``).
 
     >>> import numpy as np
     >>> stored = freeze(np.arange(4.0))
     >>> x = hand_out(stored)
-    >>> x.flags.writeable, x is stored
-    (False, False)
+    >>> x.flags.writeable, x is stored, x.flags.owndata
+    (False, False, False)
     >>> try:
     ...     x *= 2
     ... except ValueError as err:
@@ -38,39 +59,147 @@ read-only": it names the branch and the chunk and says how to copy.
     Traceback (most recent call last):
     ...
     ValueError: cannot set WRITEABLE flag to True of this array
+    >>> x.base.flags.writeable = True
+    Traceback (most recent call last):
+    ...
+    ValueError: cannot set WRITEABLE flag to True of this array
 """
 from __future__ import annotations
 
+import operator
 import types
 from typing import Any, Iterable, Iterator
 
 from rhtc.errors import ReadOnlyArrayError
 
 #: numpy's messages for a write into a read-only array (ufunc ``out=``, assignment, sort...)
-READ_ONLY_MESSAGES = ("read-only", "read only", "not writeable")
+#: and for an attempt to make one writable again (``flags.writeable = True``, ``setflags``)
+READ_ONLY_MESSAGES = ("read-only", "read only", "not writeable", "cannot set WRITEABLE flag")
+#: kept as they are: nothing can change them
+IMMUTABLE = (bytes, str, int, float, complex, bool, type(None))
 
 
 def freeze(value: Any) -> Any:
-    """Make ``value``'s buffers read-only, in place, and return it (what the cache keeps).
+    """What the cache keeps for ``value``: the same values in memory that no array owns
+    (see the module), or ``value`` itself when it is so already (the disk tier's arrays,
+    immutables); None for a kind of value the cache cannot make read-only (not kept).
+    ``value``'s own buffers are made read-only too (an object array's, not its elements'),
+    so its holder gets the same error as the tasks served from the cache.
 
-    >>> import awkward as ak
-    >>> a = freeze(ak.Array([[1.0, 2.0], [], [3.0]]))
-    >>> all(not b.flags.writeable for b in buffers(a))
-    True
+    >>> import awkward as ak, numpy as np
+    >>> kept = freeze(ak.Array([[1.0, 2.0], [], [3.0]]))
+    >>> all(sealed(b) for b in buffers(kept)), kept.tolist()
+    (True, [[1.0, 2.0], [], [3.0]])
+    >>> freeze(b"bytes"), freeze([1, 2])
+    (b'bytes', None)
     """
     for b in buffers(value):
         b.flags.writeable = False
-    if _is_numpy(value) and value.dtype == object:
-        for element in value:
-            if _is_numpy(element):
-                element.flags.writeable = False
-    return value
+    try:
+        if _is_numpy(value):
+            return _seal_objects(value) if value.dtype == object else _seal_array(value)
+        if _is_awkward(value):
+            return _seal_awkward(value)
+    except (TypeError, ValueError):    # an exotic dtype or layout (not a backend's buffers)
+        return None
+    return value if isinstance(value, IMMUTABLE) else None
+
+
+def sealed(array: Any) -> bool:
+    """True when nothing reachable from the numpy ``array`` (it, its ``base``s, their
+    buffers) can be made writable: it does not own its memory, and its bases end in an
+    immutable or read-only buffer (``bytes``, a read-only ``mmap``).
+
+    >>> import numpy as np
+    >>> a = np.arange(3.0); a.flags.writeable = False
+    >>> sealed(a), sealed(a[1:]), sealed(np.frombuffer(a.tobytes())[1:])
+    (False, False, True)
+    """
+    obj = array
+    for _ in range(32):
+        if _is_numpy(obj):
+            if obj.flags.owndata or obj.flags.writeable or obj.dtype == object:
+                return False
+            obj = obj.base
+        elif isinstance(obj, memoryview):
+            if not obj.readonly:
+                return False
+            obj = obj.obj
+        elif obj is None:
+            return False               # memory nobody owns: numpy lets such an array be flipped
+        else:
+            try:
+                with memoryview(obj) as view:
+                    return view.readonly
+            except TypeError:
+                return False
+    return False
+
+
+def _seal_array(array: Any) -> Any:
+    """A numeric numpy array kept as a view of its own bytes (one copy), unless sealed."""
+    if sealed(array):
+        return array
+    return _view_of(array.tobytes(), array.dtype, array.shape)
+
+
+def _view_of(data: bytes, dtype: Any, shape: tuple) -> Any:
+    import numpy as np
+    return np.frombuffer(data, dtype=dtype).reshape(shape)
+
+
+def _seal_objects(array: Any) -> Any:
+    """An object array (jagged ``library="np"``): a new one, read-only, whose numpy
+    elements are views of one buffer of bytes (those of one dtype, as uproot makes them)
+    or sealed each; other elements are kept as they are."""
+    import numpy as np
+    items = array.reshape(-1).tolist()
+    if set(map(type, items)) == {np.ndarray} and len(set(map(operator.attrgetter("dtype"), items))) == 1 \
+            and items[0].dtype != object and set(map(operator.attrgetter("ndim"), items)) == {1}:
+        lengths = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
+        stops = np.cumsum(lengths)
+        content = _seal_array(np.concatenate(items))
+        elements = [content[a:b] for a, b in zip((stops - lengths).tolist(), stops.tolist())]
+    else:
+        elements = [_seal_element(e) for e in items]
+    out = np.fromiter(elements, dtype=object, count=len(elements)).reshape(array.shape)
+    out.flags.writeable = False
+    return out
+
+
+def _seal_element(element: Any) -> Any:
+    if _is_numpy(element):
+        return _seal_objects(element) if element.dtype == object else _seal_array(element)
+    return element
+
+
+def _seal_awkward(array: Any) -> Any:
+    """An awkward array over a layout whose every buffer is sealed (rebuilt from its
+    buffers when one is not); None when the rebuilt one is not (an exotic layout)."""
+    if all(sealed(b) for b in buffers(array)):
+        return array
+    import awkward as ak
+    form, length, container = ak.to_buffers(array)
+    layout = ak.from_buffers(form, length, {k: _seal_array(b) for k, b in container.items()},
+                             highlevel=False)
+    out = _wrap(layout, array)
+    return out if all(sealed(b) for b in buffers(out)) else None
+
+
+def _wrap(layout: Any, like: Any) -> Any:
+    """A new ``ak.Array`` over ``layout`` with the behavior and attrs of ``like``."""
+    import awkward as ak
+    attrs = getattr(like, "_attrs", None)          # awkward >= 2.5; older ones have none
+    if attrs:
+        return ak.Array(layout, behavior=like.behavior, attrs=attrs)
+    return ak.Array(layout, behavior=like.behavior)
 
 
 def hand_out(value: Any) -> Any:
-    """What a task gets for a cached ``value``: a read-only view of a numpy array, a new
-    ``ak.Array`` over an awkward array's layout (the task may change its own wrapper, not
-    the cache's), anything else as it is (bytes and other immutables).
+    """What a task gets for a cached ``value``: a read-only view of a numpy array (of its
+    own copy of an object array's references), a new ``ak.Array`` over an awkward array's
+    layout (the task may change its own wrapper, not the cache's), anything else as it is
+    (bytes and other immutables). Views and wrappers: no data is copied.
 
     >>> import awkward as ak
     >>> cached = freeze(ak.Array([[1, 2], [3]]))
@@ -79,13 +208,12 @@ def hand_out(value: Any) -> Any:
     (False, True)
     """
     if _is_numpy(value):
+        if value.dtype == object:          # the references are copied, not the events' arrays
+            value = value.copy()
+            value.flags.writeable = False
         return value.view()
     if _is_awkward(value):
-        import awkward as ak
-        attrs = getattr(value, "_attrs", None)          # awkward >= 2.5; older ones have none
-        if attrs:
-            return ak.Array(value.layout, behavior=value.behavior, attrs=attrs)
-        return ak.Array(value.layout, behavior=value.behavior)
+        return _wrap(value.layout, value)
     return value
 
 
@@ -123,7 +251,8 @@ def _is_awkward(value: Any) -> bool:
 
 def explain(err: BaseException, handed: Iterable[tuple[str, Any]]) -> BaseException:
     """``err`` itself, or a :class:`ReadOnlyArrayError` caused by it when ``err`` (or its
-    cause) is numpy refusing to write into a read-only array and the task was handed
+    cause) is numpy refusing to write into a read-only array, or to make one writable
+    again (``x.flags.writeable = True``), and the task was handed
     cached arrays (``handed``: (branch, cached value) pairs). The branch is found by
     matching the arrays in the failing frames to the cached buffers' memory; failing
     that, every branch the task was handed is named.
@@ -138,6 +267,14 @@ def explain(err: BaseException, handed: Iterable[tuple[str, Any]]) -> BaseExcept
     ... except ValueError as e:
     ...     print(explain(e, [("Muon_pt of chunk u1:Events:0-3", cached)]))  # doctest: +ELLIPSIS
     the task wrote into branch Muon_pt of chunk u1:Events:0-3 (output array is read-only): ...
+    >>> def flips():
+    ...     x = hand_out(cached)
+    ...     x.flags.writeable = True
+    >>> try:
+    ...     flips()
+    ... except ValueError as e:
+    ...     print(explain(e, [("Muon_pt of chunk u1:Events:0-3", cached)]))  # doctest: +ELLIPSIS
+    the task tried to make branch Muon_pt of chunk u1:Events:0-3 writable (cannot set WRITEABLE flag ...): ...
     """
     try:
         return _explain(err, list(handed))
@@ -153,11 +290,12 @@ def _explain(err: BaseException, handed: list[tuple[str, Any]]) -> BaseException
     names = sorted({name for name, _ in handed})
     what = f"branch {written or names[0]}" if written or len(names) == 1 else \
         "one of the branches " + ", ".join(names)
+    did = f"tried to make {what} writable" if "WRITEABLE" in str(cause) else f"wrote into {what}"
     new = ReadOnlyArrayError(
-        f"the task wrote into {what} ({cause}): arrays served by the worker's cache are "
-        "read-only on every tier, so that no task changes what a later one reads. Copy "
-        "before changing in place: x = np.array(x) (numpy), x = ak.copy(x) (awkward), or "
-        "write x = x * k instead of x *= k")
+        f"the task {did} ({cause}): arrays served by the worker's cache are read-only on "
+        "every tier and cannot be made writable again, so that no task changes what a later "
+        "one reads. Copy before changing in place: x = np.array(x) or x = x.copy() (numpy), "
+        "x = ak.copy(x) (awkward), or write x = x * k instead of x *= k")
     new.__cause__ = err
     new.__traceback__ = err.__traceback__
     return new

@@ -25,7 +25,7 @@ from typing import Iterable, Sequence
 from rhtc import context
 from . import xrootd
 from ..arguments import positive_count
-from .cachedchunks import cached_arrays
+from .cachedchunks import cached_arrays, group, plain_call
 from ..errors import BranchNotFound, ChunkFileError  # noqa: F401  (public here too)
 from .openfiles import (_OpenFile, _changed_while_read, _check_url, _forget, _open_file, _unchanged,
                                    close_files, version_of)  # noqa: F401  (public here too)
@@ -57,6 +57,8 @@ class Chunk:
         chunk reads nothing from the file, and a worker that has not opened the file yet
         serves a chunk whose branches are all cached without opening it
         (:mod:`rhtc.client.data.cachedchunks`). Outside a worker it reads the file directly.
+        On a worker every array it returns is read-only, cold or warm, and stays so (copy
+        it to change it: ``np.array(x)``, ``ak.copy(x)``; see :mod:`rhtc.worker.frozen`).
         """
         branches = [branches] if isinstance(branches, str) else list(branches)
         ctx = context.current
@@ -85,13 +87,16 @@ class Chunk:
             _check_branches(opened, branches, self)
             if ctx is not None:
                 ctx.note_read(self, branches, kwargs.get("library", "ak"))
-            cache = ctx.cache.view(self.routing_key, opened.version, by_chunk=True) \
+            plain = plain_call(branches, kwargs)
+            cache = ctx.cache.view(self.routing_key, opened.version, by_chunk=True, serves_back=bool(plain)) \
                 if ctx is not None and ctx.cache is not None else None
+            plain = plain if cache is not None else None
             source = opened.tree.file.source
             before = getattr(source, "num_requested_bytes", 0)
             try:
                 out = opened.tree.arrays(list(branches), entry_start=self.entry_start,
-                                         entry_stop=self.entry_stop, array_cache=cache, **kwargs)
+                                         entry_stop=self.entry_stop, array_cache=cache,
+                                         **(dict(kwargs, how=dict) if plain else kwargs))
             except Exception as err:
                 remote = xrootd.is_remote(self.file)
                 lost = remote and xrootd.is_transient(xrootd.explain(self.file, err)[0])
@@ -116,6 +121,8 @@ class Chunk:
                 raise _changed_while_read(self.file)
             if ctx is not None:
                 ctx.bytes_from_file += getattr(source, "num_requested_bytes", 0) - before
+            if plain:                 # the cold read gets the cache's read-only views, as a warm one
+                return group({b: cache.served(out[b]) for b in branches}, *plain)
             return out
 
     def open_tree(self):
