@@ -32,7 +32,7 @@ from tests.conftest import NANOAOD, ROOT, needs_nanoaod
 from tests.pools.common import free_port, terminate
 
 REAL = "nano_dy.root"
-README = (ROOT / "README.md").read_text()
+TROUBLESHOOTING = (ROOT / "docs" / "troubleshooting.md").read_text()
 
 
 try:
@@ -92,10 +92,10 @@ def test_make_chunks_on_the_workers_raises_chunk_file_error(broker, workers, tmp
     assert len(make_chunks(good, remote=True, broker=broker.config, step=10)) == 4
 
 
-def test_every_reason_is_documented_in_the_readme():
-    section = README.split("## NanoAOD over XRootD", 1)[1].split("\n## ", 1)[0]
+def test_every_reason_is_documented_in_troubleshooting():
+    section = TROUBLESHOOTING.split("## Files: `ChunkFileError`", 1)[1].split("\n## ", 1)[0]
     missing = [r for r in ChunkFileError.REASONS if f"`{r}`" not in section]
-    assert not missing, f"reasons not in the README's XRootD section: {missing}"
+    assert not missing, f"reasons not in docs/troubleshooting.md's ChunkFileError section: {missing}"
 
 
 # ---------------------------------------------------------------- case 4: the timeout
@@ -184,7 +184,7 @@ def test_coffea_reads_over_root_retry_in_the_task_like_chunk_arrays(server, brok
     thread.start()
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and "error" not in out:
-        if any(w["state"] == "busy" for w in storage.live_workers()):
+        if any(w["state"] == "busy" for w in storage.pool.live_workers()):
             break                                             # the first read is failing now
         time.sleep(0.05)
     time.sleep(2)

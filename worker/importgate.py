@@ -43,9 +43,13 @@ import builtins
 import logging
 import sys
 import threading
+import time
 
 log = logging.getLogger("rhtc.worker")
 POLL = 0.05                 # how often a waiting preload looks whether a task's package is in (s)
+#: the longest a task waits for the preload's import (s): past it the task goes on and imports
+#: beside it, as without a preload, rather than wait on something the gate cannot see end
+TASK_PATIENCE = 60.0
 
 
 def top_package(name: str, globals_: dict | None, level: int) -> str | None:
@@ -182,9 +186,15 @@ class ImportGate:
             log.info("preload: a task imports %s while %s is being preloaded: it waits for that import",
                      name, module)
             self._tasks_waiting += 1
+            give_up = time.monotonic() + TASK_PATIENCE
             try:
                 while self._module == module and not self._preload_waits and not self._preload_wants_ours():
-                    self._cond.wait()
+                    left = give_up - time.monotonic()
+                    if left <= 0:        # a wait the gate cannot see the end of: never a hung worker
+                        log.warning("preload: a task waited %.0f s for the import of %s (for %s); it goes on",
+                                    TASK_PATIENCE, module, name)
+                        break
+                    self._cond.wait(min(left, 1.0))
             finally:
                 self._tasks_waiting -= 1
                 self._cond.notify_all()

@@ -5,6 +5,7 @@ A page that maps, or whose blocks need a server (``requires: xrootd``), runs in 
 (``requires: condor``) runs whole in tests/docs/test_pool_examples.py."""
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
@@ -51,13 +52,29 @@ def docs_cluster(docs_data):
     here = os.getcwd()
     os.chdir(docs_data)
     try:
-        cluster = LocalCluster(n_workers=2).__enter__()
+        cluster = LocalCluster(n_workers=2).start()
     finally:
         os.chdir(here)
     try:
         yield cluster
     finally:
-        cluster.__exit__(None, None, None)
+        cluster.close()
+
+
+@contextlib.contextmanager
+def default_for_the_page(cluster):
+    """``cluster`` as the default of the page's calls while its blocks run, as a reader's own
+    session default is, and not after: a test that runs next in this process (the status
+    doctest, say) must not find the pages' workers on its default broker."""
+    from rhtc.client import local
+    with local._default_lock:
+        local._active.append(cluster)
+    try:
+        yield
+    finally:
+        with local._default_lock:
+            if cluster in local._active:
+                local._active.remove(cluster)
 
 
 def _params():
@@ -76,11 +93,11 @@ def test_page_examples_run(page, heavy, request, docs_data, monkeypatch):
                          "the pools in tests/docs/test_pool_examples.py; wire a new one in (tests/docs/)")
     for server in sorted(requirements(page)):
         request.getfixturevalue(SERVER_FIXTURES[server])
-    if needs_cluster(page):
-        request.getfixturevalue("docs_cluster")
+    cluster = request.getfixturevalue("docs_cluster") if needs_cluster(page) else None
     monkeypatch.chdir(docs_data)
-    for block in blocks(page):
-        try:
-            block.example.evaluate()
-        except Exception as exc:
-            raise AssertionError(f"{page}, the block at line {block.line} failed: {exc!r}\n{block.source}") from exc
+    with default_for_the_page(cluster) if cluster is not None else contextlib.nullcontext():
+        for block in blocks(page):
+            try:
+                block.example.evaluate()
+            except Exception as exc:
+                raise AssertionError(f"{page}, the block at line {block.line} failed: {exc!r}\n{block.source}") from exc
