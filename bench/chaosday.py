@@ -115,7 +115,7 @@ def run_day(pool: ChaosPool, maps: int = 12, seed: int = 0, oom_seconds: float =
         result.tasks += len(chunks)
         result.delivered += h.progress()[0]
         # (the map's keys are deleted with the client's next map: still readable here)
-        counted = pool.storage.attempt_histories(h.map_id)
+        counted = pool.storage.maps.attempt_histories(h.map_id)
         if counted:
             result.attempts_counted += len(counted)
             result.problems.append(f"map {k} after {pending or 'no fault'}: attempts counted against "

@@ -147,7 +147,7 @@ class ChaosPool:
     def wait_live(self, names: list[str], timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while True:
-            missing = set(names) - {w["name"] for w in self.storage.live_workers(queue_depths=False)}
+            missing = set(names) - {w["name"] for w in self.storage.pool.live_workers(queue_depths=False)}
             if not missing:
                 return
             if time.monotonic() > deadline:
@@ -159,7 +159,7 @@ class ChaosPool:
     def running(self, label: str) -> set[str]:
         """Names of the workers whose status says they run task ``label``."""
         try:
-            return {w["name"] for w in self.storage.live_workers(queue_depths=False)
+            return {w["name"] for w in self.storage.pool.live_workers(queue_depths=False)
                     if w.get("task") == label}
         except Exception:
             return set()

@@ -232,7 +232,7 @@ def serve(config: BrokerConfig, names: list[str]) -> int:
         child.join()
     for sup in sups:
         try:
-            sup.storage.retire(sup.name)
+            sup.storage.lease.retire(sup.name)
         except BrokerTrouble as err:
             log.warning("light worker %s could not hand back its tasks (%s): they are requeued when its "
                         "name expires", sup.name, err)
@@ -280,7 +280,7 @@ class LightPool:
         deadline = time.monotonic() + self.start_timeout
         try:
             while True:
-                live = [w for w in s.live_workers(queue_depths=False) if w["name"].startswith(self.prefix)]
+                live = [w for w in s.pool.live_workers(queue_depths=False) if w["name"].startswith(self.prefix)]
                 if len(live) >= n:
                     return
                 dead = [p for p in self.procs if p.poll() is not None]

@@ -70,8 +70,8 @@ def _ours(workers: int, roundtrips: int, tasks: int, repeats: int, sleep: tuple 
         out["startup_s"] = time.perf_counter() - t0
         remote_map(noop, range(workers * 4), broker=cluster, progress=False)   # warm up
         if sleep is None:
-            import redis
-            r = redis.Redis.from_url(cluster.config.url)
+            from ..broker.storage import Storage
+            r = Storage(cluster.config)
             out.update(_measure(lambda i: remote_map(noop, [i], broker=cluster, progress=False),
                                 lambda xs: remote_map(noop, xs, broker=cluster, progress=False),
                                 roundtrips, tasks, repeats, r))
@@ -113,9 +113,9 @@ def _bare_redis(roundtrips: int) -> dict:
     through the least a queue with our guarantees does (token fetched, token in the frame)."""
     from ..broker.embedded import EmbeddedBroker
     from .floor import TOKEN_MODES, bare_round_trips, guarded_round_trips
-    import redis
+    from ..broker.storage import Storage
     with EmbeddedBroker() as b:
-        r = redis.Redis.from_url(b.config.url)
+        r = Storage(b.config)
         with Probe(r) as probe:
             rts = bare_round_trips(b.config, roundtrips, warmup=0)
         guarded = {mode: statistics.median(guarded_round_trips(b.config, roundtrips, token=mode)) * 1e3

@@ -75,7 +75,7 @@ class PoolRun:
         """Job ids of this pool whose worker is live (and not leaving, unless ``count_leaving``)."""
         from ..condor.batch import job_of_worker
         jobs = set(self.batch.jobs())
-        return sorted(job_of_worker(s.name) for s in self.storage.worker_statuses(queue_depths=False)
+        return sorted(job_of_worker(s.name) for s in self.storage.pool.worker_statuses(queue_depths=False)
                       if job_of_worker(s.name) in jobs and (count_leaving or not s.leaving))
 
     def wait_serving(self, n: int, timeout: float, exclude=()) -> float:
@@ -100,10 +100,10 @@ class PoolRun:
         return Path(self.out.name).read_text()[-3000:]
 
     def events(self) -> list[dict]:
-        return self.storage.keeper_events(self.name, 200)
+        return self.storage.pool.keeper_events(self.name, 200)
 
     def stop(self) -> int:
-        self.storage.request_keeper_stop(self.name, "bench pool")
+        self.storage.pool.request_keeper_stop(self.name, "bench pool")
         try:
             code = self.proc.wait(120)
         except subprocess.TimeoutExpired:

@@ -12,12 +12,12 @@ command shows up in one run).
   total_writes_processed`` (each a request read or a reply written: a one-way trip).
 
     >>> from rhtc.broker.embedded import EmbeddedBroker
-    >>> import redis
+    >>> from rhtc.broker.storage import Storage
     >>> with EmbeddedBroker() as b:
-    ...     r = redis.Redis.from_url(b.config.url)
-    ...     with Probe(r) as p:
+    ...     s = Storage(b.config)
+    ...     with Probe(s) as p:
     ...         for _ in range(100):
-    ...             _ = r.ping()
+    ...             _ = s.ping()
     ...     got = p.per(100)
     >>> round(got["redis_commands"]), round(got["redis_messages"])
     (1, 2)
@@ -51,13 +51,13 @@ def _workers_cpu() -> float:
 class Probe:
     """Counters over the ``with`` block; :meth:`per` divides them by its units of work."""
 
-    def __init__(self, r):
-        self.r = r
+    def __init__(self, storage):
+        self.storage = storage
         self.before: dict | None = None
         self.after: dict | None = None
 
     def _read(self) -> dict:
-        info = self.r.info()
+        info = self.storage.server_counters()
         return {"client": time.process_time(), "workers": _workers_cpu(),
                 "redis": float(info["used_cpu_sys"]) + float(info["used_cpu_user"]),
                 "commands": int(info["total_commands_processed"]),

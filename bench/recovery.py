@@ -20,7 +20,7 @@ from ..broker.messages import WorkerStatus
 
 
 def _runner_of(storage, task: TaskRef, exclude=()) -> WorkerStatus | None:
-    for w in storage.worker_statuses(queue_depths=False):
+    for w in storage.pool.worker_statuses(queue_depths=False):
         if w.task == task and w.name not in exclude:
             return w
     return None

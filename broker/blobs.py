@@ -13,8 +13,8 @@ status and, for a partial, the indices of every task it covers, all at the offse
 frame (so ``audit.lua`` and the rest of the Lua read a stub as they read a frame); then
 the frame's length (uint64 BE) and the blob's key. ``take.lua`` keeps the blob while it
 accepts the stub (setting the blob's expiry to its list's) and deletes it when it drops
-the stub (map gone, partial refused). The client reads the blob with ``GETDEL`` and
-verifies the frame as any other; a stub whose blob is gone (expired) loses nothing: its
+the stub (map gone, partial refused). The client reads the blob with ``GETDEL``
+(:meth:`broker.mapqueue.MapQueue.resolve`) and verifies the frame as any other; a stub whose blob is gone (expired) loses nothing: its
 task is nowhere, and the map's audit sends it again.
 
     >>> from rhtc.broker import protocol
@@ -75,61 +75,3 @@ def parse_stub(item: bytes) -> tuple[int, str]:
 def stub_map(item: bytes) -> str:
     """The map id a stub (or a frame) names."""
     return bytes(item[protocol.FRAME_PREFIX:protocol.FRAME_PREFIX + protocol.MAP_ID_LEN]).decode("ascii", "replace")
-
-
-def resolve(r, keys, map_id: str, items: list[bytes], budget: int) -> list[bytes]:
-    """The frames of ``items`` (just popped from map ``map_id``'s results list): each stub
-    replaced by its blob, read and deleted with ``GETDEL``. Stubs past the first
-    ``budget`` bytes go back to the head of the list, in order (the client is the list's
-    only reader), so one fetch never holds gigabytes. A stub whose blob is gone (expired)
-    is dropped: its task is nowhere, and the map's audit sends it again."""
-    if not any(is_stub(item) for item in items):
-        return items
-    prefix, total = keys.blob(f"{map_id}:"), 0
-    kept: list[tuple[bytes, str | None]] = []
-    for k, item in enumerate(items):
-        key = None
-        if is_stub(item):
-            try:
-                size, key = parse_stub(item)
-            except (struct.error, UnicodeDecodeError, ValueError, IndexError) as err:   # not ours
-                log.warning("map %s: dropped a malformed result stub in %s (%s: %s); its task runs "
-                            "again if it was one", map_id, keys.results(map_id), type(err).__name__, err)
-                continue
-            if kept and total + size > budget:
-                r.lpush(keys.results(map_id), *reversed(items[k:]))
-                break
-            total += size
-            if not key.startswith(prefix):
-                log.warning("map %s: dropped a result stub that names %r, not a blob of its own", map_id, key[:80])
-                continue
-        kept.append((item, key))
-    pipe = r.pipeline(transaction=False)
-    for _, key in kept:
-        if key is not None:
-            pipe.getdel(key)
-    blobs = iter(pipe.execute())
-    out = []
-    for item, key in kept:
-        frame = item if key is None else next(blobs)
-        if frame is None:
-            log.warning("map %s: a big result's blob %s expired before it was read; its task runs again",
-                        map_id, key)
-            continue
-        out.append(frame)
-    return out
-
-
-def resolve_or_put_back(r, keys, map_id: str, items: list[bytes], budget: int) -> list[bytes]:
-    """:func:`resolve`; when it is interrupted (Ctrl-C, a broken connection), ``items`` go
-    back to the head of the list first: the next fetch reads them, or the map's end finds
-    their stubs and deletes their blobs (popped stubs would leave them behind)."""
-    try:
-        return resolve(r, keys, map_id, items, budget)
-    except BaseException:         # noqa: B036 - KeyboardInterrupt above all
-        if any(is_stub(item) for item in items):
-            try:
-                r.lpush(keys.results(map_id), *reversed(items))
-            except Exception:     # the broker is away: the blobs expire with their list
-                pass
-        raise

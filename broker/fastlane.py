@@ -193,6 +193,11 @@ class FastLane:
             script.lib.ensure(self.call)
             return self.call(*script.command(keys, args))
 
+    def forget(self, library: str) -> None:
+        """The broker lost ``library`` (restarted, flushed): load it again before the next
+        script sent without waiting."""
+        self._loaded.discard(library)
+
     def client_id(self) -> int | None:
         """The broker's id of this lane's connection (``CLIENT ID``, asked once per
         connection), for :meth:`unblock` from another thread or a signal handler; None

@@ -91,6 +91,11 @@ def withdraw_dashboard(storage: "Storage", url: str) -> None:
         pipe.execute()
 
 
+def dashboard_announced(storage: "Storage") -> bool:
+    """Whether a dashboard says it serves this namespace (one EXISTS)."""
+    return bool(storage.r.exists(storage.keys.dashboard))
+
+
 def dashboard_address(storage: "Storage") -> str | None:
     """The address of a dashboard serving this namespace, if one runs."""
     raw = storage.r.get(storage.keys.dashboard)

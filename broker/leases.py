@@ -1,7 +1,8 @@
-"""The worker's side of the broker: claiming a name for one incarnation, heartbeats,
-taking and leasing tasks, handing in results, reconciling the lease with what runs,
-and giving tasks back (reap, retire, crash). Mixed into :class:`broker.storage.Storage`;
-the atomic steps are the Lua scripts named here (see :mod:`broker.scripts`).
+"""The worker's lease: claiming a name for one incarnation, heartbeats, taking and leasing
+tasks, handing in results, merging partials up the tree, reconciling the lease with what
+runs, giving tasks back (reap, retire, crash) and leaving. ``storage.lease`` of
+:class:`broker.storage.Storage`; the atomic steps are the Lua scripts, each called through
+its wrapper in :mod:`broker.scriptargs`.
 
     >>> from rhtc.broker.embedded import EmbeddedBroker
     >>> from rhtc.broker.messages import WorkerStatus
@@ -9,20 +10,22 @@ the atomic steps are the Lua scripts named here (see :mod:`broker.scripts`).
     >>> status = WorkerStatus(name="w1", host="n1", pid=1, incarnation="0" * 16, key_fingerprint="f")
     >>> with EmbeddedBroker() as b:
     ...     s = Storage(b.config)
-    ...     s.claim("w1", "0" * 16, status).ok, s.take("w1", "0" * 16, max_tasks=1)[2]
+    ...     s.lease.claim("w1", "0" * 16, status).ok, s.lease.take("w1", "0" * 16, max_tasks=1)[2]
     (True, [])
 """
 from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
-import redis
-
-from . import blobs, messages, protocol
+from . import blobs, messages, protocol, scriptargs
+from .errors import BrokerRefused
 from .functions import missing
 from .records import MalformedRecord
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .link import Link
 
 
 def clock_ms(reply) -> int:
@@ -76,9 +79,20 @@ def now_text() -> str:
     return time.strftime("%H:%M:%S", time.localtime()) + ("%.3f" % (time.time() % 1))[1:]
 
 
-class Leases:
-    """Worker-side methods of :class:`~broker.storage.Storage` (uses its connection,
-    keys, scripts and settings)."""
+#: how long a worker may stay past the keeper's floor once it said it leaves (s): the leaving set's expiry
+LEAVING_TTL = 86400
+
+
+class Lease:
+    """The worker's side of the broker (``storage.lease``), over the shared connection."""
+
+    def __init__(self, link: "Link"):
+        self.link = link
+        self.r, self.keys, self.settings, self.config = link.r, link.keys, link.settings, link.config
+        self.scripts, self.fast, self.malformed = link.scripts, link.fast, link.malformed
+        self._full_beats: dict[str, float] = {}       # worker -> when its last full heartbeat went
+        self._routed: int | None = None               # SCARD routed, read as the last wait ended
+        self._lease_args: list = []                   # the lease_one call of the last wait's task
 
     # -- the name and its incarnation ----------------------------------------------------
     def claim(self, worker: str, incarnation: str, status: messages.WorkerStatus,
@@ -88,15 +102,17 @@ class Leases:
         what a predecessor held, at once."""
         st = self.settings
         why = f"{worker} was restarted (new incarnation {incarnation}) at {now_text()}"
-        ok, info = self._scripts["claim"](args=[
-            self.keys.ns, worker, incarnation, status.encode(self.config.key), int(st.lease * 1000), mode, expected,
-            st.max_attempts, st.result_ttl, why, st.holds_ttl, st.scan_step])[:2]
+        ok, info = self.scripts["claim"](args=scriptargs.claim(
+            ns=self.keys.ns, worker=worker, incarnation=incarnation, status=status.encode(self.config.key),
+            lease_ms=int(st.lease * 1000), mode=mode, expected=expected, max_attempts=st.max_attempts,
+            result_ttl=st.result_ttl, why=why, holds_ttl=st.holds_ttl, scan_step=st.scan_step))[:2]
         if not ok:
             return Claim(False, info.decode() if isinstance(info, bytes) else str(info))
         left = int(info)
+        drain = scriptargs.drain(ns=self.keys.ns, worker=worker, scan_step=st.scan_step)
         while left:
-            left = int(self._scripts["drain"](args=[self.keys.ns, worker, st.scan_step]))
-        self.__dict__.setdefault("_full_beats", {})[worker] = time.monotonic()   # in the workers set now
+            left = int(self.scripts["drain"](args=drain))
+        self._full_beats[worker] = time.monotonic()   # in the workers set now
         return Claim(True)
 
     def heartbeat(self, worker: str, incarnation: str, status: messages.WorkerStatus,
@@ -107,11 +123,11 @@ class Leases:
         trip for all three: :meth:`Supervisor.beat`). Its entry in the workers set and
         its holds' expiry are renewed every :data:`FULL_BEAT` s (beat.lua)."""
         st, now = self.settings, time.monotonic()
-        beats = self.__dict__.setdefault("_full_beats", {})
+        beats = self._full_beats
         full = now - beats.get(worker, -FULL_BEAT) >= FULL_BEAT
-        ok, info, *rest = self._scripts["beat"](args=[
-            self.keys.ns, worker, incarnation, status.encode(self.config.key), int(st.lease * 1000),
-            int(duties * 1000), st.holds_ttl, int(full)])
+        ok, info, *rest = self.scripts["beat"](args=scriptargs.beat(
+            ns=self.keys.ns, worker=worker, incarnation=incarnation, status=status.encode(self.config.key),
+            lease_ms=int(st.lease * 1000), duties_ms=int(duties * 1000), holds_ttl=st.holds_ttl, full=int(full)))
         if not ok:
             return Claim(False, info.decode() if isinstance(info, bytes) else str(info))
         if full:
@@ -168,19 +184,21 @@ class Leases:
         batch, those map ids). A worker hands a partial in once its map's backlog is empty
         and its next task is another map's (:mod:`worker.merge`)."""
         st = self.settings
-        args: list = [self.keys.ns, worker, incarnation, st.result_grace, max_tasks, int(st.leases),
-                      st.scan_step, st.steal_min_queue, st.steal_home_min_queue, st.steal_stuck_seconds,
-                      len(watch), *watch]
+        handed: list = []
         for map_id, tid, frame in results:
             if len(frame) >= blobs.BLOB_FROM:      # set as is beside, its stub handed in (blobs.py)
                 key = self.keys.blob(blobs.blob_name(map_id))
-                self._fast.send("SET", key, frame, "EX", st.result_ttl + st.result_grace, flush=False)
+                self.fast.send("SET", key, frame, "EX", st.result_ttl + st.result_grace, flush=False)
                 frame = blobs.stub(frame, key)
-            args += [map_id, tid, frame]
+            handed += [map_id, tid, frame]
+        args = scriptargs.take(ns=self.keys.ns, worker=worker, incarnation=incarnation, result_grace=st.result_grace,
+                               max_tasks=max_tasks, leases=int(st.leases), scan_step=st.scan_step,
+                               steal_min_queue=st.steal_min_queue, steal_home_min_queue=st.steal_home_min_queue,
+                               steal_stuck_seconds=st.steal_stuck_seconds, watch=watch, results=handed)
         # the clock a token is judged by: TIME, read beside the script rather than from its
         # reply (a function library can be replaced by anyone with the password; TIME cannot)
         # the reply is the last two: a result big enough for a blob sent its SET before the script
-        *_, got, now = self._fast.script_with(self._scripts["take"], [], args, ("TIME",))
+        *_, got, now = self.fast.script_with(self.scripts["take"], [], args, ("TIME",))
         if not got[0]:
             return False, 0, [], set()
         batch, token = [], b""
@@ -198,44 +216,45 @@ class Leases:
 
         The lease is sent without waiting for its reply; :meth:`leased_token` reads the
         reply (the map's liveness token) while the caller verifies the frame."""
-        self._fast.client_id()                     # known before it blocks: unblock_wait()
-        self._fast.drain()
-        self._fast.send("BRPOP", self.keys.queue(worker), self.keys.shared_queue, timeout, flush=False)
-        self._fast.send("SCARD", self.keys.routed)   # answered as the wait ends: stealable()
-        got, routed = self._fast.collect_all()
+        self.fast.client_id()                     # known before it blocks: unblock_wait()
+        self.fast.drain()
+        self.fast.send("BRPOP", self.keys.queue(worker), self.keys.shared_queue, timeout, flush=False)
+        self.fast.send("SCARD", self.keys.routed)   # answered as the wait ends: stealable()
+        got, routed = self.fast.collect_all()
         self._routed = int(routed)
         if not got:
             return None
         shared = int(got[0] in (self.keys.shared_queue, self.keys.shared_queue.encode()))
-        self._lease_args = [self.keys.ns, worker, incarnation, int(self.settings.leases), got[1], shared]
+        self._lease_args = scriptargs.lease_one(ns=self.keys.ns, worker=worker, incarnation=incarnation,
+                                                leases=int(self.settings.leases), frame=got[1], from_shared=shared)
         leasing()
-        self._fast.script(self._scripts["lease_one"], [], self._lease_args, wait=False, flush=False)
-        self._fast.send("TIME")
+        self.fast.script(self.scripts["lease_one"], [], self._lease_args, wait=False, flush=False)
+        self.fast.send("TIME")
         return got[1]
 
     def unblock_wait(self) -> bool:
         """End a :meth:`wait_for_task` in progress now (from a signal handler or another
         thread), as if it had timed out. False if it could not (it ends by its timeout)."""
-        return self._fast.unblock()
+        return self.fast.unblock()
 
     def stealable(self) -> bool:
         """Whether some worker's own queue may hold tasks to steal (an idle worker with
         nothing to steal goes back to waiting without a take: see ``take.lua``). Known
         without a round trip right after :meth:`wait_for_task`, which reads it as its wait
         ends (an idle worker's SCARD every 5 s was a fifth of an idle broker's requests)."""
-        routed, self._routed = getattr(self, "_routed", None), None
-        return bool(routed if routed is not None else self._fast.call("SCARD", self.keys.routed))
+        routed, self._routed = self._routed, None
+        return bool(routed if routed is not None else self.fast.call("SCARD", self.keys.routed))
 
     def leased_token(self) -> tuple[bytes, int]:
         """(the liveness token of the map of the task :meth:`wait_for_task` returned, b''
         if the map is gone; the broker's clock in ms)."""
         try:
-            (token, _), now = self._fast.collect_all()
-        except redis.ResponseError as err:
+            (token, _), now = self.fast.collect_all()
+        except BrokerRefused as err:
             if not missing(err):
                 raise
-            self._fast._loaded.discard(self._scripts.name)         # the broker lost the library:
-            (token, _), now = self._fast.script_with(self._scripts["lease_one"], [], self._lease_args, ("TIME",))
+            self.fast.forget(self.scripts.name)                   # the broker lost the library:
+            (token, _), now = self.fast.script_with(self.scripts["lease_one"], [], self._lease_args, ("TIME",))
         return token, clock_ms(now)
 
     # -- the tree of partials (broker/merge.py) ---------------------------------------------
@@ -249,7 +268,7 @@ class Leases:
         the name, what became of it, [(partial id, its frame or stub)]): with
         :attr:`~broker.messages.HandedUp.INPUTS`, fold these in and hand up again (the
         frame was not taken)."""
-        st, lane = self.settings, self._fast
+        st, lane = self.settings, self.fast
         if lane.pending:                           # (a reply owed: an idle wake-up's lease, read later)
             lane = None
         if len(frame) >= blobs.BLOB_FROM:          # set as is beside, its stub handed up (blobs.py)
@@ -259,8 +278,10 @@ class Leases:
             else:
                 self.r.set(key, frame, ex=st.result_ttl + st.result_grace)
             frame = blobs.stub(frame, key)
-        args = [self.keys.ns, "up", worker, incarnation, st.result_grace, fanin, map_id, ids, frame, aside, covers]
-        got = lane.script_with(self._scripts["merge"], [], args)[-1] if lane else self._scripts["merge"](args=args)
+        args = scriptargs.merge_up(ns=self.keys.ns, worker=worker, incarnation=incarnation,
+                                   result_grace=st.result_grace, fanin=fanin, map_id=map_id, ids=ids, frame=frame,
+                                   aside=aside, covers=covers)
+        got = lane.script_with(self.scripts["merge"], [], args)[-1] if lane else self.scripts["merge"](args=args)
         if not int(got[0]):
             return False, None, []
         return True, messages.HandedUp(got[1].decode()), [(got[i], got[i + 1]) for i in range(2, len(got), 2)]
@@ -284,7 +305,7 @@ class Leases:
         given to it to merge whose frame it could not read)."""
         ids = list(task_ids)
         if ids:
-            self._fast.call("HDEL", self.keys.lease(worker), *ids)
+            self.fast.call("HDEL", self.keys.lease(worker), *ids)
 
     # -- giving tasks back -------------------------------------------------------------------
     def reconcile(self, worker: str, incarnation: str, held: Iterable[bytes] = (), *,
@@ -295,15 +316,15 @@ class Leases:
         Returns (how many, the crashed task's fate: a :class:`~broker.messages.Requeued`
         value, or '' when it was not leased)."""
         st = self.settings
-        n, outcome = self._scripts["reconcile"](args=[
-            self.keys.ns, worker, incarnation, int(st.lease * 1000), int(gone), crashed, why,
-            st.max_attempts, st.result_ttl, *held])
+        n, outcome = self.scripts["reconcile"](args=scriptargs.reconcile(
+            ns=self.keys.ns, worker=worker, incarnation=incarnation, grace_ms=int(st.lease * 1000), gone=int(gone),
+            crashed=crashed, why=why, max_attempts=st.max_attempts, result_ttl=st.result_ttl, held=list(held)))
         return int(n), outcome.decode() if isinstance(outcome, bytes) else str(outcome)
 
     def retire(self, worker: str) -> None:
         """A worker leaves: its leased and queued tasks go back to the shared queue."""
         try:
-            self._fast.drain()
+            self.fast.drain()
         finally:
             self._reap(worker)
             while self.r.llen(self.keys.queue(worker)):
@@ -321,10 +342,18 @@ class Leases:
         st = self.settings
         if every > 0 and not self.r.set(self.keys.reap_due, 1, nx=True, px=int(every * 1000)):
             return []     # reaped within `every` by someone: one SET, not a script run (~40 us of Redis each)
-        got = self._scripts["reap"](args=[self.keys.ns, now_text(), st.max_attempts, 0,
-                                          st.result_ttl, retiring, st.scan_step, int(st.lease * 1000),
-                                          st.holds_ttl])
+        got = self.scripts["reap"](args=scriptargs.reap(
+            ns=self.keys.ns, now_text=now_text(), max_attempts=st.max_attempts, every_ms=0, result_ttl=st.result_ttl,
+            retiring=retiring, scan_step=st.scan_step, lease_ms=int(st.lease * 1000), refusals_ttl=st.holds_ttl))
         return [w.decode() for w in got]
+
+    # -- leaving ----------------------------------------------------------------------------
+    def may_leave(self, worker: str, force: bool = False) -> bool:
+        """Whether ``worker`` may leave now: always with ``force`` (its lifetime is up),
+        else only above the pool's floor; a yes counts it as leaving."""
+        now = int(time.time() * 1000)
+        return bool(int(self.scripts["leave"](args=scriptargs.leave(
+            ns=self.keys.ns, worker=worker, now_ms=now, force="1" if force else "0", leaving_ttl=LEAVING_TTL))))
 
     # -- what a worker publishes -------------------------------------------------------------
     def advertise(self, worker: str, added: Iterable[str] = (), removed: Iterable[str] = (),

@@ -4,7 +4,8 @@ maps whose client was killed expire without anyone running ``rhtc status``.
 Every live client renews its map's entry once a second (score = last renewal) and drops
 the entries nobody renewed for ``map_ttl`` seconds; the registry itself expires
 ``map_ttl`` seconds after the last renewal of any map, so a namespace whose clients all
-died is left clean too.
+died is left clean too. The commands are the map queue's
+(:meth:`broker.mapqueue.MapQueue.renew_entry`).
 
 Example (against a running broker)::
 
@@ -16,7 +17,6 @@ Example (against a running broker)::
 """
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -26,11 +26,4 @@ if TYPE_CHECKING:  # pragma: no cover
 def renew_map_entry(storage: "Storage", map_id: str, now: float | None = None) -> int:
     """Mark ``map_id`` alive in the registry (if it is there), remove entries not renewed
     within ``map_ttl`` and renew the registry's expiry; returns how many were removed."""
-    now = time.time() if now is None else now
-    ttl = int(storage.settings.map_ttl)
-    key = storage.keys.maps
-    pipe = storage.r.pipeline(transaction=False)
-    pipe.zadd(key, {map_id: now}, xx=True)
-    pipe.zremrangebyscore(key, "-inf", now - ttl)
-    pipe.expire(key, ttl + 10)
-    return int(pipe.execute()[1])
+    return storage.maps.renew_entry(map_id, now)

@@ -83,7 +83,7 @@ def _flush_all() -> None:
     """At exit: delete the keys of maps that ended lazily."""
     for s in list(_storages.values()):
         try:
-            s.flush()
+            s.maps.flush()
         except Exception:
             pass
 
@@ -96,7 +96,7 @@ def live_workers(broker=None) -> list[dict]:
     ...     len(live_workers(c))
     2
     """
-    return storage_for(broker).live_workers()
+    return storage_for(broker).pool.live_workers()
 
 
 def _start(fn, args: list, broker, options: MapOptions, wait_first: float = 0.0, reduce=None) -> MapRun:

@@ -14,15 +14,13 @@ import logging
 import threading
 import time
 
+from .dashlink import address_for
+
 log = logging.getLogger("rhtc.client")
 
 
 def dashboard_address(storage) -> str | None:
     """The address of a dashboard serving this broker, if one runs (never raises)."""
-    try:
-        from .ops.dashboard import address_for
-    except ImportError:                       # the dashboard extra is not installed
-        return None
     return address_for(storage)
 
 
@@ -45,7 +43,7 @@ def html_view(handle) -> str:
     failed = len(handle.failures)
     pct = 100.0 * done / n if n else 100.0
     try:
-        live = run.storage.worker_statuses(queue_depths=False)
+        live = run.storage.pool.worker_statuses(queue_depths=False)
         busy = f"{sum(1 for w in live if w.task is not None and w.task.map_id == run.map_id)} of {len(live)} workers busy on it"
     except Exception as err:                  # the broker is away: say so, never raise in a repr
         busy = f"workers unknown ({type(err).__name__})"

@@ -24,6 +24,7 @@ from ..broker.config import BrokerConfig, settings
 from ..broker.embedded import EmbeddedBroker, die_with_parent
 from ..broker.storage import Storage
 from .arguments import positive_count
+from .dashlink import serve_dashboard
 
 _default: "LocalCluster | None" = None
 _default_lock = threading.Lock()
@@ -119,9 +120,8 @@ class LocalCluster:
             self.log_dir, self._own_log_dir = tempfile.mkdtemp(prefix="rhtc-workers-"), True
         atexit.register(self.close)
         if self._want_dashboard is not False and self.dashboard is None:
-            from .ops.dashboard import Dashboard
             port = 0 if self._want_dashboard is True else int(self._want_dashboard)
-            self.dashboard = Dashboard(self.config, port=port).start()
+            self.dashboard = serve_dashboard(self.config, port)
         self.add_workers(self.n_workers)
         return self
 
@@ -166,7 +166,7 @@ class LocalCluster:
         deadline = time.monotonic() + (timeout or self.start_timeout)
         try:
             while True:
-                live = {w["name"] for w in s.live_workers(queue_depths=False)}
+                live = {w["name"] for w in s.pool.live_workers(queue_depths=False)}
                 mine = [p for p in self.procs if p.worker_name in live]
                 if len(mine) >= n:
                     return

@@ -170,7 +170,7 @@ class Warming:
                 self.handle.cancel()
             raise
         keys = [chunk.routing_key for chunk in self.plan]
-        held, _live = self._storage.locate(keys)
+        held, _live = self._storage.pool.locate(keys)
         failed = _failures(values, self.plan)
         summary = WarmSummary.of(self.handle.record(), _describe(self.source), keys, held,
                                  failed=failed, notes=_notes(self.source))

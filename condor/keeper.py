@@ -93,7 +93,7 @@ class PoolKeeper:
     def run(self) -> str:
         """Hold the pool until stopped; returns why it stopped. Raises :class:`PoolFailing`
         (after removing its jobs) when new jobs keep failing at start-up."""
-        other = next((k for k in self.storage.keepers() if k.get("pool") == self.pool_id), None)
+        other = next((k for k in self.storage.pool.keepers() if k.get("pool") == self.pool_id), None)
         if other is not None:
             self.storage.close()
             raise PoolFailing(f"pool {self.pool_id} is already kept by pid {other.get('pid')} on {other.get('host')}: "
@@ -140,7 +140,7 @@ class PoolKeeper:
             log.warning("pool %s: could not remove its jobs (%s): remove them with `rhtc submit --rm`", self.pool_id, err)
         self._event("stopped", why=why)
         try:
-            self.storage.end_keeper(self.pool_id)
+            self.storage.pool.end_keeper(self.pool_id)
         except BrokerTrouble:
             pass
         self.storage.close()
@@ -148,7 +148,7 @@ class PoolKeeper:
     # -- one look ------------------------------------------------------------------------
     def tick(self) -> None:
         now = time.time()
-        who = self.storage.keeper_stop_requested(self.pool_id)
+        who = self.storage.pool.keeper_stop_requested(self.pool_id)
         if who:
             self.stopped = f"stopped by {who}"
             self._stop.set()
@@ -157,7 +157,7 @@ class PoolKeeper:
         for jid, job in jobs.items():
             if jid not in self.tracked:                 # ours, submitted by an earlier keeper of this pool
                 self.tracked[jid] = Tracked(jid, job.queued or now, starts=job.starts)
-        statuses = {job_of_worker(s.name): s for s in self.storage.worker_statuses(queue_depths=False)
+        statuses = {job_of_worker(s.name): s for s in self.storage.pool.worker_statuses(queue_depths=False)
                     if not s.forged and job_of_worker(s.name)}
         self._note_served(statuses, now)
         for jid in [j for j in self.tracked if j not in jobs]:
@@ -174,7 +174,7 @@ class PoolKeeper:
         """Which tracked jobs' workers reached the broker: the broker's record of their
         claims (it stays after a worker left, so a job that served and was held or removed
         between two looks still counts as started), or a heartbeat seen now."""
-        joined = self.storage.workers_joined(since=self.joined_read - 5.0 if self.joined_read else 0.0)
+        joined = self.storage.pool.workers_joined(since=self.joined_read - 5.0 if self.joined_read else 0.0)
         self.joined_read = now
         when = {job_of_worker(name): t for name, t in joined.items() if job_of_worker(name)}
         for jid, t in self.tracked.items():
@@ -238,7 +238,7 @@ class PoolKeeper:
     def _resize(self, statuses: dict, now: float) -> None:
         mine = {t.id for t in self.tracked.values()}
         busy = sum(1 for jid, s in statuses.items() if jid in mine and s.task is not None)
-        pending = self.storage.pending_tasks() if self.plan.adaptive else 0
+        pending = self.storage.pool.pending_tasks() if self.plan.adaptive else 0
         self.wanted = wanted_size(self.plan, busy, pending)
         self._idle_check(busy + pending, now)
         counted = active(self.tracked, now, replace_ahead(self.plan, self.latencies))
@@ -264,7 +264,7 @@ class PoolKeeper:
     def _idle_check(self, work: int, now: float) -> None:
         if not self.plan.stop_when_idle:
             return                       # nothing to decide: no need to read the maps every look
-        if work or self.storage.maps_in_flight(tidy=False):
+        if work or self.storage.pool.maps_in_flight(tidy=False):
             self.idle_since = time.monotonic()
         elif self.plan.stop_when_idle and time.monotonic() - self.idle_since > self.plan.stop_when_idle:
             self.stopped = f"idle for {self.plan.stop_when_idle:.0f} s"
@@ -282,13 +282,13 @@ class PoolKeeper:
                  "pid": os.getpid(), "started": self.started, "log": str(self.log_path),
                  "failures": len(self.failures), "backoff": max(0.0, self.backoff_until - now)}
         ttl = max(30.0, 4 * self.plan.interval)
-        self.storage.publish_keeper(self.pool_id, state, ttl)
-        self.storage.set_pool_floor(self.plan.minimum, ttl)
+        self.storage.pool.publish_keeper(self.pool_id, state, ttl)
+        self.storage.pool.set_pool_floor(self.plan.minimum, ttl)
 
     def _event(self, what: str, job: str = "", why: str = "") -> None:
         self._file_log.info("%-9s %-12s %s", what, job, why)
         try:
-            self.storage.keeper_event(self.pool_id, {"what": what, "job": job, "why": why})
+            self.storage.pool.keeper_event(self.pool_id, {"what": what, "job": job, "why": why})
         except BrokerTrouble as err:
             log.warning("pool %s: could not log %s to the broker: %s", self.pool_id, what, err)
 

@@ -109,7 +109,7 @@ def stop(pool_ids, url, wait):
     """Stop pool keepers (all of this broker's when none is named); their jobs are removed."""
     s = _storage(url)
     try:
-        running = {k["pool"]: k for k in s.keepers()}
+        running = {k["pool"]: k for k in s.pool.keepers()}
         if not running:
             raise click.ClickException("no pool keeper runs for this broker: `rhtc status` lists the pools "
                                        "that run; start one with `rhtc pool start`")
@@ -118,10 +118,10 @@ def stop(pool_ids, url, wait):
             raise click.ClickException(f"no keeper named {', '.join(pool_ids)}; running: {', '.join(running)}")
         by = f"{getpass.getuser()}@{socket.gethostname()} (rhtc pool stop)"
         for p in wanted:
-            s.request_keeper_stop(p, by)
+            s.pool.request_keeper_stop(p, by)
             click.echo(f"asked pool {p} (keeper pid {running[p].get('pid')} on {running[p].get('host')}) to stop")
         deadline = time.monotonic() + 120
-        while wait and time.monotonic() < deadline and {k["pool"] for k in s.keepers()} & set(wanted):
+        while wait and time.monotonic() < deadline and {k["pool"] for k in s.pool.keepers()} & set(wanted):
             time.sleep(0.5)
     finally:
         s.close()

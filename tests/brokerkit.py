@@ -11,7 +11,7 @@ from rhtc.broker.messages import WorkerStatus
 def claimed_worker(storage, name: str) -> str:
     """Claim ``name`` for a fresh incarnation; returns the incarnation."""
     inc = uuid.uuid4().hex[:16]
-    assert storage.claim(name, inc, WorkerStatus(name=name, host="h", pid=1, incarnation=inc,
+    assert storage.lease.claim(name, inc, WorkerStatus(name=name, host="h", pid=1, incarnation=inc,
                                                  key_fingerprint="f")).ok
     return inc
 
@@ -20,5 +20,5 @@ def queued_map(storage, key: bytes, n: int) -> str:
     """A map of ``n`` tasks registered (none queued); returns its id."""
     map_id, nonce = uuid.uuid4().hex[:16], protocol.new_nonce()
     fn = protocol.sign(key, protocol.dumps(len))
-    storage.enqueue_map(map_id, protocol.function_hash(fn), fn, {"n": n}, {}, nonce=nonce)
+    storage.maps.enqueue(map_id, protocol.function_hash(fn), fn, {"n": n}, {}, nonce=nonce)
     return map_id

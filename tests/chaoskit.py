@@ -122,7 +122,7 @@ class NamedWorkers(Workers):
 
 
 def live_names(storage: Storage) -> set[str]:
-    return {w["name"] for w in storage.live_workers(queue_depths=False)}
+    return {w["name"] for w in storage.pool.live_workers(queue_depths=False)}
 
 
 # -- Redis refusing our commands ---------------------------------------------------------

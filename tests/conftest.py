@@ -217,7 +217,7 @@ class Workers:
         deadline = time.monotonic() + timeout
         try:
             while True:
-                live = {w["name"] for w in s.live_workers()}
+                live = {w["name"] for w in s.pool.live_workers()}
                 if set(names) <= live:
                     return
                 for n in names:

@@ -39,7 +39,7 @@ def test_a_partial_a_merger_takes_from_the_pool_during_the_walk_is_found(broker,
     item = _partial(key, map_id, [0, 1])
     storage.r.rpush(storage.keys.pool(map_id), item)
     walked: list[str] = []
-    real = storage.leased_to
+    real = storage.maps.inflight.leased_to
 
     def walk_then_move(worker, mid):
         got = real(worker, mid)
@@ -48,8 +48,8 @@ def test_a_partial_a_merger_takes_from_the_pool_during_the_walk_is_found(broker,
             assert storage.r.lpop(storage.keys.pool(map_id)) == item
             storage.r.hset(storage.keys.lease(walked[0]), partial_id(map_id, 1), _lease_value(incs[walked[0]], item))
         return got
-    monkeypatch.setattr(storage, "leased_to", walk_then_move)
-    assert {0, 1} <= storage.audit_map(map_id)
+    monkeypatch.setattr(storage.maps.inflight, "leased_to", walk_then_move)
+    assert {0, 1} <= storage.maps.audit(map_id)
 
 
 def test_a_partial_parked_during_the_walk_is_found(broker, storage, monkeypatch):
@@ -63,7 +63,7 @@ def test_a_partial_parked_during_the_walk_is_found(broker, storage, monkeypatch)
             storage.r.hset(storage.keys.lease(name), protocol.TaskRef(map_id, j).task_id,
                            _lease_value(incs[name], b"task"))
     walked: list[str] = []
-    real = storage.leased_to
+    real = storage.maps.inflight.leased_to
 
     def walk_then_park(worker, mid):
         if not walked:              # before the walk reaches them, the others park their partials
@@ -75,8 +75,8 @@ def test_a_partial_parked_during_the_walk_is_found(broker, storage, monkeypatch)
                                     _partial(key, map_id, sorted(protocol.TaskRef.from_task_id(t).index for t in ids)))
         walked.append(worker)
         return real(worker, mid)
-    monkeypatch.setattr(storage, "leased_to", walk_then_park)
-    assert set(range(6)) <= storage.audit_map(map_id)
+    monkeypatch.setattr(storage.maps.inflight, "leased_to", walk_then_park)
+    assert set(range(6)) <= storage.maps.audit(map_id)
 
 
 def test_a_partial_parked_then_taken_by_a_merger_the_walk_passed_is_found(broker, storage, monkeypatch):
@@ -94,7 +94,7 @@ def test_a_partial_parked_then_taken_by_a_merger_the_walk_passed_is_found(broker
         for tid in tids[name]:
             storage.r.hset(storage.keys.lease(name), tid, _lease_value(incs[name], b"task"))
     walked: list[str] = []
-    real = storage.leased_to
+    real = storage.maps.inflight.leased_to
 
     def walk_then_move(worker, mid):
         got = real(worker, mid)
@@ -102,12 +102,12 @@ def test_a_partial_parked_then_taken_by_a_merger_the_walk_passed_is_found(broker
         if len(walked) == 1:        # the walk passed this merger: another's partial goes up, to it
             parker = next(n for n in names if n != worker)
             indices = sorted(protocol.TaskRef.from_task_id(t).index for t in tids[parker])
-            _, parked, _ = storage.merge_up(parker, incs[parker], map_id, 8, b"".join(tids[parker]),
+            _, parked, _ = storage.lease.merge_up(parker, incs[parker], map_id, 8, b"".join(tids[parker]),
                                             _partial(key, map_id, indices), covers=2)
             assert parked == HandedUp.PARKED
-            _, given, inputs = storage.merge_up(worker, incs[worker], map_id, 8)
+            _, given, inputs = storage.lease.merge_up(worker, incs[worker], map_id, 8)
             assert given == HandedUp.INPUTS and len(inputs) == 1
         return got
-    monkeypatch.setattr(storage, "leased_to", walk_then_move)
-    assert set(range(6)) <= storage.audit_map(map_id)
+    monkeypatch.setattr(storage.maps.inflight, "leased_to", walk_then_move)
+    assert set(range(6)) <= storage.maps.audit(map_id)
     assert len(walked) == 2 * len(names), "the audit did not walk the leases again"

@@ -12,7 +12,7 @@ def test_a_fetch_pops_about_64_mib_of_big_results(storage):
     frame = b"R" * (4 * 2**20)
     storage.r.rpush(key, *[frame] * 40)
     sizes = []
-    while got := storage.fetch_results("0123456789abcdef", timeout=0):
+    while got := storage.maps.fetch_results("0123456789abcdef", timeout=0):
         sizes.append(len(got))
     assert sum(sizes) == 40
     assert max(sizes) * len(frame) <= FETCH_BYTES          # never the whole list in one reply
@@ -25,10 +25,10 @@ def test_the_audit_waits_while_results_are_unread(storage):
 
     def audit_map(map_id):
         raise AssertionError("the audit read the broker while results waited unread")
-    storage.audit_map = audit_map
+    storage.maps.audit = audit_map
     run.state.last_progress -= 60                                # as stalled as can be
     run.upkeep._audit()
     assert run.state.missing == set() and run.resubmissions == 0   # nothing found, nothing sent
     storage.r.delete(storage.keys.results(run.map_id))
-    del storage.audit_map
+    del storage.maps.audit
     run.cancel()

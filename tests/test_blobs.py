@@ -40,7 +40,7 @@ def big_frame(key: bytes, index: int, nbytes: int = 400_000) -> bytes:
 def _worker(storage) -> tuple[str, str]:
     name, inc = f"blob-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex[:12]
     status = WorkerStatus(name=name, host="h", pid=1, incarnation=inc, key_fingerprint="f")
-    assert storage.claim(name, inc, status).ok
+    assert storage.lease.claim(name, inc, status).ok
     return name, inc
 
 
@@ -54,12 +54,12 @@ def test_a_big_result_travels_as_a_blob_and_leaves_nothing(storage):
     storage.r.expire(storage.keys.map(MAP), 600)
     frame = big_frame(storage.config.key, 3)
     tid = protocol.TaskRef(MAP, 3).task_id
-    storage.take(name, inc, 0, [(MAP, tid, frame)])
+    storage.lease.take(name, inc, 0, [(MAP, tid, frame)])
     (item,) = storage.r.lrange(storage.keys.results(MAP), 0, -1)
     assert blobs.is_stub(item) and len(item) < 200, "the list holds the 400 kB frame itself"
     (key,) = _blob_keys(storage)
     assert blobs.parse_stub(item) == (len(frame), key.decode()) and 0 < storage.r.ttl(key) <= 600 + 30
-    assert storage.fetch_results(MAP, timeout=0) == [frame]
+    assert storage.maps.fetch_results(MAP, timeout=0) == [frame]
     assert _blob_keys(storage) == [] and storage.r.llen(storage.keys.results(MAP)) == 0
 
 
@@ -67,7 +67,7 @@ def test_a_stub_the_broker_drops_takes_its_blob_with_it(storage):
     """Results of a map that is gone are dropped by take: the big one's blob too."""
     name, inc = _worker(storage)
     tid = protocol.TaskRef(MAP, 0).task_id
-    storage.take(name, inc, 0, [(MAP, tid, big_frame(storage.config.key, 0))])
+    storage.lease.take(name, inc, 0, [(MAP, tid, big_frame(storage.config.key, 0))])
     assert _blob_keys(storage) == [] and storage.r.llen(storage.keys.results(MAP)) == 0
 
 
@@ -76,11 +76,11 @@ def test_stubs_past_a_fetchs_budget_go_back_in_order(storage):
     storage.r.hset(storage.keys.map(MAP), "fn", "x")
     storage.r.expire(storage.keys.map(MAP), 600)
     frames = [big_frame(storage.config.key, i) for i in range(5)]
-    storage.take(name, inc, 0, [(MAP, protocol.TaskRef(MAP, i).task_id, f) for i, f in enumerate(frames)])
+    storage.lease.take(name, inc, 0, [(MAP, protocol.TaskRef(MAP, i).task_id, f) for i, f in enumerate(frames)])
     popped = storage.r.lpop(storage.keys.results(MAP), 5)
-    got = blobs.resolve(storage.r, storage.keys, MAP, popped, budget=2 * len(frames[0]))
+    got = storage.maps.resolve(MAP, popped, budget=2 * len(frames[0]))
     assert got == frames[:2], "more than the budget was read at once, or out of order"
-    assert storage.fetch_results(MAP, timeout=0) + storage.fetch_results(MAP, timeout=0) == frames[2:]
+    assert storage.maps.fetch_results(MAP, timeout=0) + storage.maps.fetch_results(MAP, timeout=0) == frames[2:]
     assert _blob_keys(storage) == []
 
 

@@ -62,7 +62,7 @@ def nothing_left(storage, names: list[str]) -> None:
     """Once no worker holds a task (its late results handed in or dropped), no blob and no
     key of the map is left."""
     def idle():
-        statuses = {s.name: s for s in storage.worker_statuses(queue_depths=False)}
+        statuses = {s.name: s for s in storage.pool.worker_statuses(queue_depths=False)}
         return all(n in statuses and statuses[n].task is None and not storage.r.hlen(storage.keys.lease(n))
                    for n in names)
     wait_until(idle, 60, "the workers to hold no task of the ended map")
@@ -148,11 +148,11 @@ def _map_with_a_stub(storage) -> None:
     """Map MAP registered, with a big result handed in by a worker: its stub in the results
     list, its blob beside."""
     name, inc = f"blob-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex[:16]
-    assert storage.claim(name, inc, WorkerStatus(name=name, host="h", pid=1, incarnation=inc,
+    assert storage.lease.claim(name, inc, WorkerStatus(name=name, host="h", pid=1, incarnation=inc,
                                                  key_fingerprint="f")).ok
     storage.r.hset(storage.keys.map(MAP), "fn", "x")
     storage.r.expire(storage.keys.map(MAP), 600)
-    storage.take(name, inc, 0, [(MAP, protocol.TaskRef(MAP, 0).task_id, big_frame(storage.config.key, 0))])
+    storage.lease.take(name, inc, 0, [(MAP, protocol.TaskRef(MAP, 0).task_id, big_frame(storage.config.key, 0))])
     assert len(blob_keys(storage)) == 1 and storage.r.llen(storage.keys.results(MAP)) == 1
 
 
@@ -162,10 +162,10 @@ def test_a_map_ended_with_unread_stubs_takes_their_blobs(storage, end):
     never read: the end deletes their blobs with the map's keys."""
     _map_with_a_stub(storage)
     if end == "end":
-        storage.end_map(MAP)
+        storage.maps.end(MAP)
     elif end == "lazy end":
-        storage.end_map(MAP, lazy=True)
-        storage.flush()
+        storage.maps.end(MAP, lazy=True)
+        storage.maps.flush()
     else:
-        storage.cancel_map(MAP)
+        storage.maps.cancel(MAP)
     assert blob_keys(storage) == [] and not storage.r.exists(storage.keys.results(MAP), storage.keys.map(MAP))

@@ -120,7 +120,9 @@ def _in_calls_of_two(broker, monkeypatch):
     """The client's storage for ``broker``, sending a map in enqueue calls of two tasks
     (``scan_step``): a map of 5 tasks goes in three."""
     client = storage_for(broker)
-    monkeypatch.setattr(client, "settings", dataclasses.replace(client.settings, scan_step=2))
+    two = dataclasses.replace(client.settings, scan_step=2)
+    monkeypatch.setattr(client, "settings", two)
+    monkeypatch.setattr(client.maps, "settings", two)        # the map queue's, which sends the calls
     return client
 
 

@@ -223,7 +223,7 @@ def _wait_idle(cluster, ended, timeout: float = 300.0) -> None:
     try:
         deadline, quiet = time.monotonic() + timeout, 0
         while time.monotonic() < deadline and quiet < 2:
-            idle = all(s.task is None for s in storage.worker_statuses(queue_depths=False))
+            idle = all(s.task is None for s in storage.pool.worker_statuses(queue_depths=False))
             quiet = quiet + 1 if idle and ended() else 0
             time.sleep(1.2)
         assert quiet >= 2, "the interrupted run's items did not end on the workers within 300 s"

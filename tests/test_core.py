@@ -199,7 +199,7 @@ def test_cancel_removes_queued_tasks_and_keys(broker, workers, storage):
     h._thread.join(5)
     assert not h._thread.is_alive()          # its collector stops with it (and frees its connection)
     assert map_keys(storage) == []
-    assert storage.shared_depth() == 0
+    assert storage.pool.shared_depth() == 0
 
 
 def test_a_finished_maps_keys_go_as_it_returns_and_its_signed_end_stays_until_it_expires(broker, workers, storage):
@@ -217,7 +217,7 @@ def test_a_finished_maps_keys_go_as_it_returns_and_its_signed_end_stays_until_it
         while map_keys(storage) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert map_keys(storage) == [], f"map {map_id} of {n} task(s) left its keys after it returned"
-        assert map_id not in storage.maps_in_flight()
+        assert map_id not in storage.pool.maps_in_flight()
         end = storage.r.get(storage.keys.live(map_id))
         assert end is not None and protocol.unpack_map_token(broker.config.key, end).ended
         assert 0 < storage.r.pttl(storage.keys.live(map_id)) <= storage.settings.token_ttl * 1000
@@ -235,13 +235,13 @@ def test_ctrl_c_in_blocking_call_cancels_the_map(broker, workers, storage, tmp_p
                             cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "start"
     deadline = time.monotonic() + 20
-    while not storage.maps_in_flight() and time.monotonic() < deadline:
+    while not storage.pool.maps_in_flight() and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(0.3)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert "KeyboardInterrupt" in err
-    assert map_keys(storage) == [] and storage.shared_depth() == 0
+    assert map_keys(storage) == [] and storage.pool.shared_depth() == 0
 
 
 def test_sigterm_mid_task_loses_nothing(broker, workers):

@@ -49,7 +49,7 @@ def test_workers_show_their_credentials_and_status_warns_before_expiry(broker, w
     name, = workers.start(1, env={"BEARER_TOKEN_FILE": str(token), "X509_USER_PROXY": str(proxy)})
     s = Storage(broker.config)
     try:
-        status = next(w for w in s.worker_statuses() if w.name == name)
+        status = next(w for w in s.pool.worker_statuses() if w.name == name)
         assert set(status.credential) == {"bearer token", "x509 proxy"}
         assert status.credential["bearer token"]["mode"] == "0600"
         assert abs(status.credential["x509 proxy"]["expires"] - (time.time() + 86400)) < 600

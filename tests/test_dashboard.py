@@ -259,7 +259,7 @@ def test_a_thousand_workers_with_their_problems_sortable(broker, chrome):
                 st.versions["numpy"] = "0.0.1"
             if k == 3:
                 st.t = now - 120
-            (forger if k == 4 else s).claim(st.name, st.incarnation, st)
+            (forger if k == 4 else s).lease.claim(st.name, st.incarnation, st)
         with Dashboard(broker.config) as d:
             chrome.get(d.url)
             table = "#workers tbody tr[data-name]"

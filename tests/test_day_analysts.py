@@ -97,7 +97,7 @@ def test_a_small_map_takes_turns_with_another_clients_big_map(broker, storage, w
     workers.start(2)
     proc, big_id, big_folder = big_client(routed)
     if routed:
-        assert sum(w["queued"] for w in storage.live_workers()) > BIG // 2   # really routed
+        assert sum(w["queued"] for w in storage.pool.live_workers()) > BIG // 2   # really routed
     small = tmp_path / "small"
     small.mkdir()
     assert remote_map(touch, [(str(small), 0), (str(small), 1)], broker=broker, progress=False,
@@ -109,7 +109,7 @@ def test_a_small_map_takes_turns_with_another_clients_big_map(broker, storage, w
     status = render_status(storage)                     # every client's map, its client and depth
     line = next((x for x in status.splitlines() if x.strip().startswith(big_id)), "")
     assert "client" in line and "queued" in line and "alive" in line, status
-    big = next(m for m in storage.maps_in_flight() if m["map_id"] == big_id)
+    big = next(m for m in storage.pool.maps_in_flight() if m["map_id"] == big_id)
     assert big["client_alive"] is True, big
     if not routed:
         assert big["queued"] > BIG // 2, big
@@ -128,8 +128,8 @@ def test_a_killed_clients_queued_tasks_are_dropped_with_its_keys(broker, storage
         return not [k for k in storage.r.scan_iter(match=f"{storage.keys.ns}:*") if big_id.encode() in k]
     wait_until(gone, 60, f"the keys of map {big_id} of the killed client to go")
     at_gone = _ran(big_folder)
-    wait_until(lambda: storage.shared_depth() == 0
-               and all(w["task"] is None for w in storage.live_workers()), 60, "the workers to go idle")
+    wait_until(lambda: storage.pool.shared_depth() == 0
+               and all(w["task"] is None for w in storage.pool.live_workers()), 60, "the workers to go idle")
     time.sleep(1.0)
     final = _ran(big_folder)
     # what ran after the keys went is at most what the two workers held then
@@ -154,7 +154,7 @@ def test_a_client_busy_between_polls_keeps_its_map_alive(broker, workers):
         beats = set()
         while time.monotonic() - t < 6.0:               # busy in Python, three beacon lives, no poll
             sum(i * i for i in range(10_000))
-            info = next((m for m in other.maps_in_flight() if m["map_id"] == run.map_id), None)
+            info = next((m for m in other.pool.maps_in_flight() if m["map_id"] == run.map_id), None)
             beats.add(None if info is None else info["client_alive"])
         assert beats == {True}, "the map's client was declared dead while it was only busy"
         got = {}
@@ -177,7 +177,7 @@ def test_a_map_whose_whole_window_was_lost_still_finishes(broker, storage, worke
     n, window = 30, storage.settings.fair_window
     h = submit(nap, range(n), broker=broker)
     lost = [storage.r.rpop(storage.keys.shared_queue) for _ in range(window)]
-    assert all(lost) and storage.shared_depth() == 0
+    assert all(lost) and storage.pool.shared_depth() == 0
     assert storage.r.llen(storage.keys.backlog(h.map_id)) == n - window
     workers.start(1)
     assert h.wait(timeout=90) == [2 * i for i in range(n)]

@@ -52,7 +52,7 @@ def nap_counted(args):
 # -- helpers ---------------------------------------------------------------------------
 def serving(storage: Storage) -> dict[str, tuple[str, int]]:
     """Each live worker's (incarnation, task-process pid)."""
-    return {s.name: (s.incarnation, s.task_pid) for s in storage.worker_statuses(queue_depths=False)}
+    return {s.name: (s.incarnation, s.task_pid) for s in storage.pool.worker_statuses(queue_depths=False)}
 
 
 def runs_per_task(path: Path) -> dict[int, int]:

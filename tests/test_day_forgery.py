@@ -80,7 +80,7 @@ def finish(run: MapRun, timeout: float = 60.0) -> dict[int, object]:
         assert r.error is None, r.error
         got[r.index] = r.value
     run.close()
-    run.storage.flush()
+    run.storage.maps.flush()
     return got
 
 
@@ -144,7 +144,7 @@ def test_frames_replayed_after_the_map_ended_run_nothing_and_are_reported(broker
         assert s.r.exists(s.keys.map(run.map_id)) == 0          # the map ended: its keys are gone
         wait_after(s, TOKEN_TTL + 0.5)               # the map's last token has expired
         write_back(s, dumps, frames)
-        assert wait_for(lambda: s.shared_depth() == 0, 30, "the workers took the replayed frames")
+        assert wait_for(lambda: s.pool.shared_depth() == 0, 30, "the workers took the replayed frames")
         reported = wait_for(lambda: run.map_id in problems(s) and "expired" in problems(s), 20, "report")
         assert runs(tmp_path, "a") == before, "a worker ran the user's function on a replayed frame"
         assert reported, problems(s)
@@ -186,7 +186,7 @@ def test_frames_replayed_into_a_map_recreated_under_the_same_id_run_nothing(brok
         write_back(s, dumps, frames)                 # the old map's hash, token, function and frames
         workers.start(2)
         assert finish(again) == {i: i * i for i in range(4)}      # the genuine map still completes
-        assert wait_for(lambda: s.shared_depth() == 0, 30, "the replayed frames were taken")
+        assert wait_for(lambda: s.pool.shared_depth() == 0, 30, "the replayed frames were taken")
         reported = wait_for(lambda: first.map_id in problems(s), 20, "report")
         assert runs(tmp_path, "a") == before, "a worker ran the user's function on a replayed frame"
         assert set(runs(tmp_path, "b")) == set(range(4))
@@ -264,7 +264,7 @@ def test_a_client_that_stopped_renewing_its_map_gets_every_result_once_it_polls(
         run.submit()
         wait_after(s, TOKEN_TTL + 0.5)               # no tick: the token expired in Redis
         workers.start(1)
-        assert wait_for(lambda: s.shared_depth() == 0, 30, "the worker looked at the stale tasks")
+        assert wait_for(lambda: s.pool.shared_depth() == 0, 30, "the worker looked at the stale tasks")
         assert wait_for(lambda: "expired" in problems(s), 20, "the refusal"), problems(s)
         assert not runs(tmp_path, "c")               # nothing ran under the expired token
         assert finish(run) == {i: i * i for i in range(5)}

@@ -46,7 +46,7 @@ def _wait_idle(storage, timeout: float = 60.0) -> None:
     calm = []
 
     def idle():
-        busy = any(s.task is not None for s in storage.worker_statuses(queue_depths=False))
+        busy = any(s.task is not None for s in storage.pool.worker_statuses(queue_depths=False))
         calm.append(not busy)
         return calm[-2:] == [True, True]
     wait_until(idle, timeout, "the workers to finish their tasks", every=0.3)
@@ -100,7 +100,7 @@ def test_ctrl_c_at_any_instant_cancels_the_map(broker, workers, storage, tmp_pat
     ran = {d: sum(1 for f in os.listdir(tmp_path) if f.startswith(f"{float(d)}-")) for d in delays}
     # only tasks a worker had already taken may run; the queued rest is dropped
     assert all(n <= 2 for n in ran.values()), ran
-    assert map_keys(storage) == [] and storage.shared_depth() == 0
+    assert map_keys(storage) == [] and storage.pool.shared_depth() == 0
 
 
 def test_fast_lane_cut_between_two_replies_leaves_no_stale_reply(broker):
@@ -148,8 +148,8 @@ def test_rhtc_cancel_from_another_shell_ends_the_owning_client(broker, workers, 
                             env=dict(os.environ, **broker.config.env()), cwd=str(ROOT),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        wait_until(lambda: storage.maps_in_flight(), 60, "the map to be in flight")
-        map_id = storage.maps_in_flight()[0]["map_id"]
+        wait_until(lambda: storage.pool.maps_in_flight(), 60, "the map to be in flight")
+        map_id = storage.pool.maps_in_flight()[0]["map_id"]
         done = subprocess.run([*RHTC, "cancel", map_id[:8]], env=dict(os.environ, **broker.config.env()),
                               cwd=str(ROOT), capture_output=True, text=True, timeout=60)
         assert done.returncode == 0, done.stderr
@@ -161,7 +161,7 @@ def test_rhtc_cancel_from_another_shell_ends_the_owning_client(broker, workers, 
             proc.communicate()
     assert out.startswith("cancelled:") and map_id in out and "rhtc cancel" in out, (out, err[-2000:])
     _wait_idle(storage)
-    assert map_keys(storage) == [] and storage.shared_depth() == 0
+    assert map_keys(storage) == [] and storage.pool.shared_depth() == 0
 
 
 def test_rhtc_cancel_names_a_map_that_is_not_there(broker):
@@ -230,7 +230,7 @@ def test_with_local_cluster_is_the_default_inside_the_block(broker, workers, con
 
 # -- bad input refused at the call -----------------------------------------------------------------
 def _no_map_queued(storage):
-    assert map_keys(storage) == [] and storage.shared_depth() == 0 and storage.maps_in_flight() == []
+    assert map_keys(storage) == [] and storage.pool.shared_depth() == 0 and storage.pool.maps_in_flight() == []
 
 
 @pytest.mark.parametrize("call, match", [

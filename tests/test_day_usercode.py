@@ -17,7 +17,7 @@ from rhtc.client.api import submit
 
 
 def _status(storage: Storage, name: str):
-    return next((w for w in storage.worker_statuses(queue_depths=False) if w.name == name), None)
+    return next((w for w in storage.pool.worker_statuses(queue_depths=False) if w.name == name), None)
 
 
 def _wait(cond, timeout: float = 30.0, what: str = "condition"):

@@ -184,7 +184,7 @@ def test_coffea_reads_over_root_retry_in_the_task_like_chunk_arrays(server, brok
     thread.start()
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and "error" not in out:
-        if any(w["state"] == "busy" for w in storage.live_workers()):
+        if any(w["state"] == "busy" for w in storage.pool.live_workers()):
             break                                             # the first read is failing now
         time.sleep(0.05)
     time.sleep(2)

@@ -179,7 +179,7 @@ def test_a_chunk_on_node_a_disk_goes_to_node_a_after_a_restart(broker, workers, 
     (b1,) = workers.start(1, env=env_b)
     deadline = time.monotonic() + 30              # a new worker says which disk tier it serves
     while True:                                    # with its heartbeats: wait for them, not a time
-        where, live = storage.locate([c.routing_key for c in chunks])
+        where, live = storage.pool.locate([c.routing_key for c in chunks])
         if (set(live) >= {a2, b1} and all(where.get(c.routing_key) == a2 for c in chunks)) \
                 or time.monotonic() > deadline:
             break

@@ -290,11 +290,11 @@ def test_a_hundred_maps_leave_redis_as_they_found_it(broker, workers, storage):
                 submit(nap, [0.3] * 10, broker=broker).cancel()
             else:
                 remote_map(nap, [0.0] * 5, broker=broker, progress=False)
-        storage_for(broker).flush()
+        storage_for(broker).maps.flush()
         time.sleep(1.0)
 
     remote_map(nap, [0.0], broker=broker, progress=False)
-    storage_for(broker).flush()
+    storage_for(broker).maps.flush()
     storage.r.delete(*[k for k in storage.r.scan_iter(match=f"{storage.keys.ns}:fn:*")])
     base_keys = set(storage.r.scan_iter(match=f"{storage.keys.ns}:*"))
     hundred_maps()
@@ -334,9 +334,9 @@ def test_killed_client_leaves_nothing_after_expiry(broker, workers, storage):
     proc.kill()
     proc.wait()
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and (map_keys(storage) or storage.shared_depth()):
+    while time.monotonic() < deadline and (map_keys(storage) or storage.pool.shared_depth()):
         time.sleep(0.5)
-    assert map_keys(storage) == [] and storage.shared_depth() == 0
+    assert map_keys(storage) == [] and storage.pool.shared_depth() == 0
 
 
 def slow_on_one_worker(chunk):

@@ -32,7 +32,7 @@ def test_the_scripts_run_as_functions_loaded_once(broker, workers, storage):
     workers.start(2)
     for _ in range(5):
         assert remote_map(double, range(20), broker=broker, progress=False) == [2 * x for x in range(20)]
-    assert _libraries(storage) == [storage._scripts.name]
+    assert _libraries(storage) == [storage.link.scripts.name]
     assert _calls(storage, "evalsha") == 0
     # one load (at most) per process's broker client: the client, each worker's supervisor
     # and task process; never one per call
@@ -46,11 +46,11 @@ def test_a_broker_that_lost_the_library_gets_it_back_on_the_next_call(broker, wo
     assert _libraries(storage) == []
     # the client's enqueue (sent without waiting), the worker's lease and hand-in, the heartbeat
     assert remote_map(double, range(5), broker=broker, progress=False) == [0, 2, 4, 6, 8]
-    assert _libraries(storage) == [storage._scripts.name]
+    assert _libraries(storage) == [storage.link.scripts.name]
     other = Storage(broker.config)                        # a plain call (not the fast lane) after a flush
     try:
         storage.r.execute_command("FUNCTION", "FLUSH")
-        assert other.audit_map("0" * 16) == set()
+        assert other.maps.audit("0" * 16) == set()
     finally:
         other.close()
 
@@ -65,8 +65,8 @@ def test_a_user_who_may_not_load_functions_runs_the_scripts_by_evalsha(broker, w
             broker.config, url=f"redis://analyst:analyst-pw@{url.hostname}:{url.port}{url.path}")
         s = Storage(config)
         try:
-            got = s.audit_map("0" * 16)                   # the first call decides
-            assert got == set() and s._scripts.mode == "evalsha"
+            got = s.maps.audit("0" * 16)                   # the first call decides
+            assert got == set() and s.link.scripts.mode == "evalsha"
             assert _libraries(admin) == []
             workers.start(1)                              # a worker with functions, a client without
             assert remote_map(double, range(6), broker=config, progress=False) == [2 * x for x in range(6)]
@@ -92,7 +92,7 @@ def test_nothing_a_call_read_is_served_to_the_next_call(storage):
     """take.lua reads each map's liveness token once per call; in a function library the
     memo would outlive the call and hand a later take a token the map no longer has."""
     w, inc = "w1", "a" * 16
-    assert storage.claim(w, inc, WorkerStatus(name=w, host="node-a", pid=1, incarnation=inc, key_fingerprint="f")).ok
+    assert storage.lease.claim(w, inc, WorkerStatus(name=w, host="node-a", pid=1, incarnation=inc, key_fingerprint="f")).ok
     key, nonce, map_id = storage.config.key, protocol.new_nonce(), "ab" * 8
     live = protocol.pack_map_token(key, map_id, nonce, 2_000_000_000_000)
     ended = protocol.pack_map_token(key, map_id, nonce, 2_000_000_000_000, ended=True)
@@ -100,11 +100,11 @@ def test_nothing_a_call_read_is_served_to_the_next_call(storage):
     storage.r.set(storage.keys.live(map_id), live)
     storage.r.hset(storage.keys.map(map_id), "n", 2)
     storage.r.lpush(storage.keys.shared_queue, frame)
-    held, _, batch = storage.take(w, inc, 1)
+    held, _, batch = storage.lease.take(w, inc, 1)
     assert held and batch[0][1] == live
     storage.r.set(storage.keys.live(map_id), ended)       # the client signed the map's end
     storage.r.lpush(storage.keys.shared_queue, frame)
-    held, _, batch = storage.take(w, inc, 1)
+    held, _, batch = storage.lease.take(w, inc, 1)
     assert held and batch and batch[0][1] == ended, "a later call was served the token an earlier call read"
 
 
@@ -126,7 +126,7 @@ def test_a_replaced_library_cannot_make_a_worker_run_a_map_whose_token_expired(b
         token = s.r.dump(s.keys.live(run.map_id))
         run.cancel()
         time.sleep(2.5)                                # the copied token has expired
-        lib = s._scripts
+        lib = s.link.scripts
         lib.ensure()
         lying = lib.code.replace("local function now_ms()\n", "local function now_ms()\n  do return 1000 end\n", 1)
         assert lying != lib.code
@@ -134,7 +134,7 @@ def test_a_replaced_library_cannot_make_a_worker_run_a_map_whose_token_expired(b
         s.r.restore(s.keys.live(run.map_id), 60_000, token, replace=True)
         s.r.rpush(s.keys.shared_queue, *frames)
         workers.start(1)
-        assert wait_for(lambda: s.shared_depth() == 0, 30, "the worker took the replayed frames")
+        assert wait_for(lambda: s.pool.shared_depth() == 0, 30, "the worker took the replayed frames")
         time.sleep(1.0)
         assert runs(tmp_path, "x") == {}, "a worker ran a map whose liveness token had expired"
     finally:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import signal
 import uuid
 
+from rhtc.broker import scriptargs
 from rhtc.broker.messages import WorkerStatus
 
 
@@ -19,7 +20,7 @@ def _register(storage, n: int) -> list[tuple[str, str]]:
     for i in range(n):
         name, inc = f"idle-{i:03d}", uuid.uuid4().hex[:12]
         status = WorkerStatus(name=name, host="node-a", pid=1000 + i, incarnation=inc, key_fingerprint="f")
-        assert storage.claim(name, inc, status).ok
+        assert storage.lease.claim(name, inc, status).ok
         names.append((name, inc))
     return names
 
@@ -30,10 +31,10 @@ def _calls(storage, command: str) -> int:
 
 def test_an_idle_take_does_not_look_at_every_workers_queue(storage):
     pool = _register(storage, 60)
-    storage.take(*pool[0], max_tasks=1)                     # loads the script
+    storage.lease.take(*pool[0], max_tasks=1)                     # loads the script
     storage.r.config_resetstat()
     for name, inc in pool:
-        held, _, batch = storage.take(name, inc, max_tasks=1)
+        held, _, batch = storage.lease.take(name, inc, max_tasks=1)
         assert held and batch == []
     llens = _calls(storage, "llen")
     assert llens < len(pool), (
@@ -46,7 +47,7 @@ def test_the_routed_set_forgets_empty_and_unregistered_queues(storage):
     left) is removed by the first thief that looks at it."""
     (name, inc), (other, _) = _register(storage, 2)
     storage.r.sadd(storage.keys.routed, other, "ghost-worker")   # as if tasks had been routed there
-    storage.take(name, inc, max_tasks=1)
+    storage.lease.take(name, inc, max_tasks=1)
     assert storage.r.smembers(storage.keys.routed) == set()
 
 
@@ -55,7 +56,7 @@ def _script_calls(storage, seconds: float) -> dict[str, int]:
     over ``seconds`` (read from the slow log, which logs every command while its
     threshold is 0)."""
     import time
-    by_id = {ident: name for name, c in storage._scripts.items() for ident in (c.sha, c.function)}
+    by_id = {ident: name for name, c in storage.link.scripts.items() for ident in (c.sha, c.function)}
     storage.r.config_set("slowlog-log-slower-than", 0)
     storage.r.config_set("slowlog-max-len", 100_000)
     storage.r.slowlog_reset()
@@ -92,14 +93,14 @@ def test_an_idle_worker_still_steals_when_a_routed_queue_backs_up(storage, worke
     time.sleep(2.5)                                    # it is waiting quietly now
     victim, inc = "stuck-victim", uuid.uuid4().hex[:12]
     status = WorkerStatus(name=victim, host="node-b", pid=1, incarnation=inc, key_fingerprint="f")
-    assert storage.claim(victim, inc, status).ok
+    assert storage.lease.claim(victim, inc, status).ok
     frames = [b"not-a-task-%d" % i for i in range(storage.settings.steal_min_queue + 2)]
     storage.r.lpush(storage.keys.queue(victim), *frames)
     storage.r.sadd(storage.keys.routed, victim)
     storage.r.hset(storage.keys.lease(victim), "busy-with", "a long task")    # its owner is busy
     deadline = time.monotonic() + 8
     while storage.r.llen(storage.keys.queue(victim)) == len(frames) and time.monotonic() < deadline:
-        storage.heartbeat(victim, inc, status)
+        storage.lease.heartbeat(victim, inc, status)
         time.sleep(0.2)
     assert storage.r.llen(storage.keys.queue(victim)) < len(frames), (
         f"idle worker {thief} never stole from {victim}'s backed-up queue")
@@ -111,14 +112,14 @@ def test_a_heartbeat_says_which_pool_duties_are_due_once_a_second(storage):
     beat), the others are not."""
     (a, ia), (b, ib) = _register(storage, 2)
     status = WorkerStatus(name=a, host="h", pid=1, incarnation=ia, key_fingerprint="f")
-    first = storage.heartbeat(a, ia, status, duties=5.0)
-    second = storage.heartbeat(b, ib, dataclasses_replace(status, name=b, incarnation=ib), duties=5.0)
+    first = storage.lease.heartbeat(a, ia, status, duties=5.0)
+    second = storage.lease.heartbeat(b, ib, dataclasses_replace(status, name=b, incarnation=ib), duties=5.0)
     assert first.ok and first.reap_due and first.sweep_due
     assert second.ok and not second.reap_due and not second.sweep_due
     storage.r.delete(storage.keys.reap_due)
-    third = storage.heartbeat(b, ib, dataclasses_replace(status, name=b, incarnation=ib), duties=5.0)
+    third = storage.lease.heartbeat(b, ib, dataclasses_replace(status, name=b, incarnation=ib), duties=5.0)
     assert third.reap_due and third.sweep_due
-    assert not storage.heartbeat(a, ia, status).duties          # without duties: never told
+    assert not storage.lease.heartbeat(a, ia, status).duties          # without duties: never told
 
 
 def dataclasses_replace(obj, **kw):
@@ -144,7 +145,7 @@ def test_a_maps_window_grows_while_idle_workers_wait(storage):
         popped = [storage.r.rpop(shared) for _ in range(window)]    # idle workers' blocking pops
 
         def lease(frame):                                            # ... and their leases
-            storage._scripts["lease_one"](args=[storage.keys.ns, w, inc, 1, frame, 1])
+            storage.link.scripts["lease_one"](args=scriptargs.lease_one(ns=storage.keys.ns, worker=w, incarnation=inc, leases=1, frame=frame, from_shared=1))
         lease(popped[0])
         assert storage.r.llen(shared) == 2, "the window did not grow while the queue ran dry"
         lease(popped[1])
@@ -161,15 +162,15 @@ def test_a_heartbeat_after_the_name_expired_puts_the_worker_back_in_the_pool(sto
     [(name, inc)] = _register(storage, 1)
     status = WorkerStatus(name=name, host="h", pid=1, incarnation=inc, key_fingerprint="f")
     storage.r.sadd(storage.keys.holds(name), "chunk-a")
-    assert storage.heartbeat(name, inc, status).ok
+    assert storage.lease.heartbeat(name, inc, status).ok
     storage.r.srem(storage.keys.workers, name)                 # the reaper saw it dead...
     storage.r.delete(storage.keys.incarnation(name))           # ...its name had expired
-    assert storage.heartbeat(name, inc, status).ok
+    assert storage.lease.heartbeat(name, inc, status).ok
     assert storage.r.sismember(storage.keys.workers, name)
     assert storage.r.ttl(storage.keys.holds(name)) > 0
     other = "someone-else-" + inc
     storage.r.set(storage.keys.incarnation(name), other)        # another incarnation took it over
-    got = storage.heartbeat(name, inc, status)
+    got = storage.lease.heartbeat(name, inc, status)
     assert not got.ok and got.holder == other
 
 

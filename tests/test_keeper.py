@@ -89,11 +89,11 @@ def test_the_broker_remembers_a_worker_that_served_and_left(broker, workers):
     assert workers.procs[name].wait(30) == 0
     s = Storage(broker.config)
     try:
-        assert name not in {w.name for w in s.worker_statuses(queue_depths=False)}, "its heartbeat is gone"
-        joined = s.workers_joined()
+        assert name not in {w.name for w in s.pool.worker_statuses(queue_depths=False)}, "its heartbeat is gone"
+        joined = s.pool.workers_joined()
         assert name in joined and t0 - 1 <= joined[name] <= time.time() + 1, joined
         assert job_of_worker(name) == "4242.0"
-        assert s.workers_joined(since=time.time() + 60) == {}, "a later look reads only newer claims"
+        assert s.pool.workers_joined(since=time.time() + 60) == {}, "a later look reads only newer claims"
         assert s.r.ttl(s.keys.joined) > 0, "the record expires"
     finally:
         s.close()
@@ -106,13 +106,13 @@ def test_a_second_keeper_of_the_same_pool_is_refused(broker, tmp_path):
     from rhtc.broker.storage import Storage
     s = Storage(broker.config)
     try:
-        s.publish_keeper("dup", {"pid": 4242, "host": "login1"}, ttl=30)
+        s.pool.publish_keeper("dup", {"pid": 4242, "host": "login1"}, ttl=30)
         cfg = broker.config.write(tmp_path / "broker.json")
         keeper = PoolKeeper(KeeperPlan(1, 1), pool_id="dup", config_file=cfg, python="/usr/bin/python3",
                             log_dir=tmp_path)
         with pytest.raises(PoolFailing, match="already kept by pid 4242 on login1"):
             keeper.run()
-        assert [k["pool"] for k in s.keepers()] == ["dup"], "the running keeper's state is left alone"
+        assert [k["pool"] for k in s.pool.keepers()] == ["dup"], "the running keeper's state is left alone"
     finally:
         s.close()
 
@@ -123,8 +123,8 @@ def test_the_dashboard_shows_the_keepers_size_and_last_replacement(broker):
     s = Storage(broker.config)
     try:
         assert DashState(s).snapshot()["pool"]["keeper"] is None
-        s.publish_keeper("p7", {"wanted": 3, "serving": 2}, ttl=30)
-        s.keeper_event("p7", {"what": "replaced", "job": "12.1", "why": "held: memory exceeded"})
+        s.pool.publish_keeper("p7", {"wanted": 3, "serving": 2}, ttl=30)
+        s.pool.keeper_event("p7", {"what": "replaced", "job": "12.1", "why": "held: memory exceeded"})
         line = DashState(s).snapshot()["pool"]["keeper"]
         assert line == "p7 wants 3, 2 serving; last replaced 12.1: held: memory exceeded", line
     finally:

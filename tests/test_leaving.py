@@ -56,7 +56,7 @@ def test_a_worker_drains_at_the_end_of_its_lifetime_and_loses_nothing(broker, wo
     assert indices == list(range(n)), f"every task ran exactly once (none handed back mid-run): {indices}"
     s = Storage(broker.config)
     try:
-        assert set(short).isdisjoint({w["name"] for w in s.live_workers()})
+        assert set(short).isdisjoint({w["name"] for w in s.pool.live_workers()})
     finally:
         s.close()
 
@@ -68,7 +68,7 @@ def test_a_worker_publishes_when_it_leaves_from_its_flag_or_its_job_ad(broker, w
     from_ad, = workers.start(1, env={"_CONDOR_JOB_AD": str(ad), "RHTC_LIFETIME_STAGGER": "0"})
     s = Storage(broker.config)
     try:
-        status = {w.name: w for w in s.worker_statuses()}
+        status = {w.name: w for w in s.pool.worker_statuses()}
         assert status[flag].leaves_at == pytest.approx(status[flag].started + 27, abs=1.0)
         assert status[from_ad].leaves_at == pytest.approx(status[from_ad].started + 180, abs=1.0)
         assert not status[flag].leaving
@@ -79,7 +79,7 @@ def test_a_worker_publishes_when_it_leaves_from_its_flag_or_its_job_ad(broker, w
 def test_an_idle_worker_leaves_only_above_the_pools_floor(broker, workers):
     s = Storage(broker.config)
     try:
-        s.set_pool_floor(2, ttl=120)
+        s.pool.set_pool_floor(2, ttl=120)
         names = workers.start(3, env={"RHTC_IDLE_TIMEOUT": "1.5"})
         # one may leave (3 -> 2), the other two stay at the floor
         wait_for(lambda: sum(workers.procs[n].poll() is not None for n in names) >= 1, 30, what="one idle worker to leave")
@@ -91,7 +91,7 @@ def test_an_idle_worker_leaves_only_above_the_pools_floor(broker, workers):
         # without a floor (no keeper), the others leave too
         s.r.delete(s.keys.pool_floor)
         wait_for(lambda: all(workers.procs[n].poll() is not None for n in names), 30, what="the others to leave")
-        assert not s.live_workers()
+        assert not s.pool.live_workers()
     finally:
         s.close()
 
@@ -107,9 +107,9 @@ def test_a_draining_worker_is_routed_nothing(broker, workers):
                routing=False)
     s = Storage(broker.config)
     try:
-        wait_for(lambda: any(w.name == name and w.leaving for w in s.worker_statuses()), 30,
+        wait_for(lambda: any(w.name == name and w.leaving for w in s.pool.worker_statuses()), 30,
                  what=f"{name} to start draining")
-        _, live = s.locate(["uuid:Events:0-100"])
+        _, live = s.pool.locate(["uuid:Events:0-100"])
         assert name not in live and other in live, live
         assert sorted(h.wait()) == [0, 1]
     finally:

@@ -1,9 +1,15 @@
 """Exactly-once, proven on the pure map state (issue 30): random interleavings of
 results, duplicates, user errors and their retries, faults, partials covering
 overlapping (and malformed) sets of tasks, lost workers, the audit, backups, timeouts,
-a vanished map and cancel go through :class:`MapState`; after every step each task has
+a vanished map, cancel and close go through :class:`MapState`; after every step each task has
 been delivered at most once, the state's containers agree, and no instruction sends a
 finished task again. At the end, every task is counted exactly once (or cancelled).
+
+The map's life in Redis goes through the state too (:mod:`client.engine.lifecycle`): the
+model driver reports its writes as :class:`MapRun` does (tasks sent, the end signed, the
+keys dropped or removed, some of those writes failing) and asks the state what is left to
+do; the end is never signed twice, the keys are never removed before the map is closed
+or its end signed, nothing is sent once the map is closed or ended.
 
 No Redis, no clock, no threads: these run in a second (the quick tier)."""
 from __future__ import annotations
@@ -19,6 +25,8 @@ from rhtc.broker.messages import ErrorKind, Fault, FaultKind, ResultMeta, TaskEr
 from rhtc.broker.protocol import TaskRef
 from rhtc.client.engine import events as ev
 from rhtc.client.engine.invariants import check
+from rhtc.client.engine.lifecycle import (LIFECYCLE, Close, EndSigned, InvalidLifecycleMove, KeysDropped, Lifecycle,
+                                          Phase, Removed, Sending, Unsent, Write, lifecycle_table)
 from rhtc.client.engine.retry import RetryPolicy
 from rhtc.client.engine.state import MapState
 from rhtc.client.engine.tasks import InvalidTransition, TaskState
@@ -44,8 +52,9 @@ class MapStateMachine(RuleBasedStateMachine):
     """The driver as a model: it takes every result, remembers what it queued, and
     answers with events as workers and upkeep would."""
 
-    @initialize(retries=st.integers(0, 2), delay=st.sampled_from([0.0, 5.0]), merging=st.booleans())
-    def start(self, retries, delay, merging):
+    @initialize(retries=st.integers(0, 2), delay=st.sampled_from([0.0, 5.0]), merging=st.booleans(),
+                lost=st.booleans(), sign_fails=st.booleans(), remove_fails=st.booleans())
+    def start(self, retries, delay, merging, lost, sign_fails, remove_fails):
         self.state = MapState(N, MAP, RetryPolicy(retries=retries, max_attempts=3, retry_delay=delay),
                               fingerprint=FP, merging=merging, describe=lambda i: f"arg{i}",
                               rng=random.Random(0))
@@ -53,6 +62,40 @@ class MapStateMachine(RuleBasedStateMachine):
         self.delivered: dict[int, int] = {}     # index -> times delivered
         self.finishes = 0
         self.values: dict[int, object] = {}
+        # the driver's writes: how they go (a long map reads its lost runs before dropping
+        # its keys; a write that fails is not tried again)
+        self.lost, self.sign_fails, self.remove_fails = lost, sign_fails, remove_fails
+        self.signs = self.removals = self.drops = self.closed_unfinished = 0
+        self.write(Sending())                   # submit: the first tasks, the function with them
+
+    # -- the driver's writes, as MapRun makes them --------------------------------------
+    def write(self, event):
+        life = self.state.life
+        if isinstance(event, Sending):
+            assert not life.closed and not life.end_signed_already, f"sent in phase {life.phase} (closed: {life.closed})"
+        elif isinstance(event, EndSigned):
+            self.signs += 1
+        elif isinstance(event, Removed):
+            assert life.closed or life.end_signed_already, "keys removed before the map was closed or ended"
+            self.removals += 1
+        elif isinstance(event, KeysDropped):
+            assert life.end_signed_already, "keys dropped before the end was signed"
+            self.drops += 1
+        assert self.state.handle(event) == []
+
+    def sign_end(self, drop: bool):
+        if self.state.life.may_sign_end:
+            self.write(EndSigned(dropped=drop and not self.sign_fails))
+
+    def carry_out_finish(self):
+        self.sign_end(drop=not self.lost)
+        if self.lost and self.state.life.may_drop_keys:
+            self.write(KeysDropped())
+
+    def carry_out_cancel(self):
+        if self.state.life.in_broker and not self.remove_fails:
+            self.write(Removed(3))
+        self.sign_end(drop=False)
 
     # -- the driver's side ------------------------------------------------------------
     def apply(self, event):
@@ -65,8 +108,12 @@ class MapStateMachine(RuleBasedStateMachine):
                 sent_final = set(ins.indices) & before_final
                 assert not sent_final, f"{ins} sends finished task(s) {sent_final} again"
                 assert not self.state.cancelled, f"{ins} after the map was cancelled"
+                self.write(Sending())
             elif isinstance(ins, ev.Finish):
                 self.finishes += 1
+                self.carry_out_finish()
+            elif isinstance(ins, ev.CancelMap):
+                self.carry_out_cancel()
         for r in self.state.take():
             self.delivered[r.index] = self.delivered.get(r.index, 0) + 1
             if r.ok and not r.merged:
@@ -152,14 +199,40 @@ class MapStateMachine(RuleBasedStateMachine):
         self.now += seconds
         self.apply(ev.Tick(self.now))
 
-    @precondition(lambda self: self.state.tasks.unanswered > 0)
+    @precondition(lambda self: self.state.tasks.unanswered > 0 and not self.state.life.closed)
     @rule(by=st.sampled_from([None, "alice@h"]))
     def cancel(self, by):
         out = self.apply(ev.Cancel(self.now, by))
         assert out == [ev.CancelMap(by)]
         assert self.apply(ev.Cancel(self.now)) == []        # a second cancel changes nothing
 
+    @rule()
+    def close(self):
+        """The caller is done with the map (MapRun.close): its keys go, its end is signed."""
+        s = self.state
+        if s.life.closed:
+            return
+        self.write(Close())
+        unfinished = self.closed_unfinished = s.tasks.unfinished
+        if unfinished and s.life.in_broker:
+            if not self.remove_fails:
+                self.write(Removed(1))
+        elif s.life.may_drop_keys:
+            self.write(KeysDropped())
+        self.sign_end(drop=not unfinished)
+
     # -- after every step ------------------------------------------------------------
+    @invariant()
+    def the_end_is_signed_once_and_keys_go_once_after_it(self):
+        life = self.state.life
+        assert self.signs <= 1 and self.drops <= 1
+        assert life.end_signed_already == (self.signs == 1), (life.phase, self.signs)
+        assert life.phase is not Phase.REMOVED or (life.closed and self.signs == 0)
+        if self.state.cancelled:
+            assert life.closed
+        if self.finishes and not self.state.cancelled:      # every result in: its end is signed
+            assert life.end_signed_already
+
     @invariant()
     def each_task_delivered_at_most_once(self):
         twice = {i: k for i, k in self.delivered.items() if k > 1}
@@ -185,8 +258,15 @@ class MapStateMachine(RuleBasedStateMachine):
             self.apply(ev.Tick(self.now))
             for i in s.waiting():
                 self.apply(ev.Result(i, f"v{i}", meta(), self.now))
+        self.close()                        # the caller takes the results and closes the map
+        life = s.life
+        assert life.closed and self.signs == 1 and life.end_signed_already
+        failed = self.sign_fails or self.remove_fails          # (a write that failed: the keys expire)
+        assert life.phase is Phase.DROPPED or (failed and life.phase is Phase.ENDED), (life.phase, failed)
         if s.cancelled:
             assert all(s.tasks.is_final(i) for i in range(N))
+            return
+        if self.closed_unfinished:          # the caller left early: its retries are not sent
             return
         assert s.tasks.finished and self.finishes == 1
         assert sorted(self.delivered) == list(range(N)) and set(self.delivered.values()) == {1}
@@ -253,3 +333,81 @@ def test_a_partial_for_a_map_that_does_not_merge_costs_its_tasks_only():
     out = s.handle(ev.Partial([0, 1], [meta(), meta()], lambda: 1, 1.0))
     assert "does not merge" in out[0].message and out[-1] == ev.Enqueue([0, 1], route=False)
     assert s.take() == [] and check(s) == []
+
+
+# -- the map's lifecycle ----------------------------------------------------------------------
+def test_every_lifecycle_move_not_in_the_table_is_refused():
+    paths = {Phase.NEW: [], Phase.SENT: [Sending()], Phase.ENDED: [Sending(), EndSigned()],
+             Phase.DROPPED: [Sending(), EndSigned(dropped=True)], Phase.REMOVED: [Sending(), Close(), Removed(2)]}
+    writes = {Write.SEND: Sending(), Write.TAKE_BACK: Unsent(), Write.SIGN_END: EndSigned(),
+              Write.SIGN_END_AND_DROP: EndSigned(dropped=True), Write.DROP: KeysDropped(), Write.REMOVE: Removed(1)}
+    assert set(writes) == set(Write)
+    for a, path in paths.items():
+        for w, event in writes.items():
+            s = _state()
+            for e in path:
+                s.handle(e)
+            assert s.life.phase is a
+            if w is Write.REMOVE:
+                s.handle(Close())          # (a removal needs the map closed: tested below)
+            if (a, w) in LIFECYCLE and not (w is Write.SEND and s.life.closed):
+                s.handle(event)
+                assert s.life.phase is LIFECYCLE[a, w][0]
+            else:
+                with pytest.raises(InvalidLifecycleMove, match=f"map {MAP}: "):
+                    s.handle(event)
+                assert s.life.phase is a
+    assert "removed" in lifecycle_table()
+
+
+def test_the_end_is_never_signed_twice():
+    s = _state()
+    s.handle(Sending())
+    s.handle(EndSigned(dropped=False))
+    assert not s.life.may_sign_end and s.life.may_drop_keys
+    with pytest.raises(InvalidLifecycleMove, match="end signed in phase ended .*new -> sent -> ended"):
+        s.handle(EndSigned(dropped=False))
+
+
+def test_nothing_is_sent_once_the_map_is_closed():
+    s = _state(retries=1, retry_delay=5.0)
+    s.handle(Sending())
+    s.handle(ev.Raised(0, TaskError("OSError"), meta(), 1.0))        # a retry waits its back-off
+    s.handle(Close())
+    out = s.handle(ev.Tick(60.0)) + s.handle(ev.MapVanished(61.0)) + s.handle(ev.Audited(set(), 62.0)) + \
+        s.handle(ev.Audited(set(), 63.0)) + s.handle(ev.Backup((1,), "straggler", 64.0))
+    assert not [i for i in out if isinstance(i, ev.Enqueue)], out
+    with pytest.raises(InvalidLifecycleMove, match="sent after the map was closed"):
+        s.handle(Sending())
+    assert check(s) == []
+
+
+def test_keys_are_never_removed_before_the_map_is_closed():
+    s = _state()
+    s.handle(Sending())
+    with pytest.raises(InvalidLifecycleMove, match="removed before it was closed or cancelled"):
+        s.handle(Removed(1))
+    assert s.handle(ev.Cancel(1.0)) == [ev.CancelMap()] and s.life.closed
+    s.handle(Removed(1))
+    s.handle(EndSigned())
+    assert (s.life.phase, s.life.removed) == (Phase.DROPPED, 1)
+
+
+def test_a_refused_start_taken_back_leaves_nothing_to_end():
+    s = _state()
+    s.handle(Sending())
+    s.handle(Unsent())
+    assert not s.life.in_broker and not s.life.may_sign_end and not s.life.may_drop_keys
+    assert s.handle(ev.Cancel(1.0)) == [ev.CancelMap()] and s.life.phase is Phase.NEW
+
+
+def test_a_map_state_holds_the_lifecycle_not_its_driver():
+    """MapRun keeps no flag of the map's life of its own: it asks its state."""
+    import inspect
+
+    from rhtc.client.engine import maprun
+    src = inspect.getsource(maprun)
+    for flag in ("self.closed =", "self._sent", "self._end_signed", "self._dropped", "self._fn_uploaded",
+                 "self._removed"):
+        assert flag not in src, f"MapRun keeps {flag!r} of its own"
+    assert isinstance(_state().life, Lifecycle)

@@ -85,7 +85,7 @@ def start_map(broker, fn, args, *, reduce=True, errors="raise", options=MapOptio
 
 
 def task_pid(storage: Storage, name: str) -> int:
-    return wait_until(lambda: next((w["task_pid"] for w in storage.live_workers() if w["name"] == name), None),
+    return wait_until(lambda: next((w["task_pid"] for w in storage.pool.live_workers() if w["name"] == name), None),
                       10, f"task pid of {name}")
 
 
@@ -145,7 +145,7 @@ def freeze_a_worker_holding_a_partial(broker, workers, storage, tmp_path, fn, n:
     finally:
         for p in reversed(pids):
             os.kill(p, signal.SIGCONT)
-    wait_until(lambda: storage.partials_refused(h.map_id) >= 1, 30, "the broker refused the stale partial")
+    wait_until(lambda: storage.maps.partials_refused(h.map_id) >= 1, 30, "the broker refused the stale partial")
     (tmp_path / "go").touch()
     return h.wait(timeout=60)
 
@@ -187,7 +187,7 @@ def test_a_cancelled_merging_map_leaves_no_keys_and_no_leases(broker, workers, s
     wait_until(lambda: len(runs(tmp_path)) >= 10, 30, "tasks ran")
     h.cancel()
     wait_until(lambda: not map_keys(storage), 10, "the map's keys are gone")
-    wait_until(lambda: not any(storage.leased_to(w, h.map_id) for w in names), 10,
+    wait_until(lambda: not any(storage.maps.leased_to(w, h.map_id) for w in names), 10,
                "no worker holds a lease of the map")
     time.sleep(1.0)                                          # the workers hand their partials in
     assert not map_keys(storage)

@@ -92,7 +92,7 @@ def test_a_malformed_partial_costs_its_own_tasks_not_the_map(broker, workers, st
     storage.r.rpush(storage.keys.results(run.map_id),
                     protocol.pack_result(storage.config.key, run.map_id, 0, protocol.MERGED, payload))
     assert run.poll(0.5) == []
-    assert {0, 1} <= storage.audit_map(run.map_id), "the malformed partial's tasks were not sent again"
+    assert {0, 1} <= storage.maps.audit(run.map_id), "the malformed partial's tasks were not sent again"
     assert run.resubmissions == 2
     workers.start(1)
     assert MapHandle(run, reduce=True).wait(timeout=60) == everything_once(6)

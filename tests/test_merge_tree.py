@@ -108,7 +108,7 @@ def test_a_merger_killed_holding_others_partials_costs_only_their_re_merge(broke
     # entries, in the other workers' leases (none is sent again while the merger lives);
     # counted after the audit, as the client may take in the pool meanwhile (a map without
     # progress for 5 s takes the pool's partials: merged.drain_stalled)
-    found = storage.audit_map(h.map_id)
+    found = storage.maps.audit(h.map_id)
     counted_now = {i for i in range(n) if h.run.tasks.is_final(i)}
     assert set(range(n)) - counted_now <= found, sorted(set(range(n)) - counted_now - found)
     os.kill(pid, signal.SIGKILL)                                   # the worst instant: inputs in hand,
@@ -124,7 +124,7 @@ def keys_gone_after_the_client_ended(h, storage) -> None:
     """A finished map's keys go with its client's next command (its end is lazy; here no
     command comes, and the sweep of dead clients' maps waits a whole beacon's life: the
     client's flush now), and nothing the tree recovered writes them again."""
-    h.run.storage.flush()
+    h.run.storage.maps.flush()
     wait_until(lambda: not map_keys(storage), 10,
                lambda: f"the map's keys are gone (left: {map_keys(storage)})")
 
@@ -142,7 +142,7 @@ def test_a_frozen_merger_is_refused_and_its_inputs_are_merged_by_another(broker,
     finally:
         for p in reversed(pids):
             os.kill(p, signal.SIGCONT)
-    wait_until(lambda: storage.partials_refused(h.map_id) >= 1, 30, "the thawed merger's partial was refused")
+    wait_until(lambda: storage.maps.partials_refused(h.map_id) >= 1, 30, "the thawed merger's partial was refused")
     (tmp_path / "go").touch()                                  # task 0 ends: the map with it
     assert h.wait(timeout=90) == everything_once(n)
     only_theirs_ran_again(runs(tmp_path), pid, n)

@@ -18,13 +18,13 @@ META = ResultMeta(worker="w", host="h", pid=1, start=1.0, stop=2.0)
 
 def _setup(broker, storage, n: int):
     key, name, inc = broker.config.key, "m-" + uuid.uuid4().hex[:6], uuid.uuid4().hex[:16]
-    assert storage.claim(name, inc, WorkerStatus(name=name, host="h", pid=1, incarnation=inc, key_fingerprint="f")).ok
+    assert storage.lease.claim(name, inc, WorkerStatus(name=name, host="h", pid=1, incarnation=inc, key_fingerprint="f")).ok
     map_id, nonce = uuid.uuid4().hex[:16], protocol.new_nonce()
     fn = protocol.sign(key, protocol.dumps(len))
     fh = protocol.function_hash(fn)
     frames = [protocol.pack_task(key, map_id, i, nonce, fh, i) for i in range(n)]
-    storage.enqueue_map(map_id, fh, fn, {"n": n}, {name: frames}, nonce=nonce)
-    held, _, batch = storage.take(name, inc, n)
+    storage.maps.enqueue(map_id, fh, fn, {"n": n}, {name: frames}, nonce=nonce)
+    held, _, batch = storage.lease.take(name, inc, n)
     assert held and len(batch) == n
     part = Partials(key, room=100)
     plan = MergePlan(lambda i: i, None, 1000, 3600.0, fanin=8)
@@ -36,7 +36,7 @@ def _setup(broker, storage, n: int):
 
 def test_the_last_partial_of_a_map_with_an_empty_pool_is_delivered_once(broker, storage):
     name, inc, map_id, ids, frame = _setup(broker, storage, 3)
-    held, outcome, inputs = storage.merge_up(name, inc, map_id, 8, ids, frame, covers=3)
+    held, outcome, inputs = storage.lease.merge_up(name, inc, map_id, 8, ids, frame, covers=3)
     assert (held, outcome, inputs) == (True, HandedUp.DELIVERED, [])
     assert storage.r.llen(storage.keys.results(map_id)) == 1
     assert not storage.r.hlen(storage.keys.lease(name)), "its tasks left the lease with it"

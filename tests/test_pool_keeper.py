@@ -48,7 +48,7 @@ def _stop(proc: subprocess.Popen, storage: Storage, name: str) -> int:
 
 
 def _serving(storage: Storage, prefix: str) -> list[str]:
-    return sorted(s.name for s in storage.worker_statuses(queue_depths=False) if s.name.startswith(prefix))
+    return sorted(s.name for s in storage.pool.worker_statuses(queue_depths=False) if s.name.startswith(prefix))
 
 
 def _wait(predicate, timeout: float, what: str, proc=None, out: Path | None = None):
@@ -134,7 +134,7 @@ def test_adaptive_pool_grows_with_the_work_and_shrinks_to_its_minimum(condor_poo
         assert most == 3, f"the pool grew from 1 to its maximum of 3 while tasks waited (saw {most})"
         _wait(lambda: len(ours()) == 1 and len(batch.jobs()) == 1, REPLACED_WITHIN,
               "idle workers to leave down to the minimum", proc, out)
-        events = storage.keeper_events("adapt", 50)
+        events = storage.pool.keeper_events("adapt", 50)
         assert any(e["what"] == "removed" and "the pool shrinks" in e["why"] for e in events), events
     finally:
         code = _stop(proc, storage, "adapt")
@@ -174,7 +174,7 @@ def test_a_job_idle_in_the_queue_past_the_limit_is_replaced(condor_pool, pool_br
                     "--config", str(cfg), "--env", str(condor_env_pack), "--log-dir", str(logs)], env, work, out)
     storage = Storage(pool_broker.config)
     try:
-        replaced = _wait(lambda: [e for e in storage.keeper_events("idlejobs", 50)
+        replaced = _wait(lambda: [e for e in storage.pool.keeper_events("idlejobs", 50)
                                   if e["what"] == "replaced" and "idle in the queue" in e["why"]],
                          REPLACED_WITHIN, "a job idle past the limit to be replaced", proc, out)
         first = replaced[-1]["job"]
@@ -208,7 +208,7 @@ def test_a_job_held_after_its_first_task_between_two_looks_is_replaced_as_no_fai
     batch = CondorBatch("heldserved", {})
 
     def status_of(job: str):
-        return next((s for s in storage.worker_statuses(queue_depths=False) if job_of_worker(s.name) == job), None)
+        return next((s for s in storage.pool.worker_statuses(queue_depths=False) if job_of_worker(s.name) == job), None)
     try:
         first = _wait(lambda: sorted(batch.jobs()), REPLACED_WITHIN, "the keeper to submit its job", proc, out)[0]
         os.kill(proc.pid, signal.SIGSTOP)
@@ -224,12 +224,12 @@ def test_a_job_held_after_its_first_task_between_two_looks_is_replaced_as_no_fai
             os.kill(proc.pid, signal.SIGCONT)
         _wait(lambda: [j for j in batch.jobs() if j != first and status_of(j)], REPLACED_WITHIN,
               "the replacement's worker to serve", proc, out)
-        events = storage.keeper_events("heldserved", 50)
+        events = storage.pool.keeper_events("heldserved", 50)
         whys = " | ".join(f"{e['what']} {e['job']} {e['why']}" for e in events)
         assert any(e["what"] == "replaced" and e["job"] == first and e["why"].startswith("held: via condor_hold")
                    for e in events), whys
         assert not [e for e in events if e["what"] == "failed"], f"a job that served failed at start-up: {whys}"
-        state = next(k for k in storage.keepers() if k["pool"] == "heldserved")
+        state = next(k for k in storage.pool.keepers() if k["pool"] == "heldserved")
         assert state["failures"] == 0 and state["backoff"] == 0, state
     finally:
         code = _stop(proc, storage, "heldserved")
@@ -254,7 +254,7 @@ def test_slurm_pool_replaces_cancelled_and_held_jobs(slurm_pool, pool_broker, tm
         subprocess.run(["scontrol", "requeuehold", jobs[1]], env=env, check=True, timeout=60)
         _wait(lambda: len(set(_serving(storage, "slurm-")) - set(first)) == 2, REPLACED_WITHIN,
               "both jobs replaced", proc, out)
-        events = storage.keeper_events("slurmpool", 50)
+        events = storage.pool.keeper_events("slurmpool", 50)
         whys = " | ".join(f"{e['what']} {e['job']} {e['why']}" for e in events)
         assert f"replaced {jobs[0]} removed" in whys, whys
         assert f"replaced {jobs[1]} held: job requeued in held state" in whys, whys
@@ -290,7 +290,7 @@ def test_the_analysts_proxy_and_token_reach_the_job_with_mode_0600(condor_pool, 
     storage = Storage(pool_broker.config)
     try:
         try:
-            status = _wait(lambda: next((s for s in storage.worker_statuses()
+            status = _wait(lambda: next((s for s in storage.pool.worker_statuses()
                                          if s.name.startswith(f"condor-{jobs.job_id}.0@")), None),
                            REPLACED_WITHIN, "the worker")
         except AssertionError as err:

@@ -106,7 +106,7 @@ def test_every_kind_of_record_malformed_is_named_and_skipped(broker, storage):
     feed.publish(storage, {"map_id": "goodmap000000000", "n": 2, "done": 2, "started": 1.0, "ended": 2.0},
                  [[0, "w1", 1.0, 2.0, 0, 10, None, 0]])
     # a keeper whose jobs are not counts, and one well-formed
-    storage.publish_keeper("good", {"wanted": 2, "serving": 2, "jobs": {"running": 2}}, ttl=60)
+    storage.pool.publish_keeper("good", {"wanted": 2, "serving": 2, "jobs": {"running": 2}}, ttl=60)
     r.zadd(keys.keepers, {"evil": 1.0})
     r.hset(keys.keeper("evil"), mapping={"pool": json.dumps("evil"), "jobs": json.dumps("lots")})
     r.lpush(keys.keeper_log("good"), b"\xff\xfe")
@@ -176,5 +176,5 @@ def test_whatever_a_heartbeat_holds_it_decodes_whole_or_is_named_malformed(field
 
 def test_a_malformed_result_stub_is_dropped_not_raised(storage):
     from rhtc.broker import blobs
-    frames = blobs.resolve(storage.r, storage.keys, "0123456789abcdef", [b"RB", b"RB\x01short"], 1 << 20)
+    frames = storage.maps.resolve("0123456789abcdef", [b"RB", b"RB\x01short"], 1 << 20)
     assert frames == []

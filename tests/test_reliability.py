@@ -23,6 +23,7 @@ import pytest
 
 from rhtc.bench.toxiproxy import Toxiproxy
 from rhtc.broker.storage import Storage
+from rhtc.broker.pool import PoolView
 from rhtc.client import RemoteError, imap_unordered, remote_map, submit
 from tests.chaoskit import (NamedWorkers, Refusal, assert_every_key_owned, dead_map_entries,
                             live_names, through, wait_until)
@@ -394,7 +395,7 @@ def test_6_no_script_call_scales_with_the_queue(broker, storage):
     for _ in range(100):
         pipe.lpush(storage.keys.shared_queue, *([frame] * 10_000))
     pipe.execute()
-    assert storage.shared_depth() > 1_000_000
+    assert storage.pool.shared_depth() > 1_000_000
     storage.r.config_set("slowlog-log-slower-than", 50_000)
     storage.r.slowlog_reset()
     try:
@@ -403,7 +404,7 @@ def test_6_no_script_call_scales_with_the_queue(broker, storage):
         h.cancel()                                             # purge
         slow = [e for e in storage.r.slowlog_get(128)
                 if e["command"].split(b" ")[0].upper() in (b"EVALSHA", b"EVAL", b"FCALL")]
-        names = {script.sha.encode(): name for name, script in getattr(storage, "_scripts", {}).items()}
+        names = {script.sha.encode(): name for name, script in storage.link.scripts.items()}
         text = "; ".join(f"{names.get(e['command'].split(b' ')[1], '?')} {e['duration'] / 1000:.0f} ms "
                          f"({e['command'][:90]!r})" for e in slow)
         # SLOWLOG times include the moments Redis was descheduled: on a shared 2-core VM one
@@ -593,7 +594,7 @@ def test_12_tasks_routed_to_a_worker_reaped_meanwhile_are_not_orphaned(broker, s
     tasks still run and its queue does not stay behind without an owner."""
     doomed = pool.start_named("doomed", env=FAST_LEASE)
     pool.start_named("survivor", env=FAST_LEASE)
-    real_locate = Storage.locate
+    real_locate = PoolView.locate
     fired = []
 
     def locate_then_lose(self, routing_keys):
@@ -605,10 +606,10 @@ def test_12_tasks_routed_to_a_worker_reaped_meanwhile_are_not_orphaned(broker, s
                        30, f"{doomed} to be reaped")
         return got
 
-    monkeypatch.setattr(Storage, "locate", locate_then_lose)
+    monkeypatch.setattr(PoolView, "locate", locate_then_lose)
     out = remote_map(keyed_double, [Keyed(i) for i in range(20)], broker=broker, progress=False, timeout=60)
     monkeypatch.undo()
-    assert fired, "the client no longer locates workers through Storage.locate: update this test"
+    assert fired, "the client no longer locates workers through PoolView.locate: update this test"
     assert out == [2 * i for i in range(20)]
     assert_every_key_owned(storage)
 

@@ -39,7 +39,7 @@ def _copy(s, run: MapRun) -> tuple[list[bytes], bytes]:
 
 def _replay(s, frames: list[bytes]) -> None:
     s.r.rpush(s.keys.shared_queue, *frames)
-    assert wait_for(lambda: s.shared_depth() == 0, 30, "the workers took the replayed frames")
+    assert wait_for(lambda: s.pool.shared_depth() == 0, 30, "the workers took the replayed frames")
 
 
 @pytest.mark.timeout(120)

@@ -30,9 +30,9 @@ def _square(x):
 def _register(storage, name: str, task_seconds: float | None = 0.1) -> str:
     inc = uuid.uuid4().hex[:16]
     status = WorkerStatus(name=name, host="node", pid=1, incarnation=inc, key_fingerprint="f")
-    assert storage.claim(name, inc, status).ok
+    assert storage.lease.claim(name, inc, status).ok
     if task_seconds is not None:           # busy with a task that has run this long
-        storage.heartbeat(name, inc, WorkerStatus(name=name, host="node", pid=1, incarnation=inc,
+        storage.lease.heartbeat(name, inc, WorkerStatus(name=name, host="node", pid=1, incarnation=inc,
                                                   key_fingerprint="f", task_seconds=task_seconds))
     storage.r.hset(storage.keys.lease(name), "busy-with", "a task")
     return inc
@@ -45,14 +45,14 @@ def _map(storage, key: bytes, owner: str, home: int, placed: int) -> tuple[str, 
     fn = protocol.sign(key, protocol.dumps(_square))
     fh = protocol.function_hash(fn)
     frames = [protocol.pack_task(key, map_id, i, nonce, fh, i) for i in range(home + placed)]
-    storage.enqueue_map(map_id, fh, fn, {"n": len(frames)}, {owner: frames[home:]} if placed else {},
+    storage.maps.enqueue(map_id, fh, fn, {"n": len(frames)}, {owner: frames[home:]} if placed else {},
                         nonce=nonce, home={owner: frames[:home]} if home else None)
     return map_id, frames
 
 
 def _steal(storage, thief: str, inc: str) -> int | None:
     """The index the thief's take stole, or None."""
-    held, _, batch = storage.take(thief, inc, 1)
+    held, _, batch = storage.lease.take(thief, inc, 1)
     assert held
     refs = [protocol.frame_ref(frame) for frame, _ in batch]
     return refs[0].index if refs else None
@@ -108,5 +108,5 @@ def test_the_home_marks_go_with_their_map(broker, storage, pair):
     map_id, _ = _map(storage, broker.config.key, owner, home=3, placed=0)
     pinned = storage.keys.pinned(map_id)
     assert storage.r.exists(pinned) and 0 < storage.r.ttl(pinned) <= storage.settings.map_ttl
-    storage.cancel_map(map_id)
+    storage.maps.cancel(map_id)
     assert not storage.r.exists(pinned)

@@ -29,11 +29,11 @@ def test_a_batch_of_one_maps_results_is_one_push_and_one_count(broker, storage):
     inc = claimed_worker(storage, "handin-1")
     map_id = queued_map(storage, key, 40)
     tids = _leased(storage, "handin-1", inc, map_id, range(30))
-    storage.take("handin-1", inc, max_tasks=0)                  # (loads the library)
+    storage.lease.take("handin-1", inc, max_tasks=0)                  # (loads the library)
     results = [(map_id, tid, protocol.pack_result(key, map_id, i, protocol.OK, b"v%d" % i))
                for i, tid in enumerate(tids)]
     storage.r.config_resetstat()
-    held, _, batch = storage.take("handin-1", inc, max_tasks=0, results=results)
+    held, _, batch = storage.lease.take("handin-1", inc, max_tasks=0, results=results)
     assert held and batch == []
     assert _calls(storage, "rpush") == 1 and _calls(storage, "hdel") == 1, \
         f"30 results of one map took {_calls(storage, 'rpush')} pushes and {_calls(storage, 'hdel')} HDELs"
@@ -55,7 +55,7 @@ def test_runs_keep_the_order_of_the_hand_in_across_maps_and_partials(broker, sto
     part = protocol.pack_result(key, a, 2, protocol.MERGED, encode_partial([2, 3], [meta] * 2, protocol.dumps(2)))
     handed = [plain(a, ta[0], 0), plain(a, ta[1], 1), plain(b, tb[0], 0), (a, ta[2] + ta[3], part),
               plain(a, ta[4], 4), plain(b, tb[1], 1), plain(a, ta[5], 5)]
-    held, _, _ = storage.take("handin-2", inc, max_tasks=0, results=handed)
+    held, _, _ = storage.lease.take("handin-2", inc, max_tasks=0, results=handed)
     assert held
     assert storage.r.lrange(storage.keys.results(a), 0, -1) == [h[2] for h in handed if h[0] == a]
     assert storage.r.lrange(storage.keys.results(b), 0, -1) == [h[2] for h in handed if h[0] == b]
@@ -71,6 +71,6 @@ def test_results_of_a_map_that_ended_are_dropped_with_their_lease_entries(broker
     tids = _leased(storage, "handin-3", inc, map_id, range(3))
     storage.r.delete(storage.keys.map(map_id))                   # the map ended meanwhile
     results = [(map_id, tid, protocol.pack_result(key, map_id, i, protocol.OK, b"v")) for i, tid in enumerate(tids)]
-    held, _, _ = storage.take("handin-3", inc, max_tasks=0, results=results)
+    held, _, _ = storage.lease.take("handin-3", inc, max_tasks=0, results=results)
     assert held and storage.r.llen(storage.keys.results(map_id)) == 0
     assert storage.r.hlen(storage.keys.lease("handin-3")) == 0

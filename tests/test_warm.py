@@ -206,14 +206,14 @@ def test_a_warm_is_a_map_its_handle_cancels(broker, storage, tmp_path):
     w.cancel()
     with pytest.raises(MapCancelled):
         w.wait(30)
-    assert storage.maps_in_flight() == []
+    assert storage.pool.maps_in_flight() == []
 
 
 @needs_nanoaod
 def test_ctrl_c_cancels_a_warm(broker, storage, tmp_path):
     """Ctrl-C (a KeyboardInterrupt in the waiting thread) once the warm map is in flight."""
     def press_ctrl_c_when_in_flight():
-        while not storage.maps_in_flight():
+        while not storage.pool.maps_in_flight():
             threading.Event().wait(0.02)
         _thread.interrupt_main()
 
@@ -222,4 +222,4 @@ def test_ctrl_c_cancels_a_warm(broker, storage, tmp_path):
     with pytest.raises(KeyboardInterrupt):
         warm(_unread_record(tmp_path), broker=broker.config, progress=False)
     presser.join(10)
-    assert storage.maps_in_flight() == []
+    assert storage.pool.maps_in_flight() == []

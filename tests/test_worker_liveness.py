@@ -61,7 +61,7 @@ def _wait(cond, timeout: float, what: str):
 
 
 def _status(storage: Storage, name: str) -> messages.WorkerStatus | None:
-    return next((w for w in storage.worker_statuses(queue_depths=False) if w.name == name), None)
+    return next((w for w in storage.pool.worker_statuses(queue_depths=False) if w.name == name), None)
 
 
 def _task_pid(storage: Storage, name: str) -> int:
@@ -199,12 +199,12 @@ def test_scripts_work_in_bounded_steps(broker, storage):
     fn_hash = protocol.function_hash(fn)
     arg = protocol.dumps(1)
     frames = [protocol.sign(key, protocol.pack_task_body("a" * 16, i, nonce, fn_hash, arg)) for i in range(n)]
-    storage.enqueue_map("a" * 16, fn_hash, fn, {"n": n}, {None: frames}, nonce=nonce)
+    storage.maps.enqueue("a" * 16, fn_hash, fn, {"n": n}, {None: frames}, nonce=nonce)
     # fair turns: a few tasks in the shared queue, the rest in the map's backlog
-    assert storage.shared_depth() + storage.r.llen(storage.keys.backlog("a" * 16)) == n
-    assert storage.audit_map("a" * 16) == set(range(n))
-    assert storage.reap() == [] and storage.cancel_map("a" * 16) == n
-    cmd = {"functions": "cmdstat_fcall", "evalsha": "cmdstat_evalsha"}[storage._scripts.mode]
+    assert storage.pool.shared_depth() + storage.r.llen(storage.keys.backlog("a" * 16)) == n
+    assert storage.maps.audit("a" * 16) == set(range(n))
+    assert storage.lease.reap() == [] and storage.maps.cancel("a" * 16) == n
+    cmd = {"functions": "cmdstat_fcall", "evalsha": "cmdstat_evalsha"}[storage.link.scripts.mode]
     stats = storage.r.info("commandstats")[cmd]             # the scripts: functions, or EVALSHA
     assert stats["calls"] >= 2 * n // step                 # enqueue and audit went in steps (cancel
     #                                                        unlinks the backlog: freed in the background)
@@ -225,11 +225,11 @@ def test_bad_names_are_refused_and_a_worker_named_DEL_works(broker, workers, sto
     fn = protocol.sign(key, protocol.dumps(square))
     fn_hash = protocol.function_hash(fn)
     frames = [protocol.pack_task(key, "b" * 16, i, nonce, fn_hash, i) for i in range(4)]
-    storage.enqueue_map("b" * 16, fn_hash, fn, {"n": 4}, {"DEL": frames}, nonce=nonce)
+    storage.maps.enqueue("b" * 16, fn_hash, fn, {"n": 4}, {"DEL": frames}, nonce=nonce)
     got = {}
     deadline = time.monotonic() + 20
     while len(got) < 4 and time.monotonic() < deadline:
-        for raw in storage.fetch_results("b" * 16, timeout=1):
+        for raw in storage.maps.fetch_results("b" * 16, timeout=1):
             _, index, status, payload = protocol.unpack_result(key, raw)
             meta, packed = messages.decode_result(payload)
             got[index] = (protocol.loads(packed), meta.worker)
@@ -240,10 +240,10 @@ def test_tasks_routed_to_a_worker_that_is_gone_go_to_the_shared_queue(broker, st
     key, nonce = broker.config.key, protocol.new_nonce()
     fn = protocol.sign(key, protocol.dumps(square))
     frames = [protocol.pack_task(key, "c" * 16, i, nonce, protocol.function_hash(fn), i) for i in range(3)]
-    storage.enqueue_map("c" * 16, protocol.function_hash(fn), fn, {"n": 3}, {"reaped-worker": frames},
+    storage.maps.enqueue("c" * 16, protocol.function_hash(fn), fn, {"n": 3}, {"reaped-worker": frames},
                         nonce=nonce)
     assert not storage.r.exists(storage.keys.queue("reaped-worker"))
-    assert storage.shared_depth() == 3
+    assert storage.pool.shared_depth() == 3
 
 
 def test_keys_left_after_workers_stop_have_an_owner_or_an_expiry(broker, workers, storage, tmp_path):
@@ -259,7 +259,7 @@ def test_keys_left_after_workers_stop_have_an_owner_or_an_expiry(broker, workers
     # a worker killed before it could retire leaves its name in the set until a reaper
     # (any worker or client) passes after its lease: 2 s here
     time.sleep(2.5)
-    storage.reap(every=0)
+    storage.lease.reap(every=0)
     assert storage.r.smembers(k.workers) == set()
 
 
@@ -271,17 +271,17 @@ def test_swapped_function_blob_and_replayed_frame_are_refused(broker, workers, s
     nonce = protocol.new_nonce()
     frame = protocol.pack_task(key, "d" * 16, 0, nonce, protocol.function_hash(good), 5)
     # someone with the Redis password stores another signed function under this one's hash
-    storage.enqueue_map("d" * 16, protocol.function_hash(good), other, {"n": 1}, {None: [frame]}, nonce=nonce)
-    (raw,) = _wait(lambda: storage.fetch_results("d" * 16, timeout=1), 15, "the refusal")
+    storage.maps.enqueue("d" * 16, protocol.function_hash(good), other, {"n": 1}, {None: [frame]}, nonce=nonce)
+    (raw,) = _wait(lambda: storage.maps.fetch_results("d" * 16, timeout=1), 15, "the refusal")
     _, _, status, payload = protocol.unpack_result(key, raw)
     fault = messages.Fault.decode(payload)
     assert status == protocol.SYSTEM_ERROR and fault.kind == messages.FaultKind.FUNCTION_MISMATCH
     assert "does not match" in fault.message and protocol.function_hash(good) in fault.message
     # the map is created again (same id, new nonce) and an old frame is replayed into it
-    storage.end_map("d" * 16)
-    storage.enqueue_map("d" * 16, protocol.function_hash(good), good, {"n": 1}, {None: [frame]},
+    storage.maps.end("d" * 16)
+    storage.maps.enqueue("d" * 16, protocol.function_hash(good), good, {"n": 1}, {None: [frame]},
                         nonce=protocol.new_nonce())
-    (raw,) = _wait(lambda: storage.fetch_results("d" * 16, timeout=1), 15, "the refusal")
+    (raw,) = _wait(lambda: storage.maps.fetch_results("d" * 16, timeout=1), 15, "the refusal")
     _, _, status, payload = protocol.unpack_result(key, raw)
     fault = messages.Fault.decode(payload)
     assert status == protocol.SYSTEM_ERROR and fault.kind == messages.FaultKind.REPLAYED

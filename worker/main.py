@@ -78,7 +78,7 @@ class TaskProcess:
         self._in_user_code = False
         self.outbox = Outbox(self.storage, name, incarnation, self.key)   # results not handed in yet
         self.partials = Partials(self.key, MAX_HELD - max_batch, self.settings.max_result_bytes,
-                                 self.storage.bulk_limits)     # results of maps that merge (reduce=)
+                                 self.storage.lease.bulk_limits)     # results of maps that merge (reduce=)
         self._ewma = 1.0                            # seconds per task, for batch sizing
         self._quiet_until = 0.0                     # idle with nothing to steal: only pop until then
         self.tasks_done = self.errors = 0
@@ -119,12 +119,12 @@ class TaskProcess:
                     with self.preload.idle():
                         self._waiting = not self.stopping     # (wake() ends the wait)
                         try:
-                            frame = self._waiting and self.storage.wait_for_task(self.name, self.incarnation, IDLE_WAIT,
+                            frame = self._waiting and self.storage.lease.wait_for_task(self.name, self.incarnation, IDLE_WAIT,
                                                                                      leasing=self.shared.set_leasing)
                         finally:
                             self._waiting = False
                     batch = [(frame, None)] if frame else []
-                    if frame or self.storage.stealable():   # (a take per idle second costs the broker a
+                    if frame or self.storage.lease.stealable():   # (a take per idle second costs the broker a
                         self._quiet_until = 0.0             # script run per worker-second: 25 % of a core
                     elif not quiet:                         # at 1,000 workers; a SCARD, ~1 %)
                         self._quiet_until = time.monotonic() + QUIET_RETAKE
@@ -160,7 +160,7 @@ class TaskProcess:
         """Told to stop (:attr:`stopping` set): end an idle wait now rather than at its
         timeout (``IDLE_WAIT``). From a signal handler, or the thread that stops a light worker."""
         if self._waiting:
-            self.storage.unblock_wait()
+            self.storage.lease.unblock_wait()
 
     def _shutdown(self) -> None:
         self.outbox.frames += self.partials.flush()
@@ -186,7 +186,7 @@ class TaskProcess:
         self._hold([protocol.task_id(f) for f, _ in batch])    # the results are in; the new batch held
         evicted = self.cache.drain_evicted()
         if evicted:
-            self.storage.advertise(self.name, removed=evicted)
+            self.storage.lease.advertise(self.name, removed=evicted)
         return holding, batch
 
     def _run_batch(self, batch: list[tuple[bytes, bytes | None]]) -> None:
@@ -234,7 +234,7 @@ class TaskProcess:
         map_id, index = (ref.map_id, ref.index) if ref else (None, None)
         if not protocol.is_task_frame(frame):
             if token is None:
-                self.storage.leased_token()
+                self.storage.lease.leased_token()
             self._problem(f"worker {self.name} dropped {len(frame)} bytes from a queue that are "
                           f"not a task frame: {frame[:40]!r}")
             return
@@ -243,14 +243,14 @@ class TaskProcess:
             task = protocol.unpack_task(self.key, frame)
         except protocol.BadFrame as err:
             if token is None:
-                self.storage.leased_token()
+                self.storage.lease.leased_token()
             self._problem(f"worker {self.name} refused task {index} of map {map_id}: {err}")
-            self.storage.release(self.name, [tid])
+            self.storage.lease.release(self.name, [tid])
             self._system_error(map_id, index, tid, f"refused by worker {self.name}: {err}",
                                kind=messages.FaultKind.BAD_FRAME)
             return
         if token is None:                  # never run before the map's current token is judged:
-            token, self._broker_ms = self.storage.leased_token()   # its signed end may be there
+            token, self._broker_ms = self.storage.lease.leased_token()   # its signed end may be there
         if not self._alive(task, tid, token, self._broker_ms):
             return
         if self.partials.holds(task.ref):  # sent again (a broker restart lost its lease): it is
@@ -274,7 +274,7 @@ class TaskProcess:
             return False
         if refusal.report:
             self._problem(refusal.message)
-        self.storage.release(self.name, [tid])
+        self.storage.lease.release(self.name, [tid])
         self._system_error(task.map_id, task.index, tid, refusal.message, kind=refusal.kind)
         return False
 
@@ -311,7 +311,7 @@ class TaskProcess:
                                    files_opened=self.ctx.files_opened, reads=self.ctx.reads_text(arg))
         if not (status == protocol.OK and isinstance(fn, MergePlan) and self.partials.fold(fn, ref, value, meta)):
             status, payload = pack_result(status, value, meta, arg, self.settings.max_result_bytes,
-                                          self.storage.bulk_limits, dumps=self.dumps)
+                                          self.storage.lease.bulk_limits, dumps=self.dumps)
             self.outbox.frames.append((ref.map_id, tid, protocol.pack_result(self.key, ref.map_id, ref.index,
                                                                           status, payload)))
         if self.partials:                  # (open partials, or ready ones)
@@ -322,7 +322,7 @@ class TaskProcess:
         self.bytes_from_cache += self.ctx.bytes_from_cache
         self.shared.set_task(None)
         if self.ctx.routing_keys:
-            self.storage.advertise(self.name, added=self.ctx.routing_keys,
+            self.storage.lease.advertise(self.name, added=self.ctx.routing_keys,
                                    tier=self.cache.disk.tier if self.cache.disk is not None else "")
 
     def _publish(self) -> None:
@@ -339,7 +339,7 @@ class TaskProcess:
         if fn is not None:
             self.functions.move_to_end(fn_hash)
             return fn
-        info = self.storage.map_info(map_id)
+        info = self.storage.lease.map_info(map_id)
         ours = protocol.versions()
         theirs = info.get("python", "")
         if theirs and theirs.split(".")[:2] != ours["python"].split(".")[:2]:
@@ -348,7 +348,7 @@ class TaskProcess:
             raise _SystemFault(messages.FaultKind.VERSION_MISMATCH, f"worker {self.name} runs Python {ours['python']} but "
                                f"map {map_id} was sent from Python {theirs}: run the workers with the "
                                "client's Python X.Y (`rhtc pack` builds the worker environment for it)")
-        blob = self.storage.get_function(fn_hash)
+        blob = self.storage.lease.get_function(fn_hash)
         if blob is None:
             raise _SystemFault(messages.FaultKind.MISSING_FUNCTION, f"the function of map {map_id} is not in the "
                                "broker (it expired or the broker restarted); the client re-sends it")

@@ -44,7 +44,7 @@ class Outbox:
         (:meth:`Storage.take_watching`: also which maps, of ``watch`` and of the batch, still
         have a backlog); the frames are handed in only if it returns."""
         self._hand_in_large()
-        got = self.storage.take_watching(self.name, self.incarnation, n, self.frames, watch)
+        got = self.storage.lease.take_watching(self.name, self.incarnation, n, self.frames, watch)
         self.frames = []
         return got
 
@@ -60,9 +60,9 @@ class Outbox:
         is left for the take."""
         if sum(len(frame) for _, _, frame in self.frames) <= ALWAYS_FITS // 2:
             return
-        budget = self.storage.bulk_limits().query_buffer // 2
+        budget = self.storage.lease.bulk_limits().query_buffer // 2
         for group in batches_within(self.frames, budget)[:-1]:
-            self.storage.take(self.name, self.incarnation, 0, group)
+            self.storage.lease.take(self.name, self.incarnation, 0, group)
             self.frames = self.frames[len(group):]
 
     def refused(self, err: BaseException) -> None:

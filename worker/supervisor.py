@@ -32,14 +32,13 @@ import socket
 import sys
 import time
 
-import redis
 
 from ..broker import protocol
 
 from ..broker import messages
 from ..broker.config import BrokerConfig, Settings, redact, settings, validate_worker_name
 from ..broker.errors import BrokerTrouble
-from ..broker.storage import Storage
+from ..broker.storage import AuthenticationError, Storage
 from rhtc.credentials import describe as describe_credentials, find_credentials
 from rhtc.versions import stack_versions
 from .children import (become_subreaper, default_signals_in_children, describe_exit, die_with, end_children,
@@ -133,22 +132,22 @@ class Supervisor:
         that). Gives up quietly when the worker is told to stop meanwhile."""
         while not self.stopping:
             try:
-                got = self.storage.claim(self.name, self.incarnation, self.status())
+                got = self.storage.lease.claim(self.name, self.incarnation, self.status())
                 if got.ok:
                     return
-                holder = self.storage.holder_status(self.name)
+                holder = self.storage.lease.holder_status(self.name)
                 if self._holder_renews():
                     who = (f"{holder.host} pid {holder.pid} (incarnation {holder.incarnation})" if holder
                            else f"incarnation {got.holder}")
                     raise NameHeld(f"worker name {self.name!r} is already held by {who}, which is alive: "
                                    "stop it first, or start this worker under another --name")
-                got = self.storage.claim(self.name, self.incarnation, self.status(), mode="force",
+                got = self.storage.lease.claim(self.name, self.incarnation, self.status(), mode="force",
                                          expected=got.holder)
                 if got.ok:
                     log.warning("worker %s: took over the name from a dead predecessor (incarnation %s); "
                                 "what it held was requeued", self.name, holder.incarnation if holder else "?")
                     return
-            except redis.AuthenticationError:
+            except AuthenticationError:
                 self.storage.ping()             # raises PermissionError, naming the broker
                 raise
             except BrokerTrouble as err:
@@ -157,10 +156,10 @@ class Supervisor:
     def _holder_renews(self) -> bool:
         """Watch the holder's claim for up to 2.5 heartbeats: a live holder renews it."""
         deadline = time.monotonic() + 2.5 * self.settings.heartbeat
-        last = self.storage.claim_ms_left(self.name)
+        last = self.storage.lease.claim_ms_left(self.name)
         while time.monotonic() < deadline:
             time.sleep(0.05)
-            now = self.storage.claim_ms_left(self.name)
+            now = self.storage.lease.claim_ms_left(self.name)
             if now == -2:
                 return False
             if now > last + 20:
@@ -241,12 +240,12 @@ class Supervisor:
         log.warning("worker %s leaves (%s): it takes no new task, finishes the one it runs and exits",
                     self.name, "its lifetime is up" if why == "lifetime"
                     else f"no task for {self.settings.idle_timeout:.0f} s")
-        self.storage.heartbeat(self.name, self.incarnation, self.status())   # seen leaving at once
+        self.storage.lease.heartbeat(self.name, self.incarnation, self.status())   # seen leaving at once
         os.kill(self.proc.pid, signal.SIGUSR1)
 
     def _why_leave(self) -> str:
         if self.plan.due():
-            self.storage.may_leave(self.name, force=True)
+            self.storage.lease.may_leave(self.name, force=True)
             return "lifetime"
         timeout = self.settings.idle_timeout
         if timeout <= 0:
@@ -257,7 +256,7 @@ class Supervisor:
         if task is not None or done != self._last_done or held is None or held:
             self._idle_since, self._last_done = now, done
         elif now - self._idle_since >= timeout:
-            if self.storage.may_leave(self.name):
+            if self.storage.lease.may_leave(self.name):
                 return "idle"
             self._idle_since = now - 0.75 * timeout       # the pool is at its floor: ask again later
         return ""
@@ -269,15 +268,15 @@ class Supervisor:
         :attr:`beat_every`, when the next beat is due: an idle worker (no task, nothing
         leased) beats every ``settings.idle_heartbeat`` s."""
         status = self.status()
-        beat = self.storage.heartbeat(self.name, self.incarnation, status, duties=DUTIES_EVERY)
+        beat = self.storage.lease.heartbeat(self.name, self.incarnation, status, duties=DUTIES_EVERY)
         if not beat.ok:
             return False
         idle = status.task is None and not beat.leased and not self.leaving
         self.beat_every = self.settings.idle_heartbeat if idle else self.settings.heartbeat
         if beat.reap_due:             # at most once a second across the pool (beat.lua)
-            self.storage.reap(every=0)
+            self.storage.lease.reap(every=0)
         if beat.sweep_due:
-            self.storage.drop_maps_of_dead_clients(every=0)
+            self.storage.maps.drop_dead_clients(every=0)
         if time.monotonic() >= self._next_reconcile and beat.leased:    # (nothing leased: nothing to check)
             if self._reconcile():
                 self._next_reconcile = time.monotonic() + self.settings.reconcile
@@ -311,7 +310,7 @@ class Supervisor:
             log.info("worker %s: its task process is inside a write of what it holds (frozen, or its "
                      "thread waits for the GIL); the lease is reconciled at a later beat", self.name)
             return False
-        n, _ = self.storage.reconcile(self.name, self.incarnation, held)
+        n, _ = self.storage.lease.reconcile(self.name, self.incarnation, held)
         if n:
             log.warning("worker %s: %d leased task(s) were not running here (a lost reply?); requeued",
                         self.name, n)
@@ -324,7 +323,7 @@ class Supervisor:
         task, since = self.shared.current(settled=True)     # (nothing writes it any more)
         self.crashes += 1
         try:        # the status says so before the task is handed back and may finish elsewhere
-            self.storage.heartbeat(self.name, self.incarnation, self.status())
+            self.storage.lease.heartbeat(self.name, self.incarnation, self.status())
         except BrokerTrouble:
             pass    # the main loop's next beat publishes it
         why = (f"the task process of worker {self.name} (pid {self.proc.pid}) died with {describe_exit(code)}"
@@ -334,7 +333,7 @@ class Supervisor:
         fate = ""
         while not self.stopping:         # on the way out, retire() hands everything back
             try:
-                _, fate = self.storage.reconcile(self.name, self.incarnation, gone=True,
+                _, fate = self.storage.lease.reconcile(self.name, self.incarnation, gone=True,
                                                  crashed=task.task_id if task else b"", why=why)
                 break
             except BrokerTrouble as err:
@@ -348,7 +347,7 @@ class Supervisor:
             pass
 
     def _superseded(self) -> int:
-        holder = self.storage.holder_status(self.name)
+        holder = self.storage.lease.holder_status(self.name)
         print(f"rhtc worker: incarnation {self.incarnation} of {self.name!r} lost its name to "
               f"{holder.host + ' pid ' + str(holder.pid) if holder else 'another process'}; stopping",
               file=sys.stderr, flush=True)
@@ -377,7 +376,7 @@ class Supervisor:
         deadline = time.monotonic() + STOP_GRACE
         while True:
             try:
-                self.storage.retire(self.name)
+                self.storage.lease.retire(self.name)
                 break
             except BrokerTrouble as err:
                 if time.monotonic() > deadline:       # the reaper of another worker will do it

@@ -41,7 +41,7 @@ class Tree:
                 self._up(map_id, part.plan.fanin, rounds)
 
     def _up(self, map_id: str, fanin: int, rounds: int | None) -> None:
-        merge_up, partials = self.storage.merge_up, self.partials
+        merge_up, partials = self.storage.lease.merge_up, self.partials
         aside, packed = b"", None
         while True:
             ids, frame = packed or (b"", b"")
@@ -59,11 +59,11 @@ class Tree:
                 partials.taking = [pid for pid, _ in inputs]
                 self.hold()
                 try:
-                    side, dropped = partials.absorb(map_id, inputs, self.storage.partial_frame)
+                    side, dropped = partials.absorb(map_id, inputs, self.storage.lease.partial_frame)
                 finally:
                     partials.taking = []
                 if dropped:
-                    self.storage.release(self.name, dropped)
+                    self.storage.lease.release(self.name, dropped)
                 aside = b"".join(side)
                 self.hold()
                 continue

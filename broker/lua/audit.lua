@@ -1,3 +1,4 @@
+-- ARGV: ns, map_id, kind, where, start, scan_step
 -- Where are a map's tasks? Looks at one list window or one lease hash per call (bounded
 -- work: `step` items at most); the client walks every place in calls like this one.
 -- kind 'list': LRANGE key start..start+step-1, the 4-byte indices of the map's frames
@@ -6,7 +7,7 @@
 -- kind 'lease': the worker's lease entries of the map held by its live incarnation
 -- (an entry of another incarnation is stale: not "somewhere"); a partial leased to a merger
 -- stands for every task it covers.
--- ARGV: ns, map id, kind, key or worker name, start, step.
+-- Arguments: ns, map id, kind, key or worker name, start, step.
 -- Returns {next start or -1 when done, indices...}.
 local mid, kind, where, start, step = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 local out = {-1}

@@ -1,3 +1,4 @@
+-- ARGV: ns, worker, incarnation, status, lease_ms, duties_ms, holds_ttl, full
 -- The heartbeat of an incarnation that holds its name (claim.lua claims it): renew the
 -- name and publish the status, unless another incarnation holds the name. The lightest
 -- script of all, since every worker runs it every second (a thousand idle workers: a
@@ -5,7 +6,7 @@
 -- The worker's entry in the workers set and the expiry of its holds set are renewed on a
 -- `full` beat (the worker sends one every FULL_BEAT s, broker/leases.py) and whenever the
 -- name had expired (the reaper may have dropped the entry meanwhile).
--- ARGV: ns, worker, incarnation, status JSON, lease ms, duties ms, holds ttl (s), full (1/0).
+-- Arguments: ns, worker, incarnation, status JSON, lease ms, duties ms, holds ttl (s), full (1/0).
 -- duties ms > 0: also tell whether the pool's periodic duties are due (their throttle keys
 -- set here, not in a round trip each): reaping (+1) and sweeping the maps of dead clients
 -- (+2), both at most once per duties ms across the pool.

@@ -1,3 +1,4 @@
+-- ARGV: ns, worker, incarnation, status, lease_ms, mode, expected, max_attempts, result_ttl, why, holds_ttl, scan_step
 -- Claim or take over a worker name for one incarnation, and publish its status (the
 -- heartbeat that renews it is beat.lua).
 -- mode 'claim':  succeed only if nobody holds the name (or we already do);
@@ -7,7 +8,7 @@
 -- predecessor left in the lease at once
 -- (counted as an attempt: it died with them) and moves up to `step` tasks of its queue
 -- to the shared queue.
--- ARGV: ns, worker, incarnation, status JSON, lease ms, mode, expected holder,
+-- Arguments: ns, worker, incarnation, status JSON, lease ms, mode, expected holder,
 --       max attempts, ttl (s), why text, holds ttl (s), step.
 -- Returns {1, queued tasks left in its own queue} or {0, holder incarnation}.
 local w, inc, status, ms, mode = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), ARGV[6]

@@ -1,3 +1,5 @@
+-- ARGV(first): ns, map_id, 1, seq, window, fn_hash, packed_fn, map_ttl, function_ttl, start, client, client_ttl_ms, info#, finished#, groups...
+-- ARGV(more): ns, map_id, 0, seq, window, groups...
 -- Register a map and queue its tasks; the client sends a big map in several calls of at
 -- most a few thousand frames each (only the first registers the map), so no call blocks
 -- Redis for long. Tasks routed to a worker that is not live (reaped between the client
@@ -11,7 +13,7 @@
 -- its tasks are taken (refill in lib.lua). Window 0: a resubmission (tasks lost on the way
 -- from the shared queue to a lease, backups): straight into the shared queue, which also
 -- restores the window of the lost ones.
--- ARGV: ns, map id, register (1/0), sequence number, window,
+-- Arguments: ns, map id, register (1/0), sequence number, window,
 --       [only when registering: function hash, packed function or '', map ttl,
 --       function ttl, start time, client id ('' none), client ttl ms, n info values,
 --       info field/value pairs..., n finished maps, their ids... (deleted here: a

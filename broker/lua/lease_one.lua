@@ -1,10 +1,11 @@
+-- ARGV: ns, worker, incarnation, leases, frame, from_shared
 -- Lease one task that a worker popped with BRPOP (the idle worker's wake-up).
 -- A task popped from the shared queue lets the next one of its map's backlog in (refill);
 -- two when the shared queue is empty by now: idle workers are waiting (each wake-up is one
 -- of them), so the map's window doubles with each round of wake-ups until they all have a
 -- task (a thousand idle workers get their first in ~7 rounds, not 125 rounds of 8), and
 -- stops growing as soon as a task is left waiting.
--- ARGV: ns, worker, incarnation, leases on (1/0), frame, popped from the shared queue (1/0).
+-- Arguments: ns, worker, incarnation, leases on (1/0), frame, popped from the shared queue (1/0).
 -- Returns {the map's signed liveness token, broker time ms}; the token is '' when the map
 -- is gone or its client died (the task is then dropped) or this incarnation does not hold
 -- the name (the task goes back to the shared queue).

@@ -1,8 +1,9 @@
+-- ARGV: ns, worker, now_ms, force, leaving_ttl
 -- May a worker leave on its own terms? A worker at the end of its lifetime always may
 -- (`force`); an idle one only while the pool keeps at least its keeper's minimum
 -- (`pool_floor`) of live workers that are not leaving. A yes records the worker in
 -- `leaving`; leavers whose heartbeat is gone are forgotten first.
--- ARGV: ns, worker, now ms, force ('1' or '0'), ttl of the leaving set (s).
+-- Arguments: ns, worker, now ms, force ('1' or '0'), ttl of the leaving set (s).
 -- Returns 1 (leave) or 0 (stay: the pool is at its floor).
 local w, now, force, ttl = ARGV[2], tonumber(ARGV[3]), ARGV[4] == '1', tonumber(ARGV[5])
 local leaving = K.leaving()

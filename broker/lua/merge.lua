@@ -1,3 +1,5 @@
+-- ARGV(up): ns, 'up', worker, incarnation, result_grace, fanin, map_id, ids, frame, aside, covers
+-- ARGV(drain): ns, 'drain', map_id, at_least, result_grace
 -- The tree of partials (broker/merge.py). Mode 'up': a worker hands its partial of a map
 -- up the tree once the map has nothing left queued for it. While the map's pool holds
 -- partials, the worker is given up to `fanin` - 1 of them to fold into its own (each
@@ -9,12 +11,12 @@
 -- or that its reduce function refused) go to the client as they are.
 -- Mode 'drain' (the client, when its map has made no progress for a while): the pool goes
 -- to the client if its partials cover at least `at_least` tasks.
--- ARGV 'up': ns, 'up', worker, incarnation, grace (s), fan-in, map id, ids (20 bytes each,
+-- Arguments 'up': ns, 'up', worker, incarnation, grace (s), fan-in, map id, ids (20 bytes each,
 --   end to end: the tasks its partial covers and the partials folded into it), item (its
 --   frame or a big one's stub, set beside as in take; '' asks only for partials to fold),
 --   aside ids (partial entries of this lease that go to the client as they are), how many
 --   tasks its partial covers.
--- ARGV 'drain': ns, 'drain', map id, at_least, grace (s).
+-- Arguments 'drain': ns, 'drain', map id, at_least, grace (s).
 -- Returns {held (0: this incarnation does not hold the name; nothing done), outcome,
 -- partial id, item, ...}: outcome (broker/messages.py's HandedUp) INPUTS (the pairs
 -- follow; the item was not taken), NONE (nothing to fold, no item), PARKED, DELIVERED,

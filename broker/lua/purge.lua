@@ -1,3 +1,4 @@
+-- ARGV: ns, map_id, queue, scan_step
 -- Remove a cancelled map's queued tasks from one queue, `step` items per call: each item
 -- looked at is popped from the old end and pushed back at the new end unless it belongs
 -- to the map. ARGV: ns, map id, queue key, step. Returns {removed, looked at}.

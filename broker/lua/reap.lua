@@ -1,3 +1,4 @@
+-- ARGV: ns, now_text, max_attempts, every_ms, result_ttl, retiring, scan_step, lease_ms, refusals_ttl
 -- Recover the tasks of dead workers (no live incarnation) or of one retiring worker.
 -- Leased tasks go back to the shared queue (a death counts as an attempt, see requeue
 -- in lib.lua); up to `step` tasks of the worker's own queue follow; the worker leaves the
@@ -9,7 +10,7 @@
 -- it was down) within the last lease, the live workers' heartbeats were refused too and
 -- they renew their names within a heartbeat of its recovery: nobody is reaped (nor an
 -- attempt counted) until a lease has passed without a refusal.
--- ARGV: ns, time text, max attempts, throttle ms (0: always), ttl (s), retiring worker
+-- Arguments: ns, time text, max attempts, throttle ms (0: always), ttl (s), retiring worker
 --       or '', step, lease ms, ttl of the refusals note (s).
 -- Returns the names of the workers reaped.
 local now, maxtries, every = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])

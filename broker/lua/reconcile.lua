@@ -1,3 +1,4 @@
+-- ARGV: ns, worker, incarnation, grace_ms, gone, crashed, why, max_attempts, result_ttl, held...
 -- Check a live worker's lease against what it runs (nothing stays leased that nobody runs).
 -- An entry goes back to the shared queue when it belongs to another incarnation, or when
 -- it is older than `grace` ms and not among the `held` task ids (a take whose reply was
@@ -5,7 +6,7 @@
 -- The entry of `crashed` (a task whose process died running it) goes back counted,
 -- with `why` in its history.
 -- With `all` = 1 (the task process is gone) every entry not held goes back.
--- ARGV: ns, worker, incarnation, grace ms, all (1/0), crashed task id or '', why,
+-- Arguments: ns, worker, incarnation, grace ms, all (1/0), crashed task id or '', why,
 --       max attempts, ttl (s), then held task ids.
 -- Returns {requeued, outcome of the crashed task (a messages.Requeued value, or '')}.
 local w, inc, grace, all = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5] == '1'

@@ -1,8 +1,9 @@
+-- ARGV: ns, every_ms, scan_step, ended...
 -- Drop the maps whose client died (its beacon key expired, see client_gone in lib.lua), with their backlogs of queued
 -- tasks: at most once per `every` ms per namespace (throttle key), at most `step` maps
 -- of the registry looked at per call. Their tasks left in the shared or workers' queues
 -- are dropped by whoever pops them (take).
--- ARGV: ns, throttle ms, step, then the ids of maps their client ended (cancelled, left
+-- Arguments: ns, throttle ms, step, then the ids of maps their client ended (cancelled, left
 -- early, timed out, done): those are dropped now, the blobs of their unread results with
 -- them, their signed ends left to expire (drop_map), and the registry is not looked at. Returns the ids of the maps dropped.
 local every, step = tonumber(ARGV[2]), tonumber(ARGV[3])

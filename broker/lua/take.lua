@@ -1,3 +1,4 @@
+-- ARGV: ns, worker, incarnation, result_grace, max_tasks, leases, scan_step, steal_min_queue, steal_home_min_queue, steal_stuck_seconds, watch#, results...
 -- Hand in a worker's results, then lease up to `n` more tasks for it: from its own queue
 -- and the shared one (which comes first is a coin toss when both hold tasks, so routed
 -- work cannot starve other maps' shared tasks), and when both are empty one task stolen
@@ -8,7 +9,7 @@
 -- Results of maps that are gone are dropped, and so are their queued tasks (at most
 -- `step` of them per call). Bytes that are not a frame are handed over unleased so the
 -- worker reports them.
--- ARGV: ns, worker, incarnation, result grace (s), n, leases on (1/0), step,
+-- Arguments: ns, worker, incarnation, result grace (s), n, leases on (1/0), step,
 --       steal's min queue, its min queue for a task at home, steal's stuck seconds, k,
 --       k map ids (the maps of the worker's open partials), then triples: map id, task id (a partial's: the ids of the tasks it
 --       covers, end to end), result frame (or a big one's stub, broker/blobs.py: its blob is

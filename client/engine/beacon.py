@@ -68,7 +68,7 @@ def _beat() -> None:
         period = min(s.settings.client_ttl for s in storages.values()) / 4
         for s in storages.values():
             try:
-                s.renew_client(client_id())
+                s.maps.renew_client(client_id())
             except BrokerTrouble as err:         # the map's own loop reports a lost broker
                 log.debug("client beacon: cannot reach %r: %s", s.config, err)
         storages = None

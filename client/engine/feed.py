@@ -90,7 +90,7 @@ class MapFeed:
         if not later and now - self._looked >= WATCH_EVERY:
             self._looked = now
             try:
-                self._watched = bool(self.run.storage.r.exists(self.run.storage.keys.dashboard))
+                self._watched = feed.dashboard_announced(self.run.storage)
             except Exception:                # the broker away or refusing: as before
                 pass
         return self._watched is not False

@@ -128,7 +128,7 @@ class Ledger:
         """Every run of the map that died with its process, from the broker's histories
         (read once, when the map ends, before its keys go)."""
         try:
-            for index, history in storage.attempt_histories(map_id).items():
+            for index, history in storage.maps.attempt_histories(map_id).items():
                 self.lost_runs(index, history)
         except ConnectionProblem:
             pass            # the record lacks them; the results are whole

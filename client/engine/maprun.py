@@ -30,6 +30,7 @@ from .events import (Cancel, CancelMap, Enqueue, Faulted, Finish, NoteError, Obs
                      Report, Result, Results, TakeBack, Tick, Undecodable, Unverifiable)
 from .feed import MapFeed
 from .interrupts import held_interrupt
+from .lifecycle import Close, EndSigned, KeysDropped, Removed, Sending, Unsent
 from .invariants import validate
 from .merged import function_to_send
 from .options import MapOptions
@@ -65,7 +66,7 @@ class MapRun:
         self.task_timeout = options.task_timeout
         self.sample_metrics = metrics
         sent = function_to_send(fn, reduce, options, self.settings.merge_tasks,
-                                lambda: max(self.settings.merge_seconds, storage.worker_count() / self.settings.merge_rate),
+                                lambda: max(self.settings.merge_seconds, storage.pool.worker_count() / self.settings.merge_rate),
                                 self.settings.merge_fanin)
         self.packed_fn = pack_function(self.key, sent, self.label)
         self.merging = sent is not fn                   # workers fold results into partials
@@ -78,11 +79,6 @@ class MapRun:
         self.start = self.end = None
         self.routed_to_workers = 0
         self.frames_read = self.bytes_read = self.tree_depth = 0   # what the map's results cost it
-        self.closed = False
-        self._sent = self._end_signed = False           # something may be queued in Redis; its end signed
-        self._dropped = False                           # its keys deleted (every result read)
-        self._fn_uploaded = False
-        self._removed = 0                               # queued tasks a cancel took out of the broker
         self._starting: dict[str | None, list[int]] | None = None   # while it starts: where it sent which task
         self._applying = threading.RLock()              # one event at a time (apply)
         self.upkeep = Upkeep(self)
@@ -97,6 +93,7 @@ class MapRun:
     ledger = property(lambda self: self.state.ledger)
     cancelled = property(lambda self: self.state.cancelled)
     cancelled_by = property(lambda self: self.state.cancelled_by)
+    closed = property(lambda self: self.state.life.closed, doc="Cancelled, or closed by its caller.")
     done = property(lambda self: self.state.done, doc="Every task answered, or the map cancelled. O(1).")
     unfinished = property(lambda self: self.state.tasks.unfinished)
     resubmissions = property(lambda self: self.state.resubmissions)
@@ -125,11 +122,10 @@ class MapRun:
         for ins in instructions:
             kind = type(ins)
             if kind is Enqueue:
-                if ins.upload:
-                    self._fn_uploaded = False
                 try:
                     for lo in range(0, len(ins.indices), SUBMIT_BATCH):
-                        self._enqueue(ins.indices[lo:lo + SUBMIT_BATCH], route=ins.route, fair=ins.fair)
+                        self._enqueue(ins.indices[lo:lo + SUBMIT_BATCH], route=ins.route, fair=ins.fair,
+                                      upload=ins.upload)
                 except BrokerOutOfMemory as err:
                     raise BrokerFull.refused(self.storage.config, *self.memory(),
                                              f"map {self.map_id} could not queue its tasks") from err
@@ -140,7 +136,7 @@ class MapRun:
                 if ins.broker:
                     self.storage.report(ins.message)
             elif kind is TakeBack:
-                self.storage.take_back_queue(ins.worker)
+                self.storage.pool.take_back_queue(ins.worker)
             elif kind is CancelMap:
                 self._cancel_in_broker(ins.by)
             elif kind is Finish:
@@ -166,11 +162,12 @@ class MapRun:
                     renew_map_entry(self.storage, self.map_id)    # if this client dies (ticks renew it)
             except BrokerOutOfMemory as err:       # any write of its start (which one is luck)
                 full, removed = refused_start(self, self._starting)
-                self._sent = self._sent and not removed    # (nothing of it there: its cancel has nothing to do)
+                if removed and self.state.life.in_broker:  # (nothing of it there: its cancel has nothing to do)
+                    self.apply(Unsent())
                 raise full from err
             self._starting = None
         except BaseException:             # Ctrl-C, or an argument of a later batch could not
-            if self._sent:                # travel: what was queued is taken back
+            if self.state.life.in_broker:    # travel: what was queued is taken back
                 self.cancel()
             else:
                 beacon.detach(self)
@@ -180,11 +177,13 @@ class MapRun:
         self.upkeep.schedule()
 
     def _enqueue(self, indices: Iterable[int], wait_first: float = 0.0, route: bool = True,
-                 fair: bool = True) -> list[bytes]:
+                 fair: bool = True, upload: bool = False) -> list[bytes]:
+        """Write tasks ``indices`` (and the function: the map's first write, when ``upload``,
+        when it is small, or when the broker lacks it)."""
         indices = list(indices)
         state = self.state
         route = route and self.routing
-        owner, home = owners(self.args, indices, locate=self.storage.locate, route=route,
+        owner, home = owners(self.args, indices, locate=self.storage.pool.locate, route=route,
                              avoid=state.misfits | state.shunned,
                              good=state.good_workers() if state.misfits else None)   # a mixed pool
         if route:
@@ -195,14 +194,13 @@ class MapRun:
             (held if i in home else routed).setdefault(owner.get(i), []).append(self.frames[i])
             if self._starting is not None:        # (refused or not: the broker may have queued it)
                 self._starting.setdefault(owner.get(i), []).append(i)
-        upload = not self._fn_uploaded or len(self.packed_fn) < 65536 or \
-            not self.storage.function_present(self.fn_hash)
+        upload = upload or not state.life.in_broker or len(self.packed_fn) < 65536 or \
+            not self.storage.maps.function_present(self.fn_hash)
         with held_interrupt():            # queued whole (and its reply read) or not at all
-            self._sent = True
-            early = self.storage.enqueue_map(self.map_id, self.fn_hash, self.packed_fn if upload else None,
+            self.apply(Sending())
+            early = self.storage.maps.enqueue(self.map_id, self.fn_hash, self.packed_fn if upload else None,
                                              self._info(), routed, wait_first=wait_first, nonce=self.nonce,
                                              client=beacon.client_id(), fair=fair, home=held)
-        self._fn_uploaded = True
         return early
 
     def _info(self) -> dict:
@@ -235,7 +233,7 @@ class MapRun:
                 mono = time.monotonic()
                 wait = 0.0 if out else max(0.0, min(deadline, self.upkeep.next_tick,
                                                      mono + state.retries.next_due - now) - mono)
-                frames = self.storage.fetch_results(self.map_id, timeout=wait)
+                frames = self.storage.maps.fetch_results(self.map_id, timeout=wait)
                 lost_since = None
             except ConnectionProblem as err:
                 lost_since = lost_since or time.monotonic()
@@ -326,7 +324,7 @@ class MapRun:
             log.warning("map %s: dropped a result that failed verification: %s", self.map_id, err)
             return
         if not self.state.workers:        # before the first tick: learn who holds which key
-            self.apply(Observed(self.storage.worker_statuses(queue_depths=False), time.time()))
+            self.apply(Observed(self.storage.pool.worker_statuses(queue_depths=False), time.time()))
         self.apply(Unverifiable(ref.index, str(err), time.time()))
 
     # -- ending -------------------------------------------------------------------------
@@ -347,49 +345,54 @@ class MapRun:
         A map already ended (cancelled, or closed) stays as it is (returns 0)."""
         if self.closed:
             return 0
-        self._removed = 0
         self.apply(Cancel(time.time()))
-        self.closed = True
-        return self._removed
+        return self.state.life.removed
 
     def _cancel_in_broker(self, by: str | None) -> None:
         beacon.detach(self)
-        if self._sent:
+        if self.state.life.in_broker:
             try:
                 with held_interrupt():           # a Ctrl-C now would leave the keys behind
-                    self._removed = self.storage.cancel_map(self.map_id)
+                    removed = self.storage.maps.cancel(self.map_id)
+                self.apply(Removed(removed))
             except BrokerTrouble:                # unreachable, or refusing (out of memory):
                 pass                             # the keys expire by themselves
         self._sign_end()
-        self.closed = True
 
     def close(self) -> None:
         """Delete the map's keys (results already read)."""
-        if not self.closed:
-            self.closed = True
+        with self._applying:
+            if self.closed:
+                return
+            self.apply(Close())
             beacon.detach(self)
+            life, unfinished = self.state.life, self.state.tasks.unfinished
             try:
-                if self.state.tasks.unfinished:
-                    self.storage.cancel_map(self.map_id)
-                elif not self._dropped:
+                if unfinished and life.in_broker:
+                    self.apply(Removed(self.storage.maps.cancel(self.map_id)))
+                elif life.may_drop_keys:
                     self._drop()
             except ConnectionProblem:
                 pass
-            self._sign_end()
+            self._sign_end(drop=not unfinished)
 
     def _sign_end(self, drop: bool = False) -> None:
         """Sign the map's end in its token's place: workers refuse its frames from now on.
-        ``drop``: and delete its keys in the same write (every result is read)."""
-        if self._sent and not self._end_signed:
-            self._end_signed = True
-            try:
-                self.storage.sign_map_end(self.map_id, self.nonce, drop=drop)
-                self._dropped = drop
-            except BrokerTrouble:
-                pass
+        ``drop``: and delete its keys in the same write (every result is read). Once: the
+        map's state says whether it is still to do (:mod:`client.engine.lifecycle`)."""
+        if not self.state.life.may_sign_end:
+            return
+        signed = False
+        try:
+            self.storage.maps.sign_end(self.map_id, self.nonce, drop=drop)
+            signed = True
+        except BrokerTrouble:
+            pass
+        finally:
+            self.apply(EndSigned(dropped=drop and signed))
 
     def _drop(self) -> None:
         """Delete the map's keys, without waiting for the reply (``Storage.end_map``)."""
-        if self._sent and not self._dropped:
-            self._dropped = True
-            self.storage.end_map(self.map_id, lazy=True)
+        if self.state.life.may_drop_keys:
+            self.apply(KeysDropped())
+            self.storage.maps.end(self.map_id, lazy=True)

@@ -46,11 +46,11 @@ def drain_stalled(storage, map_id: str, waiting: int, n: int, last_progress: flo
     this keeps a straggler from hiding the finished tasks from the client (its progress,
     its straggler backups). Returns the tasks moved.
 
-    >>> class Broker:
-    ...     def drain_pool(self, map_id, at_least): return at_least
-    >>> drain_stalled(Broker(), "m", 80, 80, time.time()), drain_stalled(Broker(), "m", 80, 80, 0.0, held=6)
+    >>> from types import SimpleNamespace
+    >>> broker = SimpleNamespace(maps=SimpleNamespace(drain_pool=lambda map_id, at_least: at_least))
+    >>> drain_stalled(broker, "m", 80, 80, time.time()), drain_stalled(broker, "m", 80, 80, 0.0, held=6)
     (0, 70)
     """
     if waiting <= 0 or time.time() - last_progress < STALLED_SECONDS:
         return 0
-    return storage.drain_pool(map_id, max(1, waiting - held - max(2, int(TAIL * n))))
+    return storage.maps.drain_pool(map_id, max(1, waiting - held - max(2, int(TAIL * n))))

@@ -7,17 +7,30 @@ is luck). What got in before the refusal goes with commands a full broker still 
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from ...broker.errors import BrokerTrouble
+from ...broker.storage import Storage
 from ...broker.unstart import unstart_map
 from ..errors import BrokerFull
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .maprun import MapRun
+
+class StartingMap(Protocol):
+    """What a refused start reads of its map (:class:`client.engine.maprun.MapRun`, which
+    imports this module)."""
+
+    storage: Storage
+    settings: Any
+    map_id: str
+    n: int
+    label: str
+    frames: Any                     # task index -> its signed frame
+
+    def memory(self) -> tuple[int, int]:
+        """(used, maxmemory) bytes of the broker; (0, 0) when it cannot say."""
 
 
-def refused_start(run: "MapRun", sent: dict[str | None, list[int]]) -> tuple[BrokerFull, bool]:
+def refused_start(run: StartingMap, sent: dict[str | None, list[int]]) -> tuple[BrokerFull, bool]:
     """The error for ``run``, whose start the broker refused after it sent the tasks
     ``sent`` (worker or None -> indices), and whether nothing of the map is left there."""
     try:

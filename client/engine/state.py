@@ -8,7 +8,9 @@ keeps what it learned of the workers (which run our tasks, which hold another ke
 it shuns). :meth:`MapState.handle` takes one event (:mod:`client.engine.events`) and
 returns the instructions for its driver (:class:`client.engine.maprun.MapRun`), which
 alone talks to Redis. No Redis, no clock, no threads here: time arrives in the events.
-dask's ``distributed/worker_state_machine.py`` is the model.
+dask's ``distributed/worker_state_machine.py`` is the model. The map's life in Redis
+(sent, its end signed, its keys dropped; closed) is a phase of the state too
+(:mod:`client.engine.lifecycle`), moved by the driver's writes it reports.
 
 Every move of a task goes through :data:`~client.engine.tasks.TRANSITIONS`; a move it
 does not allow raises :class:`~client.engine.tasks.InvalidTransition` with the task's
@@ -39,6 +41,7 @@ from .events import (Audited, Backup, Cancel, CancelMap, Enqueue, Faulted, Finis
                      NoteError, Observed, Partial, Raised, Report, Result, Results, TakeBack, Tick, Unclaimed,
                      Undecodable, Unverifiable)
 from .ledger import Ledger
+from .lifecycle import WRITES, Lifecycle
 from .retry import RetryPolicy, RetryQueue
 from .story import Story
 from .tasks import InvalidTransition, TaskResult, TaskState, TaskTable
@@ -76,6 +79,7 @@ class MapState:
         self.last_progress = now              # when a task last finished
         self.cancelled = self.ended = False
         self.cancelled_by: str | None = None
+        self.life = Lifecycle(map_id)         # the map in Redis: sent, ended, dropped; closed
         self._warned_unverified = False
         self._story = Story()
         self._handlers = {Result: self._result, Results: self._results, Raised: self._raised, Undecodable: self._undecodable,
@@ -83,6 +87,7 @@ class MapState:
                           Observed: self._observed, Audited: self._audited, Backup: self._backup,
                           GiveUp: self._give_up, MapVanished: self._vanished, Unclaimed: self._unclaimed,
                           Tick: self._tick, Cancel: self._cancel}
+        self._handlers.update(dict.fromkeys(WRITES, self._wrote))   # the driver's writes: its life in Redis
 
     # -- the one entry point ------------------------------------------------------------
     def handle(self, event) -> list:
@@ -140,7 +145,10 @@ class MapState:
 
     def _requeue(self, indices, *, route: bool = True, fair: bool = False, upload: bool = False,
                  backup: bool = False) -> list:
-        """Send the tasks still owed an answer again (a final one stays as it is)."""
+        """Send the tasks still owed an answer again (a final one stays as it is); nothing
+        once the map is closed (its caller is gone: what it sent is being removed)."""
+        if self.life.closed:
+            return _NONE
         moved = [i for i in indices if 0 <= i < self.n and not self.tasks.is_final(i)]
         for i in moved:
             self._move(i, Q)
@@ -347,7 +355,13 @@ class MapState:
         self.shunned.add(e.worker)
         return [TakeBack(e.worker), Report(e.why, "warning", broker=True)]
 
+    def _wrote(self, e) -> list:
+        self.life.apply(e)
+        return _NONE
+
     def _tick(self, e: Tick) -> list:
+        if self.life.closed:                            # (its retries wait for nothing now)
+            return _NONE
         due = [i for i in self.retries.pop_due(e.now) if self.tasks.state(i) is B]
         return self._requeue(due) if due else _NONE     # (a task sent again meanwhile is not sent twice)
 
@@ -355,6 +369,7 @@ class MapState:
         if self.cancelled:
             return _NONE
         self.cancelled, self.cancelled_by = True, e.by
+        self.life.close()
         for i in self.tasks.indices(Q, L, R, B):
             self._move(i, C)
         self.retries.clear()

@@ -16,15 +16,10 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import TYPE_CHECKING
-
-from ...broker.messages import ErrorKind
+from ...broker.messages import ErrorKind, WorkerStatus
 from ..errors import RemoteError
 from .events import Backup, GiveUp
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ...broker.messages import WorkerStatus
-    from .upkeep import MapVerbs
+from .verbs import MapVerbs
 
 log = logging.getLogger("rhtc.client")
 
@@ -44,7 +39,7 @@ def check_task_timeout(task_timeout) -> float | None:
 class TaskTimeouts:
     """Backs up, then fails, the tasks of one map that run over its ``task_timeout``."""
 
-    def __init__(self, run: "MapVerbs", seconds: float, parked_behind=lambda slow, live: ()):
+    def __init__(self, run: MapVerbs, seconds: float, parked_behind=lambda slow, live: ()):
         self.run, self.seconds = run, seconds
         self.parked_behind = parked_behind     # finished tasks held in the partial of a slow one's worker
 

@@ -8,8 +8,9 @@ Upkeep only looks after a map: it reads the broker and what the map's state show
 hands what it finds to the map as events (:mod:`client.engine.events`: the workers'
 statuses, the audit's findings, backups of stragglers, a task given up, the map vanished,
 a worker that takes nothing) through the map's one verb, :meth:`MapRun.apply`; it never
-writes the map's state, and it does not import :mod:`client.engine.maprun` (which
-imports this module). The task timeouts (:mod:`client.engine.timeouts`) do the same.
+writes the map's state, and it knows the map only by its verbs (:mod:`client.engine.verbs`),
+not by :mod:`client.engine.maprun` (which imports this module). The task timeouts
+(:mod:`client.engine.timeouts`) do the same.
 """
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ import logging
 import time
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Protocol
 
 from ...broker import protocol
 from ...broker.errors import BrokerOutOfMemory
@@ -27,14 +27,11 @@ from ...broker.storage import Storage
 from .decisions import straggler_backups
 from .events import Audited, Backup, GiveUp, MapVanished, Observed, Unclaimed
 from ..errors import BrokerFull, KeyMismatch, RemoteError
-from .feed import MapFeed
 from .merged import drain_stalled
 from .tasks import TaskState
 from .unclaimed import UnclaimedWatch
 from .timeouts import TaskTimeouts
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .state import MapState
+from .verbs import MapVerbs
 
 log = logging.getLogger("rhtc.client")
 
@@ -47,27 +44,6 @@ LOOK_SECONDS = 1.0            # maps submitted within this long share one look a
 _looks: "weakref.WeakKeyDictionary[Storage, tuple[float, list[WorkerStatus]]]" = weakref.WeakKeyDictionary()
 _WAITING = (TaskState.QUEUED, TaskState.LEASED)
 METRIC_KEYS = ("t", *WORKER_METRICS)          # what a map samples of each live worker
-
-
-class MapVerbs(Protocol):
-    """What upkeep reads from a map, and its one verb (:class:`client.engine.maprun.MapRun`)."""
-
-    storage: Storage
-    map_id: str
-    fn_hash: str
-    nonce: str
-    n: int
-    fingerprint: str
-    straggler_factor: float | None
-    task_timeout: float | None
-    merging: bool
-    sample_metrics: bool
-    feed: "MapFeed"
-    state: "MapState"
-
-    def apply(self, event) -> None: ...
-    def describe_argument(self, index: int) -> str: ...
-    def memory(self) -> tuple[int, int]: ...
 
 
 class Upkeep:
@@ -94,7 +70,7 @@ class Upkeep:
         storage = self.run.storage
         seen = _looks.get(storage)
         if seen is None or time.monotonic() - seen[0] > LOOK_SECONDS:
-            seen = _looks[storage] = (time.monotonic(), storage.worker_statuses(queue_depths=False))
+            seen = _looks[storage] = (time.monotonic(), storage.pool.worker_statuses(queue_depths=False))
         self.run.apply(Observed(seen[1], time.time()))
         self._check_keys(seen[1])
         self._check_forged(seen[1])
@@ -120,15 +96,15 @@ class Upkeep:
     def _tick(self) -> None:
         run = self.run
         storage = run.storage
-        if not storage.keep_map_alive(run.map_id, run.fn_hash, run.nonce):
+        if not storage.maps.keep_alive(run.map_id, run.fn_hash, run.nonce):
             run.apply(MapVanished(time.time()))
             return
         renew_map_entry(storage, run.map_id)
         run.feed.flush()
-        storage.reap()
+        storage.lease.reap()
         if time.monotonic() >= self._next_audit:
             self._audit()
-        live = storage.worker_statuses()
+        live = storage.pool.worker_statuses()
         _looks[storage] = (time.monotonic(), live)      # fresh for the next map's look
         run.apply(Observed(live, time.time()))
         if run.merging:                   # a pool of partials no worker will come for
@@ -149,11 +125,11 @@ class Upkeep:
             self._stragglers(live)
         if self.timeouts is not None:
             self.timeouts.check(live)
-        for frame in storage.fetch_dead_tasks(run.map_id):
+        for frame in storage.maps.dead_tasks(run.map_id):
             index = protocol.frame_index(frame)
             if index is None or not 0 <= index < run.n:
                 continue
-            history = storage.attempt_history(run.map_id, protocol.task_id(frame))
+            history = storage.maps.attempt_history(run.map_id, protocol.task_id(frame))
             run.apply(GiveUp(index, RemoteError(
                 index, ErrorKind.WORKER_LOST, "the process running the task died every time it was tried "
                 "(see the attempts); the task may be what kills it (memory? a crash in compiled code?)",
@@ -257,7 +233,7 @@ class Upkeep:
         leased: set[int] = set()
         for w in here:
             if w.task.index in slow and w.merged:
-                leased |= run.storage.leased_to(w.name, run.map_id)
+                leased |= run.storage.maps.leased_to(w.name, run.map_id)
         if not leased:
             return ()
         leased -= {w.task.index for w in here} | set(slow)
@@ -274,12 +250,12 @@ class Upkeep:
         live workers were reaped); they are read first."""
         run = self.run
         self._next_audit = time.monotonic() + AUDIT_SECONDS
-        if run.storage.unread_results(run.map_id):
+        if run.storage.maps.unread_results(run.map_id):
             return
         stalled = time.time() - run.state.last_progress > AUDIT_SECONDS
-        if not stalled and run.storage.unrouted_depth(run.map_id) > AUDIT_MAX_QUEUE:
+        if not stalled and run.storage.pool.unrouted_depth(run.map_id) > AUDIT_MAX_QUEUE:
             return
         if run.state.tasks.count(*_WAITING):
-            seen = run.storage.audit_map(run.map_id)
+            seen = run.storage.maps.audit(run.map_id)
             if seen is not None:              # (None: the tree moved partials under every walk)
                 run.apply(Audited(seen, time.time()))

@@ -167,6 +167,15 @@ def _url_source(url: str | None) -> str:
     return str(default_config_path())
 
 
+def _reader(url: str | None):
+    """A connection to the broker ``url`` (default: the configured one) for an operator's
+    read or cancel: it needs no signing key and none of the API's maps."""
+    from ...broker.storage import Storage
+    storage = Storage(BrokerConfig.resolve(url=url, require_key=False))
+    storage.ping()
+    return storage
+
+
 @main.command()
 @click.option("--broker", "url", default=None, help="Broker URL (default: configured).")
 @click.option("-w", "--watch", is_flag=True, help="Refresh like top until Ctrl-C.")
@@ -174,9 +183,8 @@ def _url_source(url: str | None) -> str:
 def status(url, watch, interval):
     """Live workers (current task, last heartbeat, CPU, memory, cache), queues, maps in flight."""
     from .status import render_status
-    from ..api import storage_for
     try:
-        storage = storage_for(BrokerConfig.resolve(url=url, require_key=False))
+        storage = _reader(url)
     except (BrokerNotConfigured, ConnectionError, PermissionError) as err:
         raise click.ClickException(str(err))
     while True:
@@ -199,19 +207,18 @@ def cancel(map_ids, url):
     """Cancel maps in flight by id (as `rhtc status` shows them; a unique start is enough).
     Their queued tasks are dropped now; the client that runs each one ends with MapCancelled."""
     import socket
-    from ..api import storage_for
     try:
-        storage = storage_for(BrokerConfig.resolve(url=url, require_key=False))
+        storage = _reader(url)
     except (BrokerNotConfigured, ConnectionError, PermissionError) as err:
         raise click.ClickException(str(err))
-    in_flight = [m["map_id"] for m in storage.maps_in_flight()]
+    in_flight = [m["map_id"] for m in storage.pool.maps_in_flight()]
     by = f"`rhtc cancel` ({socket.gethostname()}:{os.getpid()})"
     for wanted in map_ids:
         matches = [m for m in in_flight if m.startswith(wanted)] or [wanted]
         if len(matches) > 1:
             raise click.ClickException(f"{wanted!r} is the start of {len(matches)} maps in flight "
                                        f"({', '.join(matches)}): give more of the id")
-        dropped = storage.request_cancel(matches[0], by)
+        dropped = storage.pool.request_cancel(matches[0], by)
         if dropped is None:
             raise click.ClickException(f"no map {wanted!r} in flight (it finished, or the id is "
                                        "wrong): `rhtc status` lists the maps in flight")

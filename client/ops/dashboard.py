@@ -34,6 +34,8 @@ from pathlib import Path
 from ...broker import feed
 from ...broker.config import BrokerConfig
 from ...broker.storage import Storage
+from .. import dashlink
+from ..dashlink import address_for  # noqa: F401 (where a dashboard serves a broker: asked here too)
 from .dashstate import DashState
 
 log = logging.getLogger("rhtc.client")
@@ -43,7 +45,6 @@ COOKIE = "rhtc_dashboard_token"
 _TOKEN_IN_URL = re.compile(r"(token=)[^&\s]*")
 #: how often a running dashboard renews its address in the broker (s); it lives 3x that
 ANNOUNCE_SECONDS = 10
-_running: dict[tuple[str, str], "Dashboard"] = {}     # (broker url, namespace) -> dashboard of this process
 
 
 def _log_request(handler) -> None:
@@ -161,7 +162,7 @@ class Dashboard:
         started.wait(30)
         if self._error is not None:
             raise self._error
-        _running[(self.config.url, self.config.namespace)] = self
+        dashlink.register(self.config, self)
         return self
 
     def _serve(self, started: threading.Event) -> None:
@@ -197,7 +198,7 @@ class Dashboard:
 
     def stop(self) -> None:
         """Stop serving and remove the address from the broker."""
-        _running.pop((self.config.url, self.config.namespace), None)
+        dashlink.forget(self.config)
         if self._loop is not None and self._thread is not None and self._thread.is_alive():
             self._loop.add_callback(self._loop.stop)
             self._thread.join(10)
@@ -217,14 +218,7 @@ class Dashboard:
         return f"<Dashboard {self.address} of {self.config!r}>"
 
 
-def address_for(storage: Storage) -> str | None:
-    """The address of a dashboard serving ``storage``'s namespace: one in this process
-    (with its token), else one announced in the broker (without: a browser that opened the
-    dashboard's URL once has the token as a cookie); None when none runs."""
-    own = _running.get((storage.config.url, storage.config.namespace))
-    if own is not None:
-        return own.url
-    try:
-        return feed.dashboard_address(storage)
-    except Exception:
-        return None
+def serve(config: BrokerConfig, port: int = 0) -> Dashboard:
+    """Serve the dashboard of ``config``'s broker on 127.0.0.1:``port`` in a thread of this
+    process (what ``LocalCluster(dashboard=...)`` starts, through :mod:`client.dashlink`)."""
+    return Dashboard(config, port=port).start()

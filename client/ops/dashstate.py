@@ -79,12 +79,12 @@ class DashState:
     def _read(self) -> dict:
         now = time.time()
         st = self.storage
-        statuses = st.worker_statuses()
+        statuses = st.pool.worker_statuses()
         workers = self._workers(statuses, now)
         self._cursor, entries = feed.read_feed(st, self._cursor)
         for entry in entries:
             self._take(entry, now)
-        registry = st.maps_in_flight(tidy=False)
+        registry = st.pool.maps_in_flight(tidy=False)
         for m in registry:
             self._maps_seen[m["map_id"]] = now
         for m, t in list(self._maps_seen.items()):
@@ -97,7 +97,7 @@ class DashState:
         self._sample(statuses, now)
         busy = sum(1 for w in workers if w["state"] == "busy")
         return {"t": now, "broker": repr(st.config), "workers": workers, "gone": sorted(self._gone.values(),
-                key=lambda w: w["name"]), "maps": maps, "shared_queue": st.shared_depth(),
+                key=lambda w: w["name"]), "maps": maps, "shared_queue": st.pool.shared_depth(),
                 "pool": {"workers": len(workers), "busy": busy, "keeper": _keepers(st),
                          "note": "no pool keeper runs for this broker (rhtc pool start): held or replaced jobs "
                                  "are not known here (see condor_q)"},
@@ -214,8 +214,8 @@ class DashState:
 def _keepers(st) -> str | None:
     """One line per pool keeper: wanted and actual size, and its last replacement with why."""
     lines = []
-    for k in st.keepers():
-        last = next((e for e in st.keeper_events(k["pool"], 20) if e.get("what") in ("replaced", "failed", "evicted")),
+    for k in st.pool.keepers():
+        last = next((e for e in st.pool.keeper_events(k["pool"], 20) if e.get("what") in ("replaced", "failed", "evicted")),
                     None)
         lines.append(f"{k['pool']} wants {k.get('wanted')}, {k.get('serving', 0)} serving"
                      + (f"; last {last['what']} {last.get('job', '')}: {last.get('why', '')}" if last else ""))

@@ -121,15 +121,15 @@ def render_pools(storage: Storage, events: int = 5) -> str:
     >>> from rhtc.broker.embedded import EmbeddedBroker
     >>> with EmbeddedBroker() as b:
     ...     s = Storage(b.config)
-    ...     s.publish_keeper("a1b2c3", {"scheduler": "condor", "min": 3, "max": 3, "wanted": 3, "serving": 2,
+    ...     s.pool.publish_keeper("a1b2c3", {"scheduler": "condor", "min": 3, "max": 3, "wanted": 3, "serving": 2,
     ...                                 "jobs": {"running": 2, "held": 1}, "host": "login1", "pid": 7}, ttl=30)
-    ...     s.keeper_event("a1b2c3", {"what": "replaced", "job": "12.1", "why": "held: memory exceeded"})
+    ...     s.pool.keeper_event("a1b2c3", {"what": "replaced", "job": "12.1", "why": "held: memory exceeded"})
     ...     print(render_pools(s))       # doctest: +ELLIPSIS
     pool a1b2c3 (condor, keeper pid 7 on login1): wants 3, 2 serving; jobs: 1 held, 2 running
       ... replaced  12.1         held: memory exceeded
     """
     lines = []
-    for k in storage.keepers():
+    for k in storage.pool.keepers():
         size = k.get("wanted")
         span = "" if k.get("min") == k.get("max") else f" (adaptive {k.get('min')}:{k.get('max')})"
         jobs = ", ".join(f"{n} {state}" for state, n in sorted((k.get("jobs") or {}).items())) or "no jobs"
@@ -139,7 +139,7 @@ def render_pools(storage: Storage, events: int = 5) -> str:
             lines.append(f"  {k['leaving']} worker(s) leaving at the end of their lifetime or idle")
         if k.get("failures"):
             lines.append(f"  {k['failures']} start-up failure(s) in a row; next try in {k.get('backoff', 0):.0f} s")
-        for e in storage.keeper_events(k["pool"], events):
+        for e in storage.pool.keeper_events(k["pool"], events):
             lines.append(f"  {datetime.fromtimestamp(e['t']):%H:%M:%S} {e.get('what', ''):<9} {e.get('job', ''):<12} "
                          f"{e.get('why', '')[:160]}")
     return "\n".join(lines)
@@ -148,10 +148,10 @@ def render_pools(storage: Storage, events: int = 5) -> str:
 def render_status(storage: Storage, max_workers: int = 60) -> str:
     """The whole ``rhtc status`` screen: workers, misfits, maps in flight, recent problems."""
     now = time.time()
-    statuses = storage.worker_statuses()
+    statuses = storage.pool.worker_statuses()
     workers = [s.to_dict() for s in statuses]
     lines = [f"broker {storage.config!r}   {datetime.now():%H:%M:%S}",
-             f"{len(workers)} live workers, {storage.shared_depth()} tasks in the shared queue", ""]
+             f"{len(workers)} live workers, {storage.pool.shared_depth()} tasks in the shared queue", ""]
     if workers:
         hdr = (f"{'worker':<28} {'host':<14} {'state':<5} {'task':<22} {'run s':>6} {'hb s':>5} "
                f"{'cpu%':>5} {'rss MB':>7} {'cache MB':>9} {'entries':>7} {'read MB':>8} {'queued':>6} {'done':>6} {'err':>4}")
@@ -182,7 +182,7 @@ def render_status(storage: Storage, max_workers: int = 60) -> str:
         lines += ["", "forged workers (no holder of this key published them; never routed to; "
                       "someone has the Redis password: change it):"]
         lines += [f"  {name}: {why}" for name, why in forged[:max_workers]]
-    maps = storage.maps_in_flight()
+    maps = storage.pool.maps_in_flight()
     lines += ["", f"{len(maps)} maps in flight (of every client; they take turns in the shared queue)"]
     for m in maps:
         alive = {True: "alive", False: "dead: its tasks are being dropped", None: "no beacon"}[m.get("client_alive")]

@@ -55,10 +55,24 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, Sequence
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .record import RunRecord
+from .attempts import AttemptRecord
+from .rows import TaskRecord
+
+
+class RunRows(Protocol):
+    """What the figures read of a run: its rows and its bounds (a
+    :class:`~client.reports.record.RunRecord`, which imports this module for its summary)."""
+
+    start: float
+    end: float
+    tasks: Sequence[TaskRecord]
+    attempts: Sequence[AttemptRecord]
+
+    @property
+    def workers(self) -> list[str]:
+        """The workers that ran a task or an attempt, in order of first start."""
 
 
 def _busy_seconds(intervals: list[tuple[float, float]]) -> float:
@@ -77,7 +91,7 @@ def _busy_seconds(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-def _runs(record: RunRecord) -> list[tuple[str, float, float]]:
+def _runs(record: RunRows) -> list[tuple[str, float, float]]:
     """(worker, start, stop) of every task's row and of every timed failed attempt."""
     return [(t.worker, t.start, t.stop) for t in record.tasks] + \
         [(a.worker, a.start, a.stop) for a in record.attempts if a.timed]
@@ -90,7 +104,7 @@ def _bounds(start: float, end: float, first: float, last: float) -> tuple[float,
     return t0, max(end, last, t0)
 
 
-def time_range(record: RunRecord) -> tuple[float, float]:
+def time_range(record: RunRows) -> tuple[float, float]:
     """Map start and end, widened to cover every task (clocks of nodes may disagree).
 
     A ``start`` of 0 means "not recorded" and falls back to the first task start.
@@ -188,7 +202,7 @@ class MapTally:
         return worker_figures({w: tuple(r) for w, r in self.workers.items()}, t0, stop)
 
 
-def efficiency(record: RunRecord) -> dict[str, Any]:
+def efficiency(record: RunRows) -> dict[str, Any]:
     """The headline numbers of a run, as plain floats, ints and dicts.
 
     Keys: ``efficiency_wall`` (by the wall clock, 0..1: the headline), ``efficiency``

@@ -71,4 +71,17 @@ def page(srcdir: Path, warn: Callable[[str], None]) -> str:
            "(from the docstring of `broker/keys.py`; the keys are on [Redis keys](keys.md)). "
            "`refused` exists only on the client.", "",
            "```{eval-rst}", broker, "```", ""] if broker else []),
+        *redis_moves(),
     ])
+
+
+def redis_moves() -> list[str]:
+    """The broker's one table of a task's moves in Redis (:mod:`rhtc.broker.taskmoves`)."""
+    from rhtc.broker import taskmoves as tm
+    return ["## Moves in Redis", "",
+            f"Every move of a task between the places that hold it in Redis, and the script of "
+            f"`broker/lua/` (or the plain command) that makes it: {len(tm.MOVES)} moves, from "
+            "`broker/taskmoves.py`. Scripts that move no task: "
+            + ", ".join(f"`{n}` ({why})" for n, why in tm.STILL.items()) + ".", "",
+            table(["from", "to", "by", "why"], [(f"`{m.source}`", f"`{m.target}`", f"`{m.by}`", m.why)
+                                                 for m in tm.MOVES])]
