@@ -24,6 +24,14 @@ class Backoff:
         self._said, self._said_at = "", 0.0
 
     def wait(self, err: BaseException, url: str) -> None:
+        """Say what we wait for (see :meth:`say`), sleep :attr:`delay`, double it up to the cap."""
+        self.say(err, url, self.delay)
+        time.sleep(self.delay)
+        self.delay = min(self.delay * 2, self.cap)
+
+    def say(self, err: BaseException, url: str, delay: float) -> None:
+        """Log what the broker error ``err`` makes us wait for, once per distinct reason and
+        then every ~30 s (the task loop's state decides the ``delay``: :mod:`worker.loopstate`)."""
         if isinstance(err, BrokerOutOfMemory):
             what = "memory in the broker (it is at maxmemory; results are kept until it has room)"
         elif isinstance(err, BrokerRefused) and not isinstance(err, ConnectionProblem):
@@ -31,10 +39,8 @@ class Backoff:
         else:
             what = f"the broker at {url} ({type(err).__name__}: {err})"
         if what != self._said or time.monotonic() - self._said_at > 30:
-            log.warning("%s: waiting for %s; retrying in %.1f s", self.who, what, self.delay)
+            log.warning("%s: waiting for %s; retrying in %.1f s", self.who, what, delay)
             self._said, self._said_at = what, time.monotonic()
-        time.sleep(self.delay)
-        self.delay = min(self.delay * 2, self.cap)
 
     def ok(self) -> None:
         if self._said:

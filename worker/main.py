@@ -3,6 +3,11 @@ at a time, hand in signed results. It talks to Redis directly (the supervisor in
 :mod:`worker.supervisor` is not on the hot path), keeps the branch cache, and tells its
 supervisor what it runs through :class:`worker.shared.SharedState`.
 
+:class:`TaskProcess` is the driver of the loop's pure state (:class:`worker.loopstate.LoopState`,
+which decides the batch size, the idle and steal timing, when partials go in or up, how
+long to back off): it carries out the state's instructions (Redis through its storage,
+the user's code, folds through :mod:`worker.merge`) and hands it what happened.
+
     (not run by the tests: it serves tasks until SIGTERM)
     >>> from rhtc.worker.main import TaskProcess            # doctest: +SKIP
     >>> TaskProcess(config, "w1", incarnation, shared).run()   # doctest: +SKIP
@@ -33,15 +38,18 @@ from .memory import tune_malloc
 from .outbox import Outbox
 from .preload import Preload, names as preload_names
 from .results import describe_error, events_of, pack_result
+from .functions import Functions, SystemFault
+from .loopevents import (AGAIN, ALONE, DROPPED, FOLDED as FOLDED_RESULT, REFUSED, RESULT, Close, Exit,
+                         FlushPartials, GoUp, HandedBack, HandedIn, HandIn, Hold, IdleWait, PartialsDue,
+                         PartialsOut, Pause, Probe, Probed, Publish, Ran, Recovered, Run, Start, Stop, Take,
+                         Tick, Took, Trouble, WentUp, Woke)
+from .loopstate import FOLDED, IDLE_WAIT, RUNNING, LoopState  # noqa: F401 - IDLE_WAIT: read by the tests
 from .merge import Partials
 from .tree import Tree
 from .shared import MAX_HELD, SharedState
 from .tokens import MapTokens
 
 log = logging.getLogger("rhtc.worker")
-BATCH_SECONDS = 0.005      # take as many tasks as fit in this much time (fast tasks only)
-IDLE_WAIT = 5.0            # an idle worker's blocking pop (s); a stop or a drain ends it at once (wake)
-QUIET_RETAKE = 10.0        # with nothing to steal, an idle worker still takes (checks its name) this often (s)
 
 
 class HandBack(BaseException):
@@ -67,7 +75,7 @@ class TaskProcess:
         self.storage = storage or Storage(config, self.settings)
         self.dumps = protocol.dumps_parts           # how a value is packed (bench's light workers memoize it)
         self.cache = BranchCache(cache_bytes, disk=open_disk_tier(self.settings, name))
-        self.functions: collections.OrderedDict[str, object] = collections.OrderedDict()
+        self.functions = Functions(self.storage, name, self.key)
         self.tokens = MapTokens(self.key, name)
         self._broker_ms = 0                         # the broker's clock at the last take
         self.max_batch = max_batch
@@ -79,8 +87,15 @@ class TaskProcess:
         self.outbox = Outbox(self.storage, name, incarnation, self.key)   # results not handed in yet
         self.partials = Partials(self.key, MAX_HELD - max_batch, self.settings.max_result_bytes,
                                  self.storage.lease.bulk_limits)     # results of maps that merge (reduce=)
-        self._ewma = 1.0                            # seconds per task, for batch sizing
-        self._quiet_until = 0.0                     # idle with nothing to steal: only pop until then
+        self.state = LoopState(max_batch)           # what the loop decides (worker/loopstate.py)
+        self._batch: list[tuple[bytes, bytes | None]] = []   # the last batch's (frame, token)s
+        self._trouble: BaseException | None = None  # the broker's last error, while it lasts
+        self.backoff = Backoff(f"worker {name} (task process {self.pid})")
+        self._do = {Take: self._take, Run: self._run, Hold: lambda ins: self._hold(ins.batch),
+                    HandIn: self._hand_in, PartialsDue: self._partials_due, Close: self._close,
+                    FlushPartials: self._flush_partials, GoUp: self._go_up, IdleWait: self._idle_wait,
+                    Probe: self._probe, Pause: self._pause, Recovered: self._recovered,
+                    Publish: self._published, Exit: self._exit}
         self.tasks_done = self.errors = 0
         self.bytes_from_file = self.bytes_from_cache = 0     # totals, for `rhtc status`
         self.ctx = context.TaskContext(worker=self.name, cache=self.cache)
@@ -100,49 +115,141 @@ class TaskProcess:
 
     def serve(self) -> int:
         """Serve tasks until :attr:`stopping` is set (by a signal, or by the caller's thread:
-        the light workers of ``bench scale`` run many task loops in one process)."""
+        the light workers of ``bench scale`` run many task loops in one process).
+
+        The driver of :attr:`state`: it does each instruction, hands the event that doing
+        it answers to the state, and does the instructions that returns first. It never
+        exits on a broker error: the state decides what is handed back and how long to wait."""
         self._publish()
-        backoff = Backoff(f"worker {self.name} (task process {self.pid})")
-        while not self.stopping:
+        state, do, monotonic = self.state, self._do, time.monotonic
+        pending = collections.deque(state.handle(Start(monotonic())))
+        while pending:
             try:
-                quiet = time.monotonic() < self._quiet_until
-                holding, batch = (True, []) if quiet else self._take()
-                if not holding:     # the name is not ours (yet/any more): the supervisor claims or stops
-                    time.sleep(0.2)
-                    continue
-                if not batch and not self.stopping:
-                    if self.partials:           # the queue ran dry: the partials of maps at their end
-                        self._ending(self.partials.ending(None), [])    # go up the tree, the rest in
-                        self.outbox.frames += self.partials.flush()
-                        self.outbox.flush()
-                        self._hold([])
-                    with self.preload.idle():
-                        self._waiting = not self.stopping     # (wake() ends the wait)
-                        try:
-                            frame = self._waiting and self.storage.lease.wait_for_task(self.name, self.incarnation, IDLE_WAIT,
-                                                                                     leasing=self.shared.set_leasing)
-                        finally:
-                            self._waiting = False
-                    batch = [(frame, None)] if frame else []
-                    if frame or self.storage.lease.stealable():   # (a take per idle second costs the broker a
-                        self._quiet_until = 0.0             # script run per worker-second: 25 % of a core
-                    elif not quiet:                         # at 1,000 workers; a SCARD, ~1 %)
-                        self._quiet_until = time.monotonic() + QUIET_RETAKE
-                if batch:
-                    self._run_batch(batch)
-                backoff.ok()
+                while pending:
+                    ins = pending.popleft()
+                    event = do[type(ins)](ins)
+                    if event is not None:
+                        if self.stopping and not state.stopping:
+                            state.handle(Stop(event.now))
+                        pending.extendleft(reversed(state.handle(event)))
             except HandBack:
-                break
+                pending = collections.deque(state.handle(HandedBack(monotonic())))
             except BrokerTrouble as err:
-                # never exit on a broker error: what was leased but not run is reconciled
-                # by the supervisor; results not handed in are kept and sent again
+                # what was leased but not run is reconciled by the supervisor; results and
+                # partials not handed in are kept and sent again
                 self.storage.reset_connection()
-                self._hold([])                  # what was leased but not handed in is reconciled
                 self.shared.set_task(None)      # (a lost lease reply after the task ran, too)
                 self.outbox.refused(err)
-                backoff.wait(err, redact(self.config.url))
-        self._shutdown()
+                self._trouble = err
+                self._settle_running()
+                if state.counts[FOLDED]:        # (a tree that failed half way: what went up)
+                    state.handle(WentUp(self._went_up(state.folded(list(state.partial_maps))), monotonic()))
+                pending = collections.deque(state.handle(Trouble(monotonic())))
         return 0
+
+    # -- the instructions (each returns the event it answers, or None) --------------------
+    def _take(self, ins: Take) -> Took:
+        """Hand in finished results and lease the next batch, in one round trip; also says
+        whether this incarnation still holds the name."""
+        if ins.n:
+            self.shared.set_leasing()   # (the supervisor's reconcile waits for the batch's ids)
+        holding, self._broker_ms, batch, backlogged = self.outbox.take(ins.n, self.partials.watched())
+        self.partials.backlogged = backlogged
+        self._batch = batch
+        return Took(holding, [protocol.task_id(f) for f, _ in batch], backlogged, time.monotonic())
+
+    def _run(self, ins: Run) -> Ran:
+        frame, token = self._batch[ins.k]
+        outcome, seconds = self._run_frame(frame, token)
+        return Ran(protocol.task_id(frame), outcome, seconds, time.monotonic())
+
+    def _hand_in(self, ins: HandIn) -> HandedIn:
+        self.outbox.flush()
+        return HandedIn(time.monotonic())
+
+    def _partials_due(self, ins: PartialsDue) -> PartialsOut:
+        return self._out(self.partials.due(), False)
+
+    def _close(self, ins: Close) -> PartialsOut:
+        return self._out(self.partials.close(ins.maps), ins.flush)
+
+    def _flush_partials(self, ins: FlushPartials) -> PartialsOut:
+        return self._out(self.partials.flush(), True)
+
+    def _out(self, frames: list, flush: bool) -> PartialsOut:
+        """``frames`` from the partials go into the outbox."""
+        self.outbox.frames += frames
+        n = protocol.TASK_ID_LEN
+        tids = [tids[at:at + n] for _, tids, _ in frames for at in range(0, len(tids), n)]
+        return PartialsOut(tids, flush, time.monotonic())
+
+    def _go_up(self, ins: GoUp) -> WentUp:
+        """The partials of maps at their end up the tree, merging others' while idle
+        (worker/tree.py); their results went in first (the state's HandIn)."""
+        mine = self.state.folded(ins.maps)
+        Tree(self.storage, self.partials, self.name, self.incarnation,
+             lambda: self._hold(self.state.batch), self.shared.set_leasing).up(ins.maps, ins.rounds)
+        return WentUp(self._went_up(mine), time.monotonic())
+
+    def _settle_running(self) -> None:
+        """The broker failed during a task's turn: if its result was kept already (the
+        failure came after it ran: advertising its cache), the state hears how it ended."""
+        state = self.state
+        if state.next < len(state.batch) and state.counts[RUNNING]:
+            tid = state.batch[state.next]
+            if state.state(tid) is RUNNING:
+                if tid in self.outbox.held():
+                    outcome = RESULT
+                elif tid in self.partials.ready_ids():
+                    outcome = ALONE
+                elif tid in self.partials.held():
+                    outcome = FOLDED_RESULT
+                else:
+                    return
+                state.handle(Ran(tid, outcome, None, time.monotonic()))
+
+    def _went_up(self, mine: list[bytes]) -> list[bytes]:
+        """Those of ``mine`` (task ids folded here) that left the partials: up the tree."""
+        still = set(self.partials.held())
+        still.update(self.partials.ready_ids())
+        return [t for t in mine if t not in still]
+
+    def _idle_wait(self, ins: IdleWait) -> Woke:
+        with self.preload.idle():
+            self._waiting = not self.stopping     # (wake() ends the wait)
+            try:
+                frame = self._waiting and self.storage.lease.wait_for_task(self.name, self.incarnation, ins.timeout,
+                                                                     leasing=self.shared.set_leasing)
+            finally:
+                self._waiting = False
+        if not frame:
+            return Woke(None, time.monotonic())
+        self._batch = [(frame, None)]
+        return Woke(protocol.task_id(frame), time.monotonic())
+
+    def _probe(self, ins: Probe) -> Probed:
+        return Probed(self.storage.lease.stealable(), time.monotonic())
+
+    def _pause(self, ins: Pause) -> Tick:
+        now = time.monotonic()
+        if ins.backoff and self._trouble is not None:
+            self.backoff.say(self._trouble, redact(self.config.url), ins.until - now)
+        if ins.until > now:
+            time.sleep(ins.until - now)
+        return Tick(time.monotonic())
+
+    def _recovered(self, ins: Recovered) -> None:
+        self._trouble = None
+        self.backoff.ok()
+
+    def _published(self, ins: Publish) -> None:
+        self._publish()                    # the counters, once a batch (the supervisor reads them once a second)
+        evicted = self.cache.drain_evicted()
+        if evicted:
+            self.storage.lease.advertise(self.name, removed=evicted)
+
+    def _exit(self, ins: Exit) -> None:
+        self._shutdown()
 
     def _on_signal(self, signum, frame) -> None:
         self.stopping = True
@@ -175,48 +282,7 @@ class TaskProcess:
         finish_writes(self.cache.disk, self.name)          # the node keeps what this worker read
         log.info("worker %s: task process stopped after %d tasks", self.name, self.tasks_done)
 
-    # -- taking and running ------------------------------------------------------------
-    def _take(self) -> tuple[bool, list[tuple[bytes, bytes | None]]]:
-        """Hand in finished results and lease the next batch, in one round trip; also says
-        whether this incarnation still holds the name."""
-        n = 0 if self.stopping else max(1, min(self.max_batch, int(BATCH_SECONDS / max(self._ewma, 1e-6))))
-        if n:
-            self.shared.set_leasing()   # (the supervisor's reconcile waits for the batch's ids)
-        holding, self._broker_ms, batch, self.partials.backlogged = self.outbox.take(n, self.partials.watched())
-        self._hold([protocol.task_id(f) for f, _ in batch])    # the results are in; the new batch held
-        evicted = self.cache.drain_evicted()
-        if evicted:
-            self.storage.lease.advertise(self.name, removed=evicted)
-        return holding, batch
-
-    def _run_batch(self, batch: list[tuple[bytes, bytes | None]]) -> None:
-        tids = [protocol.task_id(f) for f, _ in batch]
-        self._hold(tids)
-        for frame, token in batch:
-            if self.stopping:
-                break                      # the rest is still leased: the supervisor hands it back
-            ref = protocol.frame_ref(frame)
-            ending = self.partials.ending(ref.map_id if ref else None)
-            if ending:                     # another map's task next: a map near its end is not
-                self._ending(ending, tids)  # kept waiting for it (worker/merge.py)
-            due = self.partials.switching(ref.map_id if ref else None)
-            if due:
-                self.outbox.frames += due
-                self.outbox.flush()
-                self._hold(tids)
-            self._run_frame(frame, token)
-        self._publish()                    # the counters, once a batch (the supervisor reads them once a second);
-        # the batch stays held until the next take hands its results in (not a lease nobody runs)
-
-    def _ending(self, map_ids: list[str], batch: list[bytes]) -> None:
-        """Maps with nothing left queued for this worker: its results in first (so the
-        broker counts them), then their partials up the tree (worker/tree.py), merging
-        others' while idle, one round of them before the next ``batch``."""
-        self.outbox.flush()
-        Tree(self.storage, self.partials, self.name, self.incarnation,
-             lambda: self._hold(batch), self.shared.set_leasing).up(map_ids, 1 if batch else None)
-        self._hold(batch)
-
+    # -- running a task ------------------------------------------------------------------
     def _hold(self, batch: list[bytes]) -> None:
         """Tell the supervisor what this process holds: ``batch``, the tasks of its open
         partials and what its outbox keeps to send again (their leases must outlive the
@@ -225,11 +291,12 @@ class TaskProcess:
         self.shared.set_held(batch + merged + self.outbox.held())
         self.shared.set_counters(merged=len(merged))
 
-    def _run_frame(self, frame: bytes, token: bytes | None) -> None:
+    def _run_frame(self, frame: bytes, token: bytes | None) -> tuple[int, float | None]:
         """Verify a frame (signature; its map's liveness token, nonce and expiry; function
         hash) and run it. ``token`` is the map's token from the take (None: an idle
         worker's wake-up, whose lease reply brings it: read while the frame is verified, and
-        always before the task runs: a map that ended has its signed end there)."""
+        always before the task runs: a map that ended has its signed end there). Returns how
+        it ended (:mod:`worker.loopevents`) and the seconds its user code took (or None)."""
         ref = protocol.frame_ref(frame)
         map_id, index = (ref.map_id, ref.index) if ref else (None, None)
         if not protocol.is_task_frame(frame):
@@ -237,7 +304,7 @@ class TaskProcess:
                 self.storage.lease.leased_token()
             self._problem(f"worker {self.name} dropped {len(frame)} bytes from a queue that are "
                           f"not a task frame: {frame[:40]!r}")
-            return
+            return DROPPED, None
         tid = protocol.task_id(frame)
         try:
             task = protocol.unpack_task(self.key, frame)
@@ -246,41 +313,40 @@ class TaskProcess:
                 self.storage.lease.leased_token()
             self._problem(f"worker {self.name} refused task {index} of map {map_id}: {err}")
             self.storage.lease.release(self.name, [tid])
-            self._system_error(map_id, index, tid, f"refused by worker {self.name}: {err}",
-                               kind=messages.FaultKind.BAD_FRAME)
-            return
+            return self._system_error(map_id, index, tid, f"refused by worker {self.name}: {err}",
+                                      kind=messages.FaultKind.BAD_FRAME), None
         if token is None:                  # never run before the map's current token is judged:
             token, self._broker_ms = self.storage.lease.leased_token()   # its signed end may be there
-        if not self._alive(task, tid, token, self._broker_ms):
-            return
+        refused = self._refused(task, tid, token, self._broker_ms)
+        if refused is not None:
+            return refused, None
         if self.partials.holds(task.ref):  # sent again (a broker restart lost its lease): it is
             # folded here already, leased here again, and goes in with the partial; never run twice
             log.info("worker %s: task %s is already in its partial; not run again", self.name, task.ref)
-            return
+            return AGAIN, None
         try:
-            fn = self._function(task.fn_hash, task.map_id)
-        except _SystemFault as fault:
-            self._system_error(task.map_id, task.index, tid, str(fault), kind=fault.kind)
-            return
-        self._run_task(fn, task, tid)
+            fn = self.functions.get(task.fn_hash, task.map_id)
+        except SystemFault as fault:
+            return self._system_error(task.map_id, task.index, tid, str(fault), kind=fault.kind), None
+        return self._run_task(fn, task, tid)
 
-    def _alive(self, task: protocol.Task, tid: bytes, token: bytes, broker_ms: int) -> bool:
-        """Whether the task's map is alive (:mod:`worker.tokens`); if not, the refusal is
-        reported (once per map and kind) and sent as the task's result."""
+    def _refused(self, task: protocol.Task, tid: bytes, token: bytes, broker_ms: int) -> int | None:
+        """None if the task's map is alive (:mod:`worker.tokens`); if not, the refusal is
+        reported (once per map and kind) and sent as the task's result (REFUSED), or the
+        task dropped (DROPPED: the map is gone, nothing to say)."""
         refusal = self.tokens.judge(task, token, broker_ms)
         if refusal is None:
-            return True
-        if refusal.kind is None:            # the map is gone: its task is dropped, nothing to say
-            return False
+            return None
+        if refusal.kind is None:
+            return DROPPED
         if refusal.report:
             self._problem(refusal.message)
         self.storage.lease.release(self.name, [tid])
-        self._system_error(task.map_id, task.index, tid, refusal.message, kind=refusal.kind)
-        return False
+        return self._system_error(task.map_id, task.index, tid, refusal.message, kind=refusal.kind)
 
-    def _run_task(self, fn, task: protocol.Task, tid: bytes) -> None:
+    def _run_task(self, fn, task: protocol.Task, tid: bytes) -> tuple[int, float]:
         """Run one verified task (its map's token judged) and keep its signed result for the
-        next take."""
+        next take (or fold it into its map's partial); how it ended, and its seconds."""
         ref, packed_arg = task.ref, task.packed_arg
         self.shared.set_task(ref)
         t0 = time.time()
@@ -303,19 +369,20 @@ class TaskProcess:
             status, value = protocol.USER_ERROR, describe_error(err, arg)
         self.ctx.handed = []               # an evicted array is not kept alive by an idle worker
         t1 = time.time()
-        self._ewma = 0.8 * self._ewma + 0.2 * (t1 - t0)
         meta = messages.ResultMeta(worker=self.name, host=self.host, pid=self.pid, start=t0, stop=t1,
                                    incarnation=self.incarnation, bytes_cache=self.ctx.bytes_from_cache,
                                    bytes_disk=self.ctx.bytes_from_disk,
                                    bytes_file=self.ctx.bytes_from_file, events=events_of(arg),
                                    files_opened=self.ctx.files_opened, reads=self.ctx.reads_text(arg))
-        if not (status == protocol.OK and isinstance(fn, MergePlan) and self.partials.fold(fn, ref, value, meta)):
+        outcome = RESULT
+        if status == protocol.OK and isinstance(fn, MergePlan) and self.partials.fold(fn, ref, value, meta):
+            part = self.partials.open.get(ref.map_id)     # (a fold that raised leaves the value alone)
+            outcome = FOLDED_RESULT if part is not None and ref.index in part.covered else ALONE
+        else:
             status, payload = pack_result(status, value, meta, arg, self.settings.max_result_bytes,
                                           self.storage.lease.bulk_limits, dumps=self.dumps)
             self.outbox.frames.append((ref.map_id, tid, protocol.pack_result(self.key, ref.map_id, ref.index,
                                                                           status, payload)))
-        if self.partials:                  # (open partials, or ready ones)
-            self.outbox.frames += self.partials.due()
         self.tasks_done += 1
         self.errors += status != protocol.OK
         self.bytes_from_file += self.ctx.bytes_from_file
@@ -324,6 +391,7 @@ class TaskProcess:
         if self.ctx.routing_keys:
             self.storage.lease.advertise(self.name, added=self.ctx.routing_keys,
                                    tier=self.cache.disk.tier if self.cache.disk is not None else "")
+        return outcome, t1 - t0
 
     def _publish(self) -> None:
         disk = self.cache.disk
@@ -334,54 +402,16 @@ class TaskProcess:
                                  bytes_read=self.bytes_from_file, bytes_from_cache=self.bytes_from_cache,
                                  merged=self.partials.count)
 
-    def _function(self, fn_hash: str, map_id: str):
-        fn = self.functions.get(fn_hash)
-        if fn is not None:
-            self.functions.move_to_end(fn_hash)
-            return fn
-        info = self.storage.lease.map_info(map_id)
-        ours = protocol.versions()
-        theirs = info.get("python", "")
-        if theirs and theirs.split(".")[:2] != ours["python"].split(".")[:2]:
-            # pickles by value do not travel between Python versions: loading one can
-            # crash the interpreter outright, so refuse before trying
-            raise _SystemFault(messages.FaultKind.VERSION_MISMATCH, f"worker {self.name} runs Python {ours['python']} but "
-                               f"map {map_id} was sent from Python {theirs}: run the workers with the "
-                               "client's Python X.Y (`rhtc pack` builds the worker environment for it)")
-        blob = self.storage.lease.get_function(fn_hash)
-        if blob is None:
-            raise _SystemFault(messages.FaultKind.MISSING_FUNCTION, f"the function of map {map_id} is not in the "
-                               "broker (it expired or the broker restarted); the client re-sends it")
-        try:
-            protocol.check_function(blob, fn_hash)
-        except protocol.FunctionMismatch as err:
-            raise _SystemFault(messages.FaultKind.FUNCTION_MISMATCH, f"worker {self.name} refused map {map_id}: {err}")
-        try:
-            body = protocol.verify(self.key, blob)
-        except protocol.BadFrame as err:
-            raise _SystemFault(messages.FaultKind.BAD_FRAME, f"worker {self.name} refused the function of map {map_id}: {err}")
-        try:
-            fn = protocol.loads(body)
-        except Exception as err:
-            theirs = {k: info.get(k, "?") for k in ("python", "cloudpickle")}
-            differ = {k: (theirs[k], ours[k]) for k in theirs if theirs[k] != ours[k]}
-            hint = ("; the client runs " + ", ".join(f"{k} {a} and this worker {k} {b}" for k, (a, b)
-                                                     in differ.items())) if differ else ""
-            raise _SystemFault(messages.FaultKind.FUNCTION_LOAD, f"worker {self.name} cannot load the function of map "
-                               f"{map_id}: {type(err).__name__}: {err}{hint}. Install the same packages "
-                               "(and versions) on the workers as on the client.")
-        self.functions[fn_hash] = fn
-        while len(self.functions) > 32:
-            self.functions.popitem(last=False)
-        return fn
-
     def _system_error(self, map_id: str | None, index: int | None, tid: bytes, message: str,
-                      kind: messages.FaultKind) -> None:
+                      kind: messages.FaultKind) -> int:
+        """The task's fault goes to its client as its result (REFUSED); DROPPED when the frame
+        names no task."""
         if map_id is None or index is None:
-            return
+            return DROPPED
         payload = messages.Fault(kind, message, worker=self.name).encode()
         self.outbox.frames.append((map_id, tid, protocol.pack_result(self.key, map_id, index,
                                                                   protocol.SYSTEM_ERROR, payload)))
+        return REFUSED
 
     def _problem(self, message: str) -> None:
         log.warning(message)
@@ -389,10 +419,3 @@ class TaskProcess:
             self.storage.report(message)
         except BrokerTrouble:
             pass
-
-
-class _SystemFault(Exception):
-    def __init__(self, kind: messages.FaultKind, message: str):
-        super().__init__(message)
-        self.kind = kind
-

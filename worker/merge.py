@@ -262,10 +262,22 @@ class Partials:
     def switching(self, map_id: str | None) -> list[Outgoing]:
         """The frames to hand in before this worker runs a task of ``map_id``: the partials
         of :meth:`ending` (those that did not go up the tree), and what is ready."""
-        for other in self.ending(map_id):
-            self._ready += self._pack(self.open.pop(other))
+        return self.close(self.ending(map_id))
+
+    def close(self, map_ids: list[str]) -> list[Outgoing]:
+        """The frames of the open partials of ``map_ids`` (those still open) and what is
+        ready: the worker's loop state (:mod:`worker.loopstate`) says which maps end."""
+        for other in map_ids:
+            part = self.open.pop(other, None)
+            if part is not None:
+                self._ready += self._pack(part)
         out, self._ready = self._ready, []
         return out
+
+    def ready_ids(self) -> list[bytes]:
+        """The lease ids of the frames ready to go (not in an open partial any more)."""
+        n = protocol.TASK_ID_LEN
+        return [tids[at:at + n] for _, tids, _ in self._ready for at in range(0, len(tids), n)]
 
     @property
     def count(self) -> int:

@@ -1,0 +1,309 @@
+"""The worker's task loop, proven on its pure state (:class:`rhtc.worker.loopstate.LoopState`):
+random interleavings of takes (fresh tasks, tasks handed back and requeued, a folded
+task sent again), runs ending every way (a result, a fold, a fold that raised, a refusal,
+a dropped task), partials going in or up the tree, idle waits, broker trouble at any
+broker call (before or after a task's result was kept), a stop and SIGTERM inside the
+user's code go through the state, driven by a model of its driver and of the broker.
+
+After every step: the state agrees with the world (what it says waits in the outbox or
+with the partials is exactly what does), no task is held twice, nothing is run twice
+nor handed in without its lease (the broker model asserts it), no partial covers a task
+twice. At the end (the worker stops): every task taken was handed in or handed back.
+
+No Redis, no clock, no threads: these run in seconds (the quick tier)."""
+from __future__ import annotations
+
+import collections
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from rhtc.broker.protocol import TaskRef
+from rhtc.worker import loopevents as ev
+from rhtc.worker.loopstate import (ALONE, BACK, DONE, FOLDED, LEASED, RUNNING, InvalidMove, LoopState,
+                                   transitions_table)
+
+MAPS = ["00112233aabbccd0", "00112233aabbccd1", "00112233aabbccd2"]
+BROKER_CALLS = (ev.Take, ev.HandIn, ev.GoUp, ev.IdleWait, ev.Probe, ev.Run, ev.Publish)
+HOLDING = st.sampled_from([True] * 5 + [False])
+OUTCOME = st.sampled_from([ev.RESULT, ev.RESULT, ev.FOLDED, ev.FOLDED, ev.ALONE, ev.REFUSED, ev.DROPPED])
+SECONDS = st.sampled_from([None, 1e-4, 0.5])
+FATE = st.sampled_from(["up", "stays", "errors"])
+COIN = st.booleans()
+#: the teardown's choices (no hypothesis data there): no trouble, no new tasks
+QUIET = {id(HOLDING): True, id(OUTCOME): ev.RESULT, id(SECONDS): None, id(FATE): "up", id(COIN): False}
+
+
+def quiet(strategy):
+    """The teardown's draw: the QUIET choice, the least of a range, an empty set."""
+    if id(strategy) in QUIET:
+        return QUIET[id(strategy)]
+    return set() if "sets(" in repr(strategy) else 0
+
+
+class World:
+    """The driver's stores (outbox, partials) and the broker's leases, as sets of task ids."""
+
+    def __init__(self):
+        self.leased: set[bytes] = set()           # leased to this worker in the broker
+        self.queue: list[bytes] = []              # handed back: queued again
+        self.fresh = 0
+        self.outbox: list[bytes] = []             # frames waiting for a hand-in
+        self.open: dict[str, set[bytes]] = {}     # map -> its open partial's tasks
+        self.ready: dict[bytes, int] = {}         # closed partials' leftovers: FOLDED / ALONE
+        self.batch: list[bytes] = []
+        self.held: list[bytes] = []
+        self.handed_in = collections.Counter()
+        self.taken: set[bytes] = set()
+
+    def in_partials(self) -> set[bytes]:
+        return set().union(*self.open.values()) | set(self.ready)
+
+    def hand_in(self, tids) -> None:
+        for t in tids:
+            assert t in self.leased, f"task {t!r} handed in without its lease (twice?)"
+            self.leased.discard(t)
+            self.handed_in[t] += 1
+
+    def reconcile(self) -> None:
+        """The supervisor: what is leased here but held by nobody goes back to the queue."""
+        kept = set(self.held) | set(self.outbox) | self.in_partials()
+        for t in sorted(self.leased - kept):
+            self.leased.discard(t)
+            self.queue.append(t)
+
+    def pack(self, maps) -> list[bytes]:
+        out = []
+        for m in maps:
+            out += sorted(self.open.pop(m, ()))
+        out += list(self.ready)
+        self.ready.clear()
+        self.outbox += out
+        return out
+
+
+class LoopMachine(RuleBasedStateMachine):
+    @initialize(max_batch=st.integers(1, 4))
+    def start(self, max_batch):
+        self.s = LoopState(max_batch)
+        self.w = World()
+        self.now = 0.0
+        self.stopping = False
+        self.pending = collections.deque(self.s.handle(ev.Start(self.now)))
+
+    # -- the driver ---------------------------------------------------------------------
+    def feed(self, event) -> None:
+        if self.stopping and not self.s.stopping:
+            self.s.handle(ev.Stop(event.now))
+        self.pending.extendleft(reversed(self.s.handle(event)))
+
+    def do(self, ins, draw):
+        w, now = self.w, self.now
+        if isinstance(ins, ev.Take):
+            assert 1 <= ins.n <= self.s.max_batch
+            w.hand_in(w.outbox)
+            w.outbox = []
+            holding = draw(HOLDING)
+            batch = [self.lease(draw) for _ in range(draw(st.integers(0, ins.n)))] if holding else []
+            again = [t for t in sorted(set().union(*w.open.values())) if t not in batch]
+            if holding and again and draw(COIN):     # a restart lost its lease; sent again
+                batch.append(draw(st.sampled_from(again)))
+            w.batch = batch
+            return ev.Took(holding, list(batch), set(draw(st.sets(st.sampled_from(MAPS)))), now)
+        if isinstance(ins, ev.Run):
+            tid = w.batch[ins.k]
+            assert tid in w.leased, f"task {tid!r} run without its lease"
+            assert tid not in w.outbox and tid not in w.ready, f"task {tid!r} run twice"
+            m = TaskRef.from_task_id(tid).map_id
+            if tid in w.open.get(m, ()):
+                return ev.Ran(tid, ev.AGAIN, None, now)       # (the driver's Partials.holds)
+            outcome = draw(OUTCOME)
+            self.keep(tid, outcome)
+            return ev.Ran(tid, outcome, draw(SECONDS), now)
+        if isinstance(ins, ev.Hold):
+            w.held = list(ins.batch)
+            w.reconcile()
+            return None
+        if isinstance(ins, ev.HandIn):
+            w.hand_in(w.outbox)
+            w.outbox = []
+            return ev.HandedIn(now)
+        if isinstance(ins, ev.PartialsDue):
+            maps = draw(st.sets(st.sampled_from(sorted(w.open)))) if w.open else set()
+            return ev.PartialsOut(w.pack(sorted(maps)), False, now)
+        if isinstance(ins, ev.Close):
+            return ev.PartialsOut(w.pack(ins.maps), ins.flush, now)
+        if isinstance(ins, ev.FlushPartials):
+            return ev.PartialsOut(w.pack(list(w.open)), True, now)
+        if isinstance(ins, ev.GoUp):
+            gone = []
+            for m in ins.maps:
+                if m not in w.open:
+                    continue
+                fate = draw(FATE)
+                if fate == "up":
+                    up = sorted(w.open.pop(m))
+                    w.hand_in(up)
+                    gone += up
+                elif fate == "errors":                         # pack_up: it cannot travel
+                    w.ready.update(dict.fromkeys(sorted(w.open.pop(m)), ev.FOLDED))
+            return ev.WentUp(gone, now)
+        if isinstance(ins, ev.IdleWait):
+            assert not w.outbox or not self.s.counts[FOLDED], "idle with partials not handed in"
+            tid = self.lease(draw) if draw(COIN) else None
+            w.batch = [tid] if tid else w.batch
+            return ev.Woke(tid, now)
+        if isinstance(ins, ev.Probe):
+            return ev.Probed(draw(COIN), now)
+        if isinstance(ins, ev.Pause):
+            self.now = max(now, ins.until)
+            return ev.Tick(self.now)
+        if isinstance(ins, ev.Exit):                           # the shutdown hands everything in
+            w.pack(list(w.open))
+            w.hand_in(w.outbox)
+            w.outbox = []
+            w.held = []
+            w.reconcile()
+            self.exited = True
+            return None
+        return None                                            # Publish, Recovered
+
+    def lease(self, draw) -> bytes:
+        w = self.w
+        if w.queue and draw(COIN):
+            tid = w.queue.pop(0)
+        else:
+            w.fresh += 1
+            tid = TaskRef(MAPS[w.fresh % len(MAPS)], w.fresh).task_id
+        w.leased.add(tid)
+        w.taken.add(tid)
+        return tid
+
+    def keep(self, tid: bytes, outcome: int) -> None:
+        w = self.w
+        if outcome in (ev.RESULT, ev.REFUSED):
+            w.outbox.append(tid)
+        elif outcome == ev.FOLDED:
+            m = TaskRef.from_task_id(tid).map_id
+            assert tid not in w.in_partials(), f"task {tid!r} folded twice"
+            w.open.setdefault(m, set()).add(tid)
+        elif outcome == ev.ALONE:
+            w.ready[tid] = ev.ALONE
+
+    # -- rules ------------------------------------------------------------------------------
+    @precondition(lambda self: self.pending)
+    @rule(data=st.data(), dt=st.sampled_from([0.0, 0.001, 3.0, 11.0]))
+    def step(self, data, dt):
+        self.now += dt
+        ins = self.pending.popleft()
+        event = self.do(ins, data.draw)
+        if event is not None:
+            self.feed(event)
+
+    @precondition(lambda self: self.pending and isinstance(self.pending[0], BROKER_CALLS))
+    @rule(data=st.data())
+    def trouble(self, data):
+        """The broker fails during the next instruction (a Run's: before it ran, or after
+        its result was kept); the driver settles the task in hand and feeds Trouble."""
+        ins = self.pending.popleft()
+        s = self.s
+        if isinstance(ins, ev.Run) and data.draw(st.booleans()):
+            tid = self.w.batch[ins.k]
+            if tid not in self.w.open.get(TaskRef.from_task_id(tid).map_id, ()):
+                outcome = data.draw(st.sampled_from([ev.RESULT, ev.FOLDED, ev.ALONE]))
+                self.keep(tid, outcome)
+                s.handle(ev.Ran(tid, outcome, None, self.now))          # (the driver's _settle_running)
+        self.pending = collections.deque(s.handle(ev.Trouble(self.now)))
+
+    @precondition(lambda self: self.pending and isinstance(self.pending[0], ev.Run)
+                  and self.s.state(self.w.batch[self.pending[0].k]) is RUNNING)
+    @rule()
+    def sigterm_in_user_code(self):
+        self.pending.popleft()
+        self.stopping = True
+        self.pending = collections.deque(self.s.handle(ev.HandedBack(self.now)))
+
+    @rule()
+    def stop(self):
+        self.stopping = True
+
+    # -- after every step -------------------------------------------------------------------
+    @invariant()
+    def the_state_agrees_with_the_world(self):
+        if not hasattr(self, "s") or getattr(self, "exited", False):
+            return
+        s, w = self.s, self.w
+        by = collections.defaultdict(set)
+        for t, state in s.tasks.items():
+            by[state].add(t)
+        assert by[DONE] == set(w.outbox), f"DONE {by[DONE]} but the outbox holds {w.outbox}"
+        folded = set().union(*w.open.values()) | {t for t, k in w.ready.items() if k == ev.FOLDED}
+        assert by[FOLDED] == folded, f"FOLDED {by[FOLDED]} but the partials hold {folded}"
+        assert by[ALONE] == {t for t, k in w.ready.items() if k == ev.ALONE}
+        assert (by[LEASED] | by[RUNNING]) <= w.leased, "a task in hand that is not leased here"
+        assert by[BACK] <= set(w.batch), "a task handed back that was never in hand"
+        assert s.counts[RUNNING] <= 1, "two tasks running at once"
+
+    @invariant()
+    def no_task_held_twice(self):
+        if not hasattr(self, "w"):
+            return
+        w = self.w
+        assert len(set(w.outbox)) == len(w.outbox), f"a result twice in the outbox: {w.outbox}"
+        assert not set(w.outbox) & w.in_partials(), "a task both in the outbox and in a partial"
+        assert all(k == 1 for k in collections.Counter(t for p in w.open.values() for t in p).values())
+
+    def teardown(self):
+        """The worker stops; every task taken was handed in or handed back."""
+        if not hasattr(self, "s"):
+            return
+        self.stopping = True
+        for _ in range(500):
+            if not self.pending:
+                break
+            ins = self.pending.popleft()
+            event = self.do(ins, quiet)
+            if event is not None:
+                self.feed(event)
+        assert getattr(self, "exited", False), f"the loop never exited: {self.pending}"
+        left = {t: s.name for t, s in ((t, self.s.state(t)) for t in self.s.tasks) if s in (LEASED, RUNNING, BACK)}
+        assert not left, f"tasks neither handed in nor handed back: {left}"
+        assert not self.w.leased, f"still leased after the exit: {self.w.leased}"
+
+
+TestWorkerLoop = LoopMachine.TestCase
+TestWorkerLoop.settings = settings(max_examples=400, stateful_step_count=60, deadline=None, derandomize=True,
+                                   suppress_health_check=[HealthCheck.too_slow])
+
+
+# -- the table's promise --------------------------------------------------------------------
+def test_a_task_taken_twice_raises():
+    s = LoopState(4)
+    s.handle(ev.Start(0.0))
+    tid = TaskRef(MAPS[0], 1).task_id
+    s.handle(ev.Took(True, [tid], set(), 1.0))
+    with pytest.raises(InvalidMove, match="leased -> leased|running -> leased"):
+        s.handle(ev.Took(True, [tid], set(), 2.0))
+
+
+def test_the_batch_grows_with_fast_tasks_and_the_backoff_doubles_to_its_cap():
+    s = LoopState(64)
+    s.handle(ev.Start(0.0))
+    now = 0.0
+    for i in range(80):
+        tid = TaskRef(MAPS[0], i).task_id
+        s.handle(ev.Took(True, [tid], set(), now))
+        out = s.handle(ev.Ran(tid, ev.RESULT, 1e-5, now))
+    assert out[-1] == ev.Take(64)
+    pauses = []
+    for _ in range(8):
+        pauses.append(s.handle(ev.Trouble(now))[-1].until - now)
+    assert pauses[:3] == [0.1, 0.2, 0.4] and pauses[-1] == 5.0
+    assert ev.Recovered() in s.handle(ev.Took(True, [], set(), now))
+
+
+def test_the_table_reads_as_text():
+    assert transitions_table().splitlines()[0].split() == ["from", "to", "why"]
+    assert "folded" in transitions_table()
