@@ -80,7 +80,8 @@ TRANSITIONS: dict[tuple[WorkerTaskState, WorkerTaskState], str] = {
     (FREE, LEASED): "a take (or the idle wait) leased it here",
     (LEASED, RUNNING): "its turn in the batch came: verified, then run",
     (RUNNING, DONE): "its result, error or refusal waits in the outbox",
-    (RUNNING, FOLDED): "its OK result was folded into its map's partial",
+    (RUNNING, FOLDED): "its OK result was folded into its map's partial (or, leased again, a partial "
+                       "folded in here from another worker covers it: not run, it goes with that partial)",
     (RUNNING, ALONE): "the reduce raised folding it: its result goes alone, noted",
     (RUNNING, BACK): "its map is gone, the broker failed while it was verified, or SIGTERM stopped it",
     (LEASED, BACK): "not run: the worker stops, or the broker failed",
@@ -95,6 +96,7 @@ _ALLOWED = frozenset((int(a), int(b)) for a, b in TRANSITIONS)
 _F, _L, _R, _D, _FO, _A, _B = (int(s) for s in WorkerTaskState)
 _OUTCOME_TO = {RESULT: _D, REFUSED: _D, _FOLDED: _FO, _ALONE: _A, DROPPED: _B}
 _NONE: list = []           # "no instruction" (never appended to)
+_STEP, _RUN = "step", "run"  # what comes after the partials went out: the batch's next step, or its run
 
 
 class LoopState:
@@ -115,6 +117,7 @@ class LoopState:
         self.delay = BACKOFF_FIRST            # the next pause while the broker is in trouble
         self.troubled = False
         self.stopping = self.exited = False
+        self._then = None                     # what PartialsOut resumes: the next step, or the run
         self._handlers = {Start: self._start, Took: self._took, Ran: self._ran, PartialsOut: self._out,
                           WentUp: self._went_up, HandedIn: self._handed_in, Woke: self._woke,
                           Probed: self._probed, Trouble: self._trouble, Tick: self._tick, Stop: self._stop,
@@ -222,38 +225,51 @@ class LoopState:
         return [m for m in self.partial_maps if m != map_id and m not in backlogged]
 
     def _step(self, now: float) -> list:
-        """The batch's next task, or (the batch done) the counters and the next take."""
-        k, batch = self.next, self.batch
+        """The batch's next task, or (the batch done) the counters and the next take. Before
+        another map's task, the partials of maps at their end go in or up (and what is
+        ready goes in): whether the task then runs is decided when they have
+        (:meth:`_run_next`), since they may take a task of the batch with them."""
+        k, batch, tasks = self.next, self.batch, self.tasks
+        while k < len(batch) and tasks.get(batch[k], _F) not in (_L, _FO):
+            k += 1                            # (its partial left while it waited: see _run_next)
+        self.next = k
         if k >= len(batch):
             return [Publish(), *self._loop(now)]
         if self.stopping:                     # the rest is still leased: handed back at the exit
             for tid in batch[k:]:
-                if self.tasks.get(tid) == _L:
+                if tasks.get(tid) == _L:
                     self._move(tid, _B)
             self.next = len(batch)
             return [Publish(), *self._exit()]
-        tid = batch[k]
-        out = _NONE
         if self.partial_maps or self.counts[_A]:
-            out = []
-            ending = self._ending(tid[:MAP_ID_LEN].decode("ascii", "replace"))
-            if ending:                        # another map's task next: a map near its end is not
-                out += [HandIn(), GoUp(ending, 1), Hold(batch)]     # kept waiting for it
-            if ending or self.counts[_A]:
+            ending = self._ending(batch[k][:MAP_ID_LEN].decode("ascii", "replace"))
+            if ending or self.counts[_A]:     # another map's task next: a map near its end is not
+                self._then = _RUN             # kept waiting for it
+                out = [HandIn(), GoUp(ending, 1), Hold(batch)] if ending else []
                 out.append(Close(ending))
-        tasks = self.tasks
-        if tasks.get(tid) == _L:              # (inline: LEASED -> RUNNING)
+                return out
+        return self._run_next(now)
+
+    def _run_next(self, now: float) -> list:
+        """Run the batch's next task, unless it is no longer this worker's to run: a task
+        leased again while folded here (a restarted broker lost its lease) whose partial
+        left (up the tree, or into the outbox) before its turn went, or goes, in with that
+        partial; run again, it would be counted twice, and handed in without its lease."""
+        k, tasks = self.next, self.tasks
+        tid = self.batch[k]
+        s = tasks.get(tid, _F)
+        if s == _L and not self.stopping:     # (inline: LEASED -> RUNNING)
             tasks[tid] = _R
             self.counts[_L] -= 1
             self.counts[_R] += 1
-        if out:
-            out.append(Run(k))
-            return out
-        return [Run(k)]
+            return [Run(k)]
+        if s == _FO and not self.stopping:    # sent again: the driver finds it folded (AGAIN)
+            return [Run(k)]
+        return self._step(now)
 
     def _exit(self) -> list:
         self._free(_B)
-        self.batch, self.next = [], 0
+        self.batch, self.next, self._then = [], 0, None
         self.exited = True
         return [Exit()]
 
@@ -271,7 +287,7 @@ class LoopState:
         self._free(_D)                        # what the outbox held went in with the take
         self._free(_B)                        # not in the new hold: the supervisor requeues it
         self._lease(e.batch)
-        self.batch, self.next, self.backlogged = e.batch, 0, e.backlogged
+        self.batch, self.next, self.backlogged, self._then = e.batch, 0, e.backlogged, None
         out = [*self._recovered(), Hold(e.batch)]
         if not e.holding:
             out.append(Pause(e.now + NOT_HOLDING_PAUSE))
@@ -295,15 +311,16 @@ class LoopState:
         elif s == _FO:
             if outcome not in (AGAIN, REFUSED, DROPPED):
                 raise InvalidMove(f"task {tid!r} is folded here already, but it ran again ({outcome})")
-        elif outcome == AGAIN:
-            raise InvalidMove(f"task {tid!r} is not in a partial here, but was said to be ({WorkerTaskState(s).name})")
+        elif outcome == AGAIN:                # covered by a partial this worker folded in from
+            self._move(tid, _FO)              # another (a merger's): its new lease goes with it
         else:
             self._move(tid, _OUTCOME_TO[outcome])
         if e.seconds is not None:
             self.ewma = 0.8 * self.ewma + 0.2 * e.seconds
         self.next = k + 1
-        if self.counts[_FO] or self.counts[_A]:   # (open partials, or ready ones)
-            return [PartialsDue(), *self._step(e.now)]
+        if self.counts[_FO] or self.counts[_A]:   # (open partials, or ready ones): what is due goes
+            self._then = _STEP                    # out first, and may take a task of the batch along
+            return [PartialsDue()]
         return self._step(e.now)
 
     def _out(self, e: PartialsOut) -> list:
@@ -312,7 +329,13 @@ class LoopState:
             s = tasks.get(tid)
             if s == _FO or s == _A:
                 self._move(tid, _D)
-        return [HandIn(), Hold(self.batch)] if e.flush and e.tids else _NONE
+        out = [HandIn(), Hold(self.batch)] if e.flush and e.tids else _NONE
+        then, self._then = self._then, None
+        if then is _STEP:
+            return [*out, *self._step(e.now)]
+        if then is _RUN:
+            return [*out, *self._run_next(e.now)]
+        return out
 
     def _went_up(self, e: WentUp) -> list:
         for tid in e.tids:
@@ -346,7 +369,7 @@ class LoopState:
             if self.tasks.get(tid) in (_L, _R):
                 self._move(tid, _B)
         self._free(_B)
-        self.batch, self.next = [], 0
+        self.batch, self.next, self._then = [], 0, None
         self.troubled = True
         until, self.delay = e.now + self.delay, min(self.delay * 2, BACKOFF_CAP)
         return [Hold([]), Pause(until, backoff=True)]
