@@ -35,7 +35,7 @@ from . import results
 from .chaosday import describe_day, run_day
 from .chaosfaults import FAULT_KINDS, Injector, plan_faults, wait_at_gate
 from .chaospool import ChaosPool, outliving
-from ..broker.protocol import task_name
+from ..broker.wire.protocol import task_name
 
 TASK_SECONDS = 0.001
 

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psutil
 
 from .toxiproxy import Proxy, Toxiproxy
-from ..broker.config import ENV_URL
+from ..broker.wire.config import ENV_URL
 from ..broker.embedded import EmbeddedBroker, die_with_parent
 from rhtc.processes import stop_processes
 from ..broker.storage import Storage

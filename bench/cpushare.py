@@ -20,9 +20,9 @@ import time
 #: what the client's time is charged to, checked from the innermost frame outwards:
 #: (category, a fragment of the file's path, the function's names or None for any)
 RULES = (
-    ("verify", "broker/protocol.py", {"verify", "unpack_result"}),
-    ("decode", "broker/protocol.py", {"loads"}),
-    ("decode", "broker/messages.py", {"decode_result", "decode"}),
+    ("verify", "broker/wire/protocol.py", {"verify", "unpack_result"}),
+    ("decode", "broker/wire/protocol.py", {"loads"}),
+    ("decode", "broker/wire/messages.py", {"decode_result", "decode"}),
     ("combine", "client/reduce.py", None),
     ("redis I/O", "/redis/", None),
 )

@@ -13,7 +13,7 @@ import click
 from .dimuon_dask import run_dask
 from .dimuon_runs import (HEADER, Report, _bare, _check_physics, _median_run, _ours,
                                     read_into_page_cache, auto_chunk_size, row, CHUNKS_PER_WORKER, MAX_CHUNK)
-from ..broker.config import parse_size
+from ..broker.wire.config import parse_size
 
 
 @click.command("dimuon")

@@ -116,7 +116,7 @@ def restart_command(codecs: list[str], workers: int, files: int, events: int, ch
                     cache_size: str, data_dir: str, with_dask: bool, progress: bool, repeats: int = 1) -> dict:
     from rhtc import make_nanoaod, make_chunks
     from .dimuon_runs import auto_chunk_size
-    from ..broker.config import parse_size
+    from ..broker.wire.config import parse_size
     report: dict = {}
     for codec in codecs:
         paths = make_nanoaod(os.path.join(data_dir, codec.lower()), files=files, events=events,

@@ -18,7 +18,7 @@ import click
 
 from .dimuon_runs import HEADER, Report, _bare, _check_physics, _ours, row
 from .dimuon_dask import run_dask
-from ..broker.config import parse_size
+from ..broker.wire.config import parse_size
 
 
 def run_latencies(report: Report, paths: list[str], data_dir: str, local_chunks: list, warm: list,

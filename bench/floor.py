@@ -28,9 +28,9 @@ import time
 
 import redis
 
-from ..broker import protocol
-from ..broker.config import BrokerConfig
-from ..broker.keys import Keys
+from ..broker.wire import protocol
+from ..broker.wire.config import BrokerConfig
+from ..broker.wire.keys import Keys
 
 TOKEN_MODES = ("fetched", "in-frame")
 _MAP, _NONCE = "f1005f1005f1005f", "0" * protocol.NONCE_LEN

@@ -44,8 +44,8 @@ import time
 import numpy as np
 import psutil
 
-from ..broker import protocol
-from ..broker.config import BrokerConfig, settings
+from ..broker.wire import protocol
+from ..broker.wire.config import BrokerConfig, settings
 from ..broker.embedded import die_with_parent
 from ..broker.errors import BrokerTrouble
 from ..broker.storage import Storage, connect
@@ -130,7 +130,7 @@ def light_fill(spec: tuple) -> Filled:
 
 
 def memo_dumps(value) -> bytes:
-    """:func:`broker.protocol.dumps`, packed once for :func:`light_task`'s arrays.
+    """:func:`broker.wire.protocol.dumps`, packed once for :func:`light_task`'s arrays.
 
     >>> a = light_task((0.0, 800)); memo_dumps(a) is memo_dumps(a)
     True

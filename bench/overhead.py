@@ -194,7 +194,7 @@ def overhead_command(workers, roundtrips, tasks, repeats, sleep, with_dask, time
     if sl is None:
         result["bare_redis"] = _bare_redis(roundtrips)
     if compare_leases and sl is None:
-        from ..broker.config import Settings
+        from ..broker.wire.config import Settings
         leases = Settings.env_name("leases")
         os.environ[leases] = "0"                   # inherited by the workers started next
         try:

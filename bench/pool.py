@@ -45,7 +45,7 @@ def sleep_and_log(arg):
 
 def _map_here(config_file: str) -> Callable:
     def run(n: int, seconds: float, log: str) -> list:
-        from ..broker.config import BrokerConfig
+        from ..broker.wire.config import BrokerConfig
         from ..client import remote_map
         cfg = BrokerConfig.resolve(config_file=config_file)
         return remote_map(sleep_and_log, [(log, i, seconds) for i in range(n)], broker=cfg, progress=False)
@@ -57,7 +57,7 @@ class PoolRun:
 
     def __init__(self, name: str, workers: int, config_file: Path, env_pack: Path, log_dir: Path,
                  extra: tuple = (), env: dict | None = None):
-        from ..broker.config import BrokerConfig
+        from ..broker.wire.config import BrokerConfig
         from ..broker.storage import Storage
         from ..condor.batch import CondorBatch
         self.name, self.workers = name, workers

@@ -14,9 +14,9 @@ import click
 
 from . import results
 from .overhead import nap
-from ..broker.config import settings
-from ..broker.protocol import TaskRef
-from ..broker.messages import WorkerStatus
+from ..broker.wire.config import settings
+from ..broker.wire.protocol import TaskRef
+from ..broker.wire.messages import WorkerStatus
 
 
 def _runner_of(storage, task: TaskRef, exclude=()) -> WorkerStatus | None:

@@ -40,7 +40,7 @@ import click
 import psutil
 
 from . import results
-from ..broker.config import parse_size
+from ..broker.wire.config import parse_size
 from ..broker.embedded import EmbeddedBroker
 from ..broker.storage import Storage
 from ..client import last_map, remote_map

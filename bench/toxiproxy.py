@@ -34,7 +34,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from ..broker.config import cache_dir
+from ..broker.wire.config import cache_dir
 from rhtc.processes import stop_processes
 from rhtc.errors import RhtcError
 

@@ -24,7 +24,7 @@ import time
 
 import redis
 
-from .config import BrokerConfig, default_namespace, new_key
+from .wire.config import BrokerConfig, default_namespace, new_key
 from rhtc.processes import stop_processes
 from rhtc.errors import RhtcError
 

@@ -5,7 +5,7 @@ clients add to once a second per map; and the address of a dashboard serving the
 namespace.
 
 Everything here is JSON: a reader never unpickles anything. The keys are in
-:mod:`broker.keys` (``feed``, ``dashboard``) with their owners. No key names a map, so
+:mod:`broker.wire.keys` (``feed``, ``dashboard``) with their owners. No key names a map, so
 a map that ends (or whose client dies) leaves nothing of its own behind: its entries go
 with the feed's cap or expiry.
 
@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from . import records
+from .wire import records
 
 if TYPE_CHECKING:  # pragma: no cover
     from .storage import Storage

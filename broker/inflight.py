@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import scriptargs
-from .keys import MAP_PARTIAL_SEQ
+from .wire.keys import MAP_PARTIAL_SEQ
 
 if TYPE_CHECKING:  # pragma: no cover
     from .link import Link

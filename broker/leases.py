@@ -5,7 +5,7 @@ runs, giving tasks back (reap, retire, crash) and leaving. ``storage.lease`` of
 its wrapper in :mod:`broker.scriptargs`.
 
     >>> from rhtc.broker.embedded import EmbeddedBroker
-    >>> from rhtc.broker.messages import WorkerStatus
+    >>> from rhtc.broker.wire.messages import WorkerStatus
     >>> from rhtc.broker.storage import Storage
     >>> status = WorkerStatus(name="w1", host="n1", pid=1, incarnation="0" * 16, key_fingerprint="f")
     >>> with EmbeddedBroker() as b:
@@ -19,10 +19,11 @@ import dataclasses
 import time
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
-from . import blobs, messages, protocol, scriptargs
+from . import scriptargs
+from .wire import blobs, messages, protocol
 from .errors import BrokerRefused
 from .functions import missing
-from .records import MalformedRecord
+from .wire.records import MalformedRecord
 
 if TYPE_CHECKING:  # pragma: no cover
     from .link import Link
@@ -257,7 +258,7 @@ class Lease:
             (token, _), now = self.fast.script_with(self.scripts["lease_one"], [], self._lease_args, ("TIME",))
         return token, clock_ms(now)
 
-    # -- the tree of partials (broker/merge.py) ---------------------------------------------
+    # -- the tree of partials (broker/wire/merge.py) ---------------------------------------------
     def merge_up(self, worker: str, incarnation: str, map_id: str, fanin: int, ids: bytes = b"",
                  frame: bytes = b"", aside: bytes = b"", covers: int = 1
                  ) -> tuple[bool, messages.HandedUp | None, list[tuple[bytes, bytes]]]:
@@ -266,7 +267,7 @@ class Lease:
         leased here that go to the client as they are; ``covers``, how many tasks the partial
         covers. Without ``frame``, only asks for partials to fold in. Returns (still holding
         the name, what became of it, [(partial id, its frame or stub)]): with
-        :attr:`~broker.messages.HandedUp.INPUTS`, fold these in and hand up again (the
+        :attr:`~broker.wire.messages.HandedUp.INPUTS`, fold these in and hand up again (the
         frame was not taken)."""
         st, lane = self.settings, self.fast
         if lane.pending:                           # (a reply owed: an idle wake-up's lease, read later)
@@ -313,7 +314,7 @@ class Lease:
         """Requeue this worker's lease entries that nobody runs: of another incarnation, or
         older than one lease and not in ``held`` (every entry not held when the task process
         is ``gone``); ``crashed`` goes back counted as an attempt, with ``why`` in its history.
-        Returns (how many, the crashed task's fate: a :class:`~broker.messages.Requeued`
+        Returns (how many, the crashed task's fate: a :class:`~broker.wire.messages.Requeued`
         value, or '' when it was not leased)."""
         st = self.settings
         n, outcome = self.scripts["reconcile"](args=scriptargs.reconcile(

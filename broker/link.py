@@ -16,12 +16,12 @@ import time
 
 import redis
 
-from .config import BrokerConfig, Settings
-from .config import settings as default_settings
+from .wire.config import BrokerConfig, Settings
+from .wire.config import settings as default_settings
 from .fastlane import FastLane
 from .functions import Library
-from .keys import Keys
-from .records import MalformedLog
+from .wire.keys import Keys
+from .wire.records import MalformedLog
 
 
 class Link:
@@ -34,7 +34,7 @@ class Link:
         self.r = r                               # the shared redis-py client (its connection pool)
         self.scripts = Library(r)                # the Lua scripts (broker/functions.py)
         self.fast = FastLane(r)                  # the hot path's own connection
-        self.malformed = MalformedLog()          # what its readers skipped (broker/records.py)
+        self.malformed = MalformedLog()          # what its readers skipped (broker/wire/records.py)
         self._clock_offset: float | None = None  # broker clock minus ours (ms), from TIME
 
     def broker_ms(self) -> int:

@@ -1,7 +1,7 @@
 """The client's map queue: a map registered and its tasks queued, kept alive, its results
 fetched (big ones read from their blobs), its end signed, its keys deleted; the registry
 entry renewed and the maps of dead clients dropped. Walks across every queue (audit,
-cancel) are in :mod:`broker.inflight`; the frames' format in :mod:`broker.protocol`.
+cancel) are in :mod:`broker.inflight`; the frames' format in :mod:`broker.wire.protocol`.
 
     >>> from rhtc.broker.embedded import EmbeddedBroker
     >>> from rhtc.broker.storage import Storage
@@ -17,12 +17,13 @@ import struct
 import time
 from typing import TYPE_CHECKING, Iterable
 
-from . import blobs, protocol, scriptargs
-from .config import redact
+from . import scriptargs
+from .wire import blobs, protocol
+from .wire.config import redact
 from .errors import BrokerRefused, ConnectionProblem
 from .functions import missing
 from .inflight import InFlight
-from .keys import MAP_DATA, MAP_NONCE, MAP_REFUSED
+from .wire.keys import MAP_DATA, MAP_NONCE, MAP_REFUSED
 
 if TYPE_CHECKING:  # pragma: no cover
     from .link import Link

@@ -21,10 +21,11 @@ import json
 import time
 from typing import TYPE_CHECKING, Sequence
 
-from . import messages, protocol, records, scriptargs
+from . import scriptargs
+from .wire import messages, protocol, records
 from .inflight import InFlight
-from .keys import MAP_ANSWERED, MAP_CLIENT, MAP_NONCE, MAP_PARTIAL_SEQ, MAP_POOLED, MAP_REFUSED, MAP_SENT
-from .records import KEEPER_EVENT, MalformedRecord, checked, keeper_state, map_entry
+from .wire.keys import MAP_ANSWERED, MAP_CLIENT, MAP_NONCE, MAP_PARTIAL_SEQ, MAP_POOLED, MAP_REFUSED, MAP_SENT
+from .wire.records import KEEPER_EVENT, MalformedRecord, checked, keeper_state, map_entry
 
 if TYPE_CHECKING:  # pragma: no cover
     from .link import Link
@@ -208,7 +209,7 @@ class PoolView:
     def workers_joined(self, since: float = 0.0) -> dict[str, float]:
         """Worker names whose latest incarnation claimed its name at ``since`` or later, with
         when (this machine's clock, s): the broker's record of who reached it, which stays
-        after the worker left (``joined`` in broker/keys.py), so a job whose worker served
+        after the worker left (``joined`` in broker/wire/keys.py), so a job whose worker served
         between two of the keeper's looks is known to have started."""
         offset = self.link.broker_ms() / 1000 - time.time()          # the broker's clock - ours
         low = "-inf" if since <= 0 else int((since + offset) * 1000)

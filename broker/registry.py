@@ -1,4 +1,4 @@
-"""The maps registry (``{ns}:maps``, :mod:`broker.keys`) keeps itself clean: entries of
+"""The maps registry (``{ns}:maps``, :mod:`broker.wire.keys`) keeps itself clean: entries of
 maps whose client was killed expire without anyone running ``rhtc status``.
 
 Every live client renews its map's entry once a second (score = last renewal) and drops

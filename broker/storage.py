@@ -10,7 +10,7 @@ named methods make the rest of the code read as intent, never as Redis:
 * ``storage.pool``, the operator's pool view (:class:`broker.pool.PoolView`): the workers'
   statuses, where chunks are cached, the maps in flight, the pool keeper's record.
 
-The key schema is in :mod:`broker.keys`; the atomic steps are the Lua scripts in
+The key schema is in :mod:`broker.wire.keys`; the atomic steps are the Lua scripts in
 ``broker/lua/``, each called through its wrapper in :mod:`broker.scriptargs`; a task's
 moves between them are one table, :mod:`broker.taskmoves`.
 
@@ -30,13 +30,13 @@ import time
 
 import redis
 
-from .config import BrokerConfig, Settings, redact
+from .wire.config import BrokerConfig, Settings, redact
 from .errors import PARSER, ConnectionProblem
 from .leases import Lease
 from .link import Link
 from .mapqueue import FETCH_BYTES, MapQueue
 from .pool import PoolView
-from .records import PROBLEM, checked
+from .wire.records import PROBLEM, checked
 
 __all__ = ["AuthenticationError", "FETCH_BYTES", "Storage", "connect"]
 
@@ -70,7 +70,7 @@ class Storage:
         self.link = Link(config, settings, client if client is not None else connect(config, **redis_kwargs))
         self.config, self.settings, self.keys = config, self.link.settings, self.link.keys
         self.r = self.link.r                    # the raw client: the adapter's and the tests' only
-        self.malformed = self.link.malformed    # what its readers skipped (broker/records.py)
+        self.malformed = self.link.malformed    # what its readers skipped (broker/wire/records.py)
         self.maps = MapQueue(self.link)
         self.lease = Lease(self.link)
         self.pool = PoolView(self.link)

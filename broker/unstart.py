@@ -5,7 +5,7 @@ broker, each call of the enqueue script: function, registration and tasks, then 
 registry's renewal, :mod:`broker.registry`). Redis out of memory refuses any of them; which
 one meets it first is luck, so what the refused ones left behind is too. A full broker
 also refuses every call of our scripts (functions without ``allow-oom``), the cancel's
-among them; it still runs deletions. So the map's keys (:data:`broker.keys.MAP_OWNED`),
+among them; it still runs deletions. So the map's keys (:data:`broker.wire.keys.MAP_OWNED`),
 the blobs of any result already handed in, its registry entry and the tasks it queued
 are removed (:meth:`broker.mapqueue.MapQueue.unstart`) with ``UNLINK``, ``ZREM`` and ``LREM``, none of which Redis refuses
 when full. What stays is not the map's: the function blob (by content, maybe another

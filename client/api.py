@@ -23,7 +23,7 @@ import threading
 import warnings
 from typing import Callable, Iterable, Iterator
 
-from ..broker.config import BrokerConfig, BrokerNotConfigured, StaleConfig
+from ..broker.wire.config import BrokerConfig, BrokerNotConfigured, StaleConfig
 from ..broker.storage import Storage
 from .arguments import map_call
 from .engine.options import MapOptions, documented

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..broker import feed
-from ..broker.config import BrokerConfig
+from ..broker.wire.config import BrokerConfig
 from ..broker.storage import Storage
 
 #: (broker url, namespace) -> the dashboard this process serves for it (it has a ``url``)

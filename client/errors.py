@@ -6,10 +6,10 @@ import re
 from typing import TYPE_CHECKING, Any
 from rhtc.errors import RhtcError
 
-from ..broker.messages import ErrorKind
+from ..broker.wire.messages import ErrorKind
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..broker.messages import ResultMeta, WorkerStatus
+    from ..broker.wire.messages import ResultMeta, WorkerStatus
 
 
 def describe(obj: Any, limit: int = 200) -> str:
@@ -212,7 +212,7 @@ def undecodable_error(index: int, meta: "ResultMeta", err: BaseException,
     (the worker pickled a module or a version this client lacks), naming the module and
     both sides' versions.
 
-    >>> from rhtc.broker.messages import ResultMeta
+    >>> from rhtc.broker.wire.messages import ResultMeta
     >>> e = undecodable_error(4, ResultMeta("w1", "n1", 7, 0.0, 1.0),
     ...                       ModuleNotFoundError("No module named 'numpy._core'", name="numpy._core"))
     >>> e.remote_type, "numpy._core" in e.message, e.worker

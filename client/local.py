@@ -20,7 +20,7 @@ import time
 
 from rhtc.processes import stop_processes
 
-from ..broker.config import BrokerConfig, settings
+from ..broker.wire.config import BrokerConfig, settings
 from ..broker.embedded import EmbeddedBroker, die_with_parent
 from ..broker.storage import Storage
 from .arguments import positive_count

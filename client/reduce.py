@@ -7,7 +7,7 @@ histogram and the client never holds all the partial results.
 With ``merge=True`` the workers fold too. A fold that raises on a worker (a ``MemoryError``
 on a small node halfway through ``a += b``) leaves the worker's partial as it was and sends
 what it could not fold here, unmerged, with a note of the failure
-(:class:`~broker.merge.FoldFailure`): the :class:`Reducer` folds it as ``merge=False``
+(:class:`~broker.wire.merge.FoldFailure`): the :class:`Reducer` folds it as ``merge=False``
 would, so the answer is ``merge=False``'s, and warns (:class:`ReduceFailedOnWorker`) with
 the worker, the tasks and the remote traceback. If the fold raises here too (the reduce
 function's own bug), the map fails with that error, as with ``merge=False``, noted with
@@ -18,7 +18,7 @@ from __future__ import annotations
 import warnings
 from typing import Any, Callable
 
-from ..broker.merge import FoldFailure, combine, unnoted
+from ..broker.wire.merge import FoldFailure, combine, unnoted
 from .errors import RemoteError
 
 __all__ = ["combine", "Reducer", "ReduceFailedOnWorker"]
@@ -33,9 +33,9 @@ class ReduceFailedOnWorker(RuntimeWarning):
 
 class Reducer:
     """Folds results in one at a time with ``fn`` (default :func:`combine`); a value that
-    a worker could not fold (:func:`~broker.merge.unnoted`) is folded here, and said.
+    a worker could not fold (:func:`~broker.wire.merge.unnoted`) is folded here, and said.
 
-    >>> from rhtc.broker.merge import FoldFailure, Noted
+    >>> from rhtc.broker.wire.merge import FoldFailure, Noted
     >>> r = Reducer()
     >>> r.add(1)
     >>> failed = FoldFailure("0123456789abcdef", "w1", "n1", (7,), 3, False, {"type": "MemoryError"})

@@ -9,7 +9,7 @@ and weighed the same way). The next run of the analysis then finds every chunk w
 is, and reads nothing from the files.
 
 Every run records which branches of which chunks its tasks read (the workers say so with
-each result: :mod:`broker.reads`, :mod:`client.reports.reads`). Warm from the session's
+each result: :mod:`broker.wire.reads`, :mod:`client.reports.reads`). Warm from the session's
 last map, a :class:`~client.handle.MapHandle`, a :class:`~client.reports.record.RunRecord`
 or a record saved as JSON::
 

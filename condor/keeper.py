@@ -37,7 +37,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..broker.config import BrokerConfig
+from ..broker.wire.config import BrokerConfig
 from ..broker.errors import BrokerTrouble
 from ..broker.storage import Storage
 from .batch import Job, batch_for, job_of_worker, startup_error

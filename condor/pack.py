@@ -59,7 +59,7 @@ import time
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from ..broker.config import cache_dir
+from ..broker.wire.config import cache_dir
 from .lock import Lock, canonical, lock_environment
 from rhtc.errors import RhtcError
 

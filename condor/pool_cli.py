@@ -15,7 +15,7 @@ import time
 
 import click
 
-from ..broker.config import BrokerConfig, BrokerNotConfigured, parse_duration
+from ..broker.wire.config import BrokerConfig, BrokerNotConfigured, parse_duration
 from .cli_options import cli_errors, fail, worker_options
 
 

@@ -19,7 +19,7 @@ import subprocess
 from pathlib import Path
 from typing import Sequence
 
-from ..broker.config import ENV_CONFIG, ENV_KEY, ENV_KEY_FILE, ENV_NAMESPACE, ENV_URL
+from ..broker.wire.config import ENV_CONFIG, ENV_KEY, ENV_KEY_FILE, ENV_NAMESPACE, ENV_URL
 from .schedd import SchedulerUnavailable
 
 JOB_NAME = "rhtc-worker"

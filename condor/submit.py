@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Sequence
 from urllib.parse import urlsplit
 
-from ..broker.config import ENV_KEY, ENV_KEY_FILE, ENV_NAMESPACE, ENV_URL, BrokerConfig, \
+from ..broker.wire.config import ENV_KEY, ENV_KEY_FILE, ENV_NAMESPACE, ENV_URL, BrokerConfig, \
     default_config_path, parse_duration
 from . import schedd as _schedd
 from . import slurm as _slurm

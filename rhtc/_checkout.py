@@ -55,7 +55,7 @@ def map_folders(package: str, path: list[str]) -> None:
     root = os.path.dirname(here)
     if os.path.isdir(os.path.join(here, "broker")):  # installed: the folders are inside
         return
-    if not os.path.isfile(os.path.join(root, "broker", "keys.py")):
+    if not os.path.isfile(os.path.join(root, "broker", "__init__.py")):
         return
     if not any(isinstance(f, FolderFinder) and f.root == root for f in sys.meta_path):
         sys.meta_path.insert(0, FolderFinder(package, root))

@@ -31,7 +31,7 @@ class TaskContext:
     # into one is explained by name (worker/frozen.py)
     handed: list = dataclasses.field(default_factory=list)
     # what the task read through its chunks: routing key -> (chunk, {(branch, library): None})
-    # (its result says so: broker/reads.py; ``rhtc warm`` reads them again)
+    # (its result says so: broker/wire/reads.py; ``rhtc warm`` reads them again)
     reads: dict = dataclasses.field(default_factory=dict)
 
     def begin_task(self) -> None:
@@ -53,10 +53,10 @@ class TaskContext:
 
     def reads_text(self, arg) -> str:
         """What the task read, as its result's metadata carries it (``arg``: the task's
-        argument, whose own chunk is written short; :mod:`rhtc.broker.reads`)."""
+        argument, whose own chunk is written short; :mod:`rhtc.broker.wire.reads`)."""
         if not self.reads:
             return ""
-        from rhtc.broker.reads import encode_reads
+        from rhtc.broker.wire.reads import encode_reads
         return encode_reads(self.reads, arg)
 
 

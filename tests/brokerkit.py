@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import uuid
 
-from rhtc.broker import protocol
-from rhtc.broker.messages import WorkerStatus
+from rhtc.broker.wire import protocol
+from rhtc.broker.wire.messages import WorkerStatus
 
 
 def claimed_worker(storage, name: str) -> str:

@@ -31,12 +31,12 @@ import redis
 
 from rhtc.bench.chaospool import outliving, proxied_url, sigkill
 from rhtc.bench.toxiproxy import Proxy
-from rhtc.broker.config import ENV_URL, BrokerConfig
+from rhtc.broker.wire.config import ENV_URL, BrokerConfig
 from rhtc.broker.embedded import EmbeddedBroker
 from rhtc.broker.storage import Storage
 from tests.conftest import ROOT, Workers
 
-KEYS_PY = ROOT / "broker" / "keys.py"
+KEYS_PY = ROOT / "broker" / "wire" / "keys.py"
 
 
 def through(proxy: Proxy, config: BrokerConfig) -> dict[str, str]:
@@ -227,7 +227,7 @@ def _swallow(fn, *args):
 
 # -- every key has an owner or an expiry ---------------------------------------------
 def documented_patterns(keys_py: Path = KEYS_PY) -> list[re.Pattern]:
-    """The key patterns of broker/keys.py's table, as regexes with named groups
+    """The key patterns of broker/wire/keys.py's table, as regexes with named groups
     ``worker`` and ``map`` where the key belongs to a worker or a map."""
     text = keys_py.read_text()
     out = []
@@ -254,7 +254,7 @@ def unowned_keys(storage: Storage) -> list[str]:
         rest = key[len(ns):]
         match = next((m for m in (p.match(rest) for p in patterns) if m), None)
         if match is None:
-            bad.append(f"{key} (not in broker/keys.py's table, no expiry)")
+            bad.append(f"{key} (not in broker/wire/keys.py's table, no expiry)")
             continue
         groups = match.groupdict()
         if groups.get("worker") is not None and groups["worker"] not in registered:

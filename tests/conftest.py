@@ -303,7 +303,7 @@ def workers(broker, tmp_path):
 
 def map_keys(storage: Storage) -> list[str]:
     """Keys of maps (not of workers) under the namespace."""
-    from rhtc.broker.keys import MAP_DATA
+    from rhtc.broker.wire.keys import MAP_DATA
     prefixes = tuple(getattr(storage.keys, name)("") for name in ("map", *MAP_DATA))
     return sorted(k.decode() for k in storage.r.scan_iter(match=f"{storage.keys.ns}:*")
                   if k.decode().startswith(prefixes))

@@ -6,6 +6,9 @@ roles of the adapter are reached as ``storage.maps``, ``storage.lease`` and
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -76,3 +79,49 @@ def test_the_check_sees_a_raw_use(tmp_path):
     bad.write_text("import redis\nfrom redis.exceptions import ResponseError\ndef f(run):\n"
                    "    return run.storage.r.exists('k')\n")
     assert len(raw_uses(bad)) == 3
+
+
+#: the wire vocabulary: what client and worker agree on, no Redis (broker/wire/)
+WIRE = ROOT / "broker" / "wire"
+
+
+def adapter_imports(path: Path) -> list[str]:
+    """The imports in ``path`` (a module of ``broker/wire/``) that leave the vocabulary
+    for the adapter: a relative import of a module of ``broker/`` outside ``wire/``."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.level == 2 and node.module is not None:
+            if node.module.split(".")[0] == "wire":
+                continue
+            out.append(f"line {node.lineno}: from ..{node.module} import ...")
+        elif isinstance(node, ast.ImportFrom) and node.level == 2:
+            out += [f"line {node.lineno}: from .. import {a.name}" for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("rhtc.broker.") \
+                and not node.module.startswith("rhtc.broker.wire"):
+            out.append(f"line {node.lineno}: from {node.module} import ...")
+    return out
+
+
+def test_the_wire_vocabulary_imports_neither_redis_nor_the_adapter():
+    modules = sorted(p for p in WIRE.glob("*.py"))
+    assert len(modules) > 10, f"broker/wire/ holds {len(modules)} modules"
+    wrong = {p.name: raw_uses(p) + adapter_imports(p) for p in modules}
+    wrong = {name: found for name, found in wrong.items() if found}
+    assert not wrong, ("the wire vocabulary (broker/wire/) reaches Redis or the adapter; it is what client and "
+                       f"worker agree on, so keep Redis commands in broker/ beside it: {wrong}")
+
+
+def test_importing_the_whole_vocabulary_loads_no_redis():
+    names = sorted(p.stem for p in WIRE.glob("*.py") if p.stem != "__init__")
+    code = ("import sys, importlib\n"
+            f"for n in {names!r}: importlib.import_module('rhtc.broker.wire.' + n)\n"
+            "print(sorted(m for m in sys.modules if m == 'redis' or m.startswith('redis.')))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.stdout.strip() == "[]", f"importing rhtc.broker.wire loaded redis: {out.stdout.strip()}"
+
+
+def test_the_wire_check_sees_an_adapter_import(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("from ..storage import Storage\nfrom rhtc.broker.link import Link\nfrom ..wire import keys\n")
+    assert len(adapter_imports(bad)) == 2

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import uuid
 
-from rhtc.broker import protocol
-from rhtc.broker.merge import encode_partial, partial_id
-from rhtc.broker.messages import HandedUp, ResultMeta
+from rhtc.broker.wire import protocol
+from rhtc.broker.wire.merge import encode_partial, partial_id
+from rhtc.broker.wire.messages import HandedUp, ResultMeta
 from tests.brokerkit import claimed_worker, queued_map
 
 

@@ -1,4 +1,4 @@
-"""Big results travel beside the results list (broker/blobs.py): a frame of 256 KiB or
+"""Big results travel beside the results list (broker/wire/blobs.py): a frame of 256 KiB or
 more as a string key of its own, a stub in the list. Nothing is lost or counted twice on
 that path either: a dropped stub takes its blob with it, a blob that expired before the
 client read it costs a rerun, not the task, and a worker killed or frozen while it holds
@@ -13,8 +13,8 @@ import uuid
 import cloudpickle
 import numpy as np
 
-from rhtc.broker import blobs, protocol
-from rhtc.broker.messages import ResultMeta, WorkerStatus, encode_result
+from rhtc.broker.wire import blobs, protocol
+from rhtc.broker.wire.messages import ResultMeta, WorkerStatus, encode_result
 from rhtc.client.handle import MapHandle
 from rhtc.client.engine.maprun import MapRun
 from rhtc.client.engine.options import MapOptions

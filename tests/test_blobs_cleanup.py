@@ -4,7 +4,7 @@ error of the reduction, or the normal end. The blobs of the stubs still in its r
 list go with its keys (``drop_map`` in lua/lib.lua), and a worker's late hand-in finds
 the map gone and takes its blob with it (lua/take.lua).
 
-Each map returns big results (320 kB of floats: blobs, broker/blobs.py) and is ended
+Each map returns big results (320 kB of floats: blobs, broker/wire/blobs.py) and is ended
 while stubs wait unread (the client's reduction is made slow, or the loop waits for them);
 then, once no worker holds a task any more, no blob key is left. Real redis-server, real
 workers.
@@ -20,8 +20,8 @@ import uuid
 import cloudpickle
 import pytest
 
-from rhtc.broker import protocol
-from rhtc.broker.messages import WorkerStatus
+from rhtc.broker.wire import protocol
+from rhtc.broker.wire.messages import WorkerStatus
 from rhtc.client import imap_unordered, remote_map, submit
 from tests.chaoskit import wait_until
 from tests.conftest import map_keys

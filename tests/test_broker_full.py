@@ -17,7 +17,7 @@ import threading
 import pytest
 from redis.connection import HiredisRespSerializer, PythonRespSerializer
 
-from rhtc.broker import protocol
+from rhtc.broker.wire import protocol
 from rhtc.client import BrokerFull, remote_map, submit
 from rhtc.client.api import storage_for
 from rhtc.client.engine import maprun

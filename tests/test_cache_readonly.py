@@ -18,9 +18,9 @@ import uproot
 from hypothesis import given, settings, strategies as st
 
 import rhtc
-from rhtc.broker.merge import MergePlan
-from rhtc.broker.messages import ResultMeta
-from rhtc.broker.protocol import TaskRef
+from rhtc.broker.wire.merge import MergePlan
+from rhtc.broker.wire.messages import ResultMeta
+from rhtc.broker.wire.protocol import TaskRef
 from rhtc.client import make_chunks, remote_map
 from rhtc.client.errors import RemoteError
 from rhtc.errors import ReadOnlyArrayError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from rhtc.broker.config import Settings
+from rhtc.broker.wire.config import Settings
 from rhtc.broker.storage import Storage
 from rhtc.client.engine.maprun import MapRun
 

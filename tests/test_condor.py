@@ -106,7 +106,7 @@ def test_submit_refuses_a_config_others_can_read(tmp_path, pool_broker):
 
 
 def test_submit_reads_the_config_with_the_brokers_own_checks(tmp_path, pool_broker, monkeypatch):
-    """condor/ reads the config file through broker/config.py: a key too short to sign with
+    """condor/ reads the config file through broker/wire/config.py: a key too short to sign with
     is refused there, naming the file, and the environment does not override the file."""
     import json
     from rhtc.condor.submit import submit_workers
@@ -183,7 +183,7 @@ def test_pack_holds_the_worker_for_the_requested_python(tmp_path):
     import tarfile
     with tarfile.open(path) as tar:
         names = set(tar.getnames())
-    assert {"src/rhtc/worker/__main__.py", "src/rhtc/broker/config.py", "src/rhtc/__init__.py", "manifest.json"} <= names
+    assert {"src/rhtc/worker/__main__.py", "src/rhtc/broker/wire/config.py", "src/rhtc/__init__.py", "manifest.json"} <= names
     assert any(n.startswith("site/numpy/") for n in names)
     assert any(n.startswith("site/uproot/") for n in names)
     assert not any("__pycache__" in n for n in names)

@@ -6,10 +6,10 @@ import os
 
 import pytest
 
-from rhtc.broker.config import BrokerConfig, BrokerNotConfigured, KeyNotConfigured, redact
+from rhtc.broker.wire.config import BrokerConfig, BrokerNotConfigured, KeyNotConfigured, redact
 from rhtc.broker.embedded import EmbeddedBroker
 from rhtc.broker.storage import Storage
-from rhtc.broker.config import parse_size
+from rhtc.broker.wire.config import parse_size
 
 
 def test_precedence_argument_env_file(tmp_path, monkeypatch):

@@ -12,7 +12,7 @@ import time
 import cloudpickle
 import pytest
 
-from rhtc.broker import protocol
+from rhtc.broker.wire import protocol
 from rhtc.broker.storage import Storage
 from rhtc.client import RemoteError, imap_unordered, remote_map, submit
 from rhtc.client.api import storage_for

@@ -239,9 +239,9 @@ def test_a_thousand_workers_with_their_problems_sortable(broker, chrome):
     or forged heartbeat) and sorts by a column, both ways."""
     import dataclasses
     import secrets as _secrets
-    from rhtc.broker.config import Settings
-    from rhtc.broker.messages import WorkerStatus
-    from rhtc.broker.protocol import key_fingerprint
+    from rhtc.broker.wire.config import Settings
+    from rhtc.broker.wire.messages import WorkerStatus
+    from rhtc.broker.wire.protocol import key_fingerprint
     from rhtc.broker.storage import Storage
     from rhtc.versions import stack_versions
     lasting = Settings(lease=600.0)                  # these heartbeats outlive the test's pace

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from rhtc.broker.config import Settings
+from rhtc.broker.wire.config import Settings
 from rhtc.processes import stop_processes
 from rhtc.broker.storage import Storage
 from rhtc.client import remote_map

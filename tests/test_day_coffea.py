@@ -15,7 +15,7 @@ import warnings
 
 import pytest
 
-from rhtc.broker.config import settings as process_settings
+from rhtc.broker.wire.config import settings as process_settings
 from rhtc.broker.storage import Storage
 from tests.conftest import NANOAOD, ROOT, map_keys, needs_nanoaod
 

@@ -24,7 +24,7 @@ import pytest
 import redis
 
 from rhtc.client.engine.options import MapOptions
-from rhtc.broker.config import settings
+from rhtc.broker.wire.config import settings
 from rhtc.broker.embedded import EmbeddedBroker
 from rhtc.broker.storage import Storage
 from rhtc.client import remote_map, submit

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from rhtc.client.engine.options import MapOptions
-from rhtc.broker.config import settings
+from rhtc.broker.wire.config import settings
 from rhtc.broker.storage import Storage
 from rhtc.client.engine import maprun
 from rhtc.client.engine.maprun import MapRun

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from rhtc.broker import config as broker_config
-from rhtc.broker.config import BrokerConfig
+from rhtc.broker.wire import config as broker_config
+from rhtc.broker.wire.config import BrokerConfig
 from rhtc.client import make_chunks, remote_map
 from rhtc.client.data.chunks import Chunk, ChunkFileError
 from rhtc.client.errors import RemoteError

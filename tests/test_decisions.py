@@ -57,7 +57,7 @@ def _square(x):
 
 def test_every_map_checks_its_containers_and_a_disagreement_is_named(broker, workers):
     from rhtc import last_map, remote_map
-    from rhtc.broker.config import settings
+    from rhtc.broker.wire.config import settings
     assert settings().check_invariants, "tests/conftest.py turns the check on for every map"
     workers.start(1)
     assert remote_map(_square, range(6), broker=broker.config, progress=False) == [x * x for x in range(6)]

@@ -1,5 +1,5 @@
 """The examples in the docstrings run (issue 17): every module of the package, imported by
-its real name (``rhtc.broker.config``), with doctest, in the README's test command.
+its real name (``rhtc.broker.wire.config``), with doctest, in the README's test command.
 
 An example that needs a broker gets one: ``broker`` and ``RHTC_BROKER`` are set to a
 private redis-server for the module's examples. A module whose examples name nothing that

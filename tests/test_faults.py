@@ -15,7 +15,7 @@ import time
 import cloudpickle
 import pytest
 
-from rhtc.broker import protocol
+from rhtc.broker.wire import protocol
 from rhtc.broker.embedded import EmbeddedBroker
 from rhtc.broker.storage import Storage
 from rhtc.client import BrokerFull, RemoteError, imap_unordered, make_chunks, remote_map, submit

@@ -9,9 +9,9 @@ import dataclasses
 import urllib.parse
 
 from rhtc import remote_map
-from rhtc.broker import protocol
+from rhtc.broker.wire import protocol
 from rhtc.broker.functions import KEEP_LIBRARIES, Library
-from rhtc.broker.messages import WorkerStatus
+from rhtc.broker.wire.messages import WorkerStatus
 from rhtc.broker.storage import Storage
 
 

@@ -12,7 +12,7 @@ import signal
 import uuid
 
 from rhtc.broker import scriptargs
-from rhtc.broker.messages import WorkerStatus
+from rhtc.broker.wire.messages import WorkerStatus
 
 
 def _register(storage, n: int) -> list[tuple[str, str]]:
@@ -197,7 +197,7 @@ def test_a_worker_holding_nothing_beats_half_as_often_and_has_nothing_to_reconci
     lease) and its lease is not reconciled while it is empty; as soon as its lease holds an
     entry, it beats every ``heartbeat`` s and the reconcile runs (here it requeues an entry
     of another incarnation)."""
-    from rhtc.broker import keys
+    from rhtc.broker.wire import keys
     from rhtc.worker.supervisor import Supervisor
 
     sup = Supervisor(storage.config, name="idle-beat", settings_=storage.settings, storage=storage)

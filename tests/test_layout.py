@@ -78,7 +78,7 @@ def test_a_second_checkout_runs_its_own_folders(tmp_path):
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(here), str(clone)], check=True)
     (clone / "broker" / "marker_for_test.py").write_text("WHERE = 'clone'\n")
-    out = subprocess.run([sys.executable, "-c", "import rhtc.broker.marker_for_test as m, rhtc.broker.keys as k; "
+    out = subprocess.run([sys.executable, "-c", "import rhtc.broker.marker_for_test as m, rhtc.broker.wire.keys as k; "
                           "print(m.WHERE, k.__file__)"], cwd=clone, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[0] == "clone" and out.stdout.split()[1].startswith(str(clone)), out.stdout

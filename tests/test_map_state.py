@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from rhtc.broker.messages import ErrorKind, Fault, FaultKind, ResultMeta, TaskError, WorkerStatus
-from rhtc.broker.protocol import TaskRef
+from rhtc.broker.wire.messages import ErrorKind, Fault, FaultKind, ResultMeta, TaskError, WorkerStatus
+from rhtc.broker.wire.protocol import TaskRef
 from rhtc.client.engine import events as ev
 from rhtc.client.engine.invariants import check
 from rhtc.client.engine.lifecycle import (LIFECYCLE, Close, EndSigned, InvalidLifecycleMove, KeysDropped, Lifecycle,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 
-from rhtc.broker.messages import Fault, FaultKind
+from rhtc.broker.wire.messages import Fault, FaultKind
 from rhtc.client.engine.events import Faulted
 from rhtc.client.engine.maprun import MapRun
 from rhtc.client.engine.options import MapOptions

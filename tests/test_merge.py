@@ -20,7 +20,7 @@ import cloudpickle
 import hist
 import pytest
 
-from rhtc.broker.config import settings
+from rhtc.broker.wire.config import settings
 from rhtc.broker.storage import Storage
 from rhtc.client import RemoteError
 from rhtc.client.handle import MapHandle

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from rhtc.broker import protocol
-from rhtc.broker.merge import MergePlan, Noted, decode_partial, partial_id, unnoted
-from rhtc.broker.messages import ResultMeta, decode_result
+from rhtc.broker.wire import protocol
+from rhtc.broker.wire.merge import MergePlan, Noted, decode_partial, partial_id, unnoted
+from rhtc.broker.wire.messages import ResultMeta, decode_result
 from rhtc.client.reduce import Reducer
 from rhtc.worker.merge import Partials
 

@@ -22,10 +22,10 @@ import cloudpickle
 import pytest
 import redis
 
-from rhtc.broker import protocol
-from rhtc.broker.config import settings
-from rhtc.broker.merge import encode_partial
-from rhtc.broker.messages import ResultMeta
+from rhtc.broker.wire import protocol
+from rhtc.broker.wire.config import settings
+from rhtc.broker.wire.merge import encode_partial
+from rhtc.broker.wire.messages import ResultMeta
 from rhtc.broker.storage import Storage
 from rhtc.client.handle import MapHandle
 from rhtc.client.engine.maprun import MapRun

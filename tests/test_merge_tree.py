@@ -20,7 +20,7 @@ from pathlib import Path
 import cloudpickle
 import numpy as np
 
-from rhtc.broker.merge import is_partial_id
+from rhtc.broker.wire.merge import is_partial_id
 from rhtc.client.engine.options import MapOptions
 from tests.chaoskit import wait_until
 from tests.conftest import map_keys
@@ -165,7 +165,7 @@ def test_a_reduce_that_kills_every_merger_stops_the_tree_not_the_map(broker, wor
     """Each merger that folds in another's partial dies; after MERGER_DEATHS deaths the
     map merges no more in the tree: the partials go to the client, which folds them (its
     reduce does not kill it), and every task counts once, none as poison."""
-    from rhtc.broker.merge import MERGER_DEATHS
+    from rhtc.broker.wire.merge import MERGER_DEATHS
     workers.start(3, env=dict(FAST_LEASE, RHTC_TEST_FOLDER=str(tmp_path)))
     n = 60
     h = start_map(broker, counted, [(str(tmp_path), i, 0.05) for i in range(n)], reduce=merge_kills_its_merger,

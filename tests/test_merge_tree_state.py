@@ -9,9 +9,9 @@ from collections import Counter
 
 from hypothesis import given, settings, strategies as st
 
-from rhtc.broker import protocol
-from rhtc.broker.merge import MergePlan, decode_partial, is_partial_id, partial_id
-from rhtc.broker.messages import ResultMeta, decode_result
+from rhtc.broker.wire import protocol
+from rhtc.broker.wire.merge import MergePlan, decode_partial, is_partial_id, partial_id
+from rhtc.broker.wire.messages import ResultMeta, decode_result
 from rhtc.worker.merge import Partials
 
 KEY, OTHER_KEY = b"k" * 32, b"o" * 32

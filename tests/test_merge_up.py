@@ -8,10 +8,10 @@ from __future__ import annotations
 import uuid
 from collections import Counter
 
-from rhtc.broker import protocol
-from rhtc.broker.messages import HandedUp, ResultMeta, WorkerStatus
+from rhtc.broker.wire import protocol
+from rhtc.broker.wire.messages import HandedUp, ResultMeta, WorkerStatus
 from rhtc.worker.merge import Partials
-from rhtc.broker.merge import MergePlan
+from rhtc.broker.wire.merge import MergePlan
 
 META = ResultMeta(worker="w", host="h", pid=1, start=1.0, stop=2.0)
 

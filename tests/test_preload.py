@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from rhtc.broker.config import Settings
+from rhtc.broker.wire.config import Settings
 from rhtc.client import remote_map
 
 STACK = ("uproot", "awkward", "numpy", "hist", "coffea")

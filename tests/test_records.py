@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rhtc.broker import feed
-from rhtc.broker.messages import WorkerStatus
-from rhtc.broker.records import MalformedRecord
+from rhtc.broker.wire.messages import WorkerStatus
+from rhtc.broker.wire.records import MalformedRecord
 from rhtc.broker.storage import Storage
 from rhtc.client import remote_map
 from rhtc.client.ops.dashstate import DashState
@@ -175,6 +175,6 @@ def test_whatever_a_heartbeat_holds_it_decodes_whole_or_is_named_malformed(field
 
 
 def test_a_malformed_result_stub_is_dropped_not_raised(storage):
-    from rhtc.broker import blobs
+    from rhtc.broker.wire import blobs
     frames = storage.maps.resolve("0123456789abcdef", [b"RB", b"RB\x01short"], 1 << 20)
     assert frames == []

@@ -531,7 +531,7 @@ GOOD_NAMES = ["DEL", "w1", "condor-1234.5@node01.cern.ch", "slurm-77_3@n1:8", "a
 
 
 def test_10_worker_names_are_validated(broker):
-    from rhtc.broker.config import validate_worker_name
+    from rhtc.broker.wire.config import validate_worker_name
     for name in BAD_NAMES:
         with pytest.raises(ValueError):
             validate_worker_name(name)
@@ -566,7 +566,7 @@ def test_11_broker_and_workers_commands_print_no_secret(tmp_path):
     workers_proc = None
     try:
         lines = [broker_proc.stdout.readline() for _ in range(2)]
-        from rhtc.broker.config import BrokerConfig
+        from rhtc.broker.wire.config import BrokerConfig
         config = BrokerConfig.resolve(config_file=cfg)
         password = config.url.split("@")[0].rsplit(":", 1)[1]
         text = "".join(lines)

@@ -1,4 +1,4 @@
-"""A result's metadata on the wire (broker/resultmeta.py): whatever a worker can say about
+"""A result's metadata on the wire (broker/wire/resultmeta.py): whatever a worker can say about
 a run comes back to the client as it was said, alone or many to a partial."""
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import dataclasses
 
 from hypothesis import given, settings, strategies as st
 
-from rhtc.broker.merge import decode_partial, encode_partial
-from rhtc.broker.resultmeta import ResultMeta, decode_result, encode_result, pack_meta, unpack_meta
+from rhtc.broker.wire.merge import decode_partial, encode_partial
+from rhtc.broker.wire.resultmeta import ResultMeta, decode_result, encode_result, pack_meta, unpack_meta
 
 _INT = st.integers(min_value=0, max_value=2 ** 62)
 _TIME = st.floats(min_value=0, max_value=4e9, allow_nan=False)
@@ -43,9 +43,9 @@ def test_a_partial_carries_every_tasks_meta(many, value):
 def test_a_frame_signed_from_its_parts_is_the_frame_signed_whole(meta, value, index, status, indices):
     """A big result is joined once, into its frame (protocol.sign's parts): the bytes on the
     wire are the ones a joined body gives, byte for byte, small or big (JOIN_BELOW)."""
-    from rhtc.broker import protocol
-    from rhtc.broker.merge import partial_parts
-    from rhtc.broker.resultmeta import result_parts
+    from rhtc.broker.wire import protocol
+    from rhtc.broker.wire.merge import partial_parts
+    from rhtc.broker.wire.resultmeta import result_parts
 
     key, mid = b"k" * 32, "0123456789abcdef"
     big = [*value, b"x" * protocol.JOIN_BELOW]
@@ -62,7 +62,7 @@ def test_a_frame_signed_from_its_parts_is_the_frame_signed_whole(meta, value, in
 
 def test_a_value_packed_in_parts_is_the_value_packed_whole():
     import numpy as np
-    from rhtc.broker import protocol
+    from rhtc.broker.wire import protocol
 
     for value in (7, np.zeros(100_000), np.random.default_rng(1).random(100_000), {"h": np.arange(10.0)}):
         parts = protocol.dumps_parts(value)

@@ -1,6 +1,6 @@
 """One schema per message (issue 17): the task error, the error kinds, the requeue
 outcomes shared with Lua, the counts of a run and a worker's metrics are each written
-once, in broker/messages.py, and every reader derives its own from there."""
+once, in broker/wire/messages.py, and every reader derives its own from there."""
 from __future__ import annotations
 
 import ast
@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 import rhtc
-from rhtc.broker import messages, scripts
-from rhtc.broker.messages import (BYTES_SOURCES, RUN_COUNTERS, WORKER_METRICS, ErrorKind, Requeued, ResultMeta,
+from rhtc.broker import scripts
+from rhtc.broker.wire import messages
+from rhtc.broker.wire.messages import (BYTES_SOURCES, RUN_COUNTERS, WORKER_METRICS, ErrorKind, Requeued, ResultMeta,
                                   TaskError)
 from rhtc.client.engine.ledger import Ledger
 from rhtc.client.reports.record import MetricSample, RunRecord, TaskRecord
@@ -95,7 +96,7 @@ def test_no_remote_error_kind_is_a_bare_string():
     """A RemoteError that is not the user's exception names its kind from ErrorKind."""
     bare = [f"{path}:{node.lineno} {ast.literal_eval(node.args[1])!r}" for path, node in _calls("RemoteError")
             if len(node.args) > 1 and isinstance(node.args[1], ast.Constant)]
-    assert not bare, f"use broker.messages.ErrorKind: {bare}"
+    assert not bare, f"use broker.wire.messages.ErrorKind: {bare}"
     kinds = {k.value for k in ErrorKind}
     assert {"WorkerLost", "WorkerRefused", "ResultTooLarge", "TaskTimeout"} <= kinds
 
@@ -133,7 +134,7 @@ def _is_ours(base: str) -> bool:
     import importlib
     if base == "RhtcError":
         return True
-    for module in ("rhtc.client.errors", "rhtc.broker.errors", "rhtc.broker.config", "rhtc.condor.pack",
+    for module in ("rhtc.client.errors", "rhtc.broker.errors", "rhtc.broker.wire.config", "rhtc.condor.pack",
                    "rhtc.client.data.xrootd", "rhtc.client.data.freshness"):
         cls = getattr(importlib.import_module(module), base.split(".")[-1], None)
         if isinstance(cls, type) and issubclass(cls, RhtcError):

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 import rhtc
-from rhtc.broker.config import SETTINGS_FIELDS, Settings
+from rhtc.broker.wire.config import SETTINGS_FIELDS, Settings
 
 ROOT = Path(rhtc.__file__).resolve().parent.parent
 #: what is not a setting of a running process: where the broker is and which key signs
-#: (BrokerConfig, read in broker/config.py too) and what shell scripts pass to a job
+#: (BrokerConfig, read in broker/wire/config.py too) and what shell scripts pass to a job
 NOT_SETTINGS = {"RHTC_BROKER", "RHTC_KEY", "RHTC_KEY_FILE", "RHTC_NAMESPACE", "RHTC_CONFIG", "RHTC_CACHE",
                 "RHTC_PYTHON", "RHTC_CONDOR_JOB", "RHTC_WORKER_SH", "RHTC_NANOAOD",
                 "RHTC_DASHBOARD_TOKEN",     # `rhtc dashboard --token`'s click envvar
@@ -54,12 +54,12 @@ def test_a_bad_value_names_the_variable_and_what_it_takes(name):
 
 def test_nothing_outside_the_settings_reads_an_rhtc_variable():
     """Each ``os.environ``/``getenv`` read of an ``RHTC_*`` name in the package is in
-    broker/config.py, or names one of the few that are not settings."""
+    broker/wire/config.py, or names one of the few that are not settings."""
     reads = re.compile(r"""(?:environ(?:\.get)?\s*[\[(]|getenv\s*\()\s*["'](RHTC_[A-Z0-9_]+)""")
     wrong = []
     for folder in ("broker", "worker", "client", "condor", "bench", "rhtc"):
         for path in (ROOT / folder).rglob("*.py"):
-            if path.relative_to(ROOT).as_posix() == "broker/config.py":
+            if path.relative_to(ROOT).as_posix() == "broker/wire/config.py":
                 continue
             for m in reads.finditer(path.read_text()):
                 if m.group(1) not in NOT_SETTINGS:

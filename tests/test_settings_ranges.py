@@ -5,7 +5,7 @@ or out of range" for ever; ``RHTC_MAP_TTL=1e20`` and ``RHTC_CLIENT_TTL=1e300`` e
 a bare redis ``ResponseError``; ``RHTC_TOKEN_TTL=1e300`` had every task refused as "not
 genuine"; ``RHTC_SCAN_STEP=1e18`` failed every sweep. The ranges are declared once, beside
 each setting (``setting(..., maximum=...)``, one bound per class of setting, its reason
-beside the class in broker/settings.py), and the docs' table is read from there."""
+beside the class in broker/wire/settings.py), and the docs' table is read from there."""
 from __future__ import annotations
 
 import math
@@ -17,8 +17,8 @@ import psutil
 import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
-from rhtc.broker.config import SETTINGS_FIELDS, Settings
-from rhtc.broker.settings import (SettingRefused, parse_duration, parse_size, setting_range, settings,
+from rhtc.broker.wire.config import SETTINGS_FIELDS, Settings
+from rhtc.broker.wire.settings import (SettingRefused, parse_duration, parse_size, setting_range, settings,
                                   settings_markdown, settings_table)
 from rhtc.errors import RhtcError
 

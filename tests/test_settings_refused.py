@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from rhtc.broker.config import SETTINGS_FIELDS, Settings
-from rhtc.broker.settings import SettingRefused
+from rhtc.broker.wire.config import SETTINGS_FIELDS, Settings
+from rhtc.broker.wire.settings import SettingRefused
 
 NUMERIC = sorted(n for n, f in SETTINGS_FIELDS.items() if f.metadata["kind"] not in ("bool", "str"))
 REFUSED_BELOW = sorted(n for n, f in SETTINGS_FIELDS.items() if f.metadata["refuse_below"] is not None)

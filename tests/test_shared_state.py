@@ -16,7 +16,7 @@ import pytest
 
 from hypothesis import given, settings, strategies as st
 
-from rhtc.broker import keys, protocol
+from rhtc.broker.wire import keys, protocol
 from rhtc.worker.shared import SharedState
 
 
@@ -133,8 +133,8 @@ def test_a_result_the_broker_refused_stays_held_until_it_is_handed_in(broker, st
     hand-in that followed was refused (its leases gone): work done twice."""
     from rhtc.bench.toxiproxy import Toxiproxy
     from rhtc.bench.chaospool import proxied_url
-    from rhtc.broker.config import BrokerConfig
-    from rhtc.broker.resultmeta import ResultMeta, encode_result
+    from rhtc.broker.wire.config import BrokerConfig
+    from rhtc.broker.wire.resultmeta import ResultMeta, encode_result
     from rhtc.worker.main import TaskProcess
 
     from tests.chaoskit import wait_until

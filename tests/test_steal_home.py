@@ -19,8 +19,8 @@ import uuid
 
 import pytest
 
-from rhtc.broker import protocol
-from rhtc.broker.messages import WorkerStatus
+from rhtc.broker.wire import protocol
+from rhtc.broker.wire.messages import WorkerStatus
 
 
 def _square(x):

@@ -6,10 +6,10 @@ Real parts: a real redis-server, the real take script, results handed in by ``ta
 """
 from __future__ import annotations
 
-from rhtc.broker import protocol
-from rhtc.broker.keys import MAP_ANSWERED
-from rhtc.broker.merge import encode_partial
-from rhtc.broker.messages import ResultMeta
+from rhtc.broker.wire import protocol
+from rhtc.broker.wire.keys import MAP_ANSWERED
+from rhtc.broker.wire.merge import encode_partial
+from rhtc.broker.wire.messages import ResultMeta
 from tests.brokerkit import claimed_worker, queued_map
 
 

@@ -1,7 +1,7 @@
 """The first run of the day, already warm (``rhtc warm``, client/warm.py).
 
 A cold run records which branches of which chunks its tasks read (each worker says so in
-its result's metadata: broker/reads.py; the run record keeps it: client/reports/reads.py).
+its result's metadata: broker/wire/reads.py; the run record keeps it: client/reports/reads.py).
 Every worker is then replaced by new processes with new names; ``rhtc.warm`` (or ``rhtc
 warm RECORD``) reads those branches into the new pool, and the next run of the analysis
 reads 0 bytes from the files and gives the cold run's answer: on a fresh node disk tier
@@ -26,7 +26,7 @@ from hypothesis import given, settings
 
 import rhtc
 from rhtc import MapCancelled
-from rhtc.broker.reads import MAX_CHARS, TOO_MANY, decode_reads, encode_reads
+from rhtc.broker.wire.reads import MAX_CHARS, TOO_MANY, decode_reads, encode_reads
 from rhtc.client.data.chunks import Chunk, make_chunks
 from rhtc.client.ops.cli import main as cli
 from rhtc.client.reports.reads import ChunkReads

@@ -37,7 +37,7 @@ ANALYSIS = textwrap.dedent("""\
     import rhtc, rhtc.client, pkgutil
     assert rhtc.client.__file__.startswith(sys.prefix), rhtc.client.__file__
     names = [m.name for m in pkgutil.walk_packages(rhtc.__path__, "rhtc.")]   # as doc generators do
-    assert {"rhtc.broker.keys", "rhtc.worker.disk", "rhtc.client.engine.options", "rhtc.errors"} <= set(names), names
+    assert {"rhtc.broker.wire.keys", "rhtc.worker.disk", "rhtc.client.engine.options", "rhtc.errors"} <= set(names), names
     assert len(names) == len(set(names)) and not any(n.startswith("rhtc.rhtc") for n in names), names
 
     def square(x):

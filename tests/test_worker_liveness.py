@@ -15,9 +15,9 @@ import psutil
 import pytest
 
 from rhtc import RemoteError, remote_map, submit
-from rhtc.broker import protocol
-from rhtc.broker import messages
-from rhtc.broker.config import validate_worker_name
+from rhtc.broker.wire import protocol
+from rhtc.broker.wire import messages
+from rhtc.broker.wire.config import validate_worker_name
 from rhtc.broker.storage import Storage
 from tests.conftest import ROOT
 
@@ -301,7 +301,7 @@ def test_heartbeat_publishes_incarnation_key_fingerprint_and_versions(broker, wo
 
 # -- a broker that refuses the password, or is not there --------------------------------------
 def _worker_env(url: str, broker) -> dict:
-    from rhtc.broker.config import ENV_URL
+    from rhtc.broker.wire.config import ENV_URL
     env = dict(os.environ, **broker.config.env())
     env[ENV_URL] = url
     env.pop("RHTC_CONFIG", None)

@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from rhtc.broker.protocol import TaskRef
+from rhtc.broker.wire.protocol import TaskRef
 from rhtc.worker import loopevents as ev
 from rhtc.worker.loopstate import (ALONE, BACK, DONE, FOLDED, LEASED, RUNNING, InvalidMove, LoopState,
                                    transitions_table)

@@ -8,7 +8,7 @@ import sys
 import click
 import psutil
 
-from ..broker.config import (BrokerConfig, BrokerNotConfigured, KeyNotConfigured, settings,
+from ..broker.wire.config import (BrokerConfig, BrokerNotConfigured, KeyNotConfigured, settings,
                              validate_worker_name)
 
 
@@ -51,7 +51,7 @@ def main(url, config_file, name, cache_size, disk_cache, disk_cache_size, lifeti
     """Serve tasks from the broker until SIGTERM (then hand back the current task, exit 0)."""
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    from ..broker.config import parse_size
+    from ..broker.wire.config import parse_size
     from .supervisor import Supervisor
     if name is not None:
         try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import collections
 
 from rhtc.errors import RhtcError
-from ..broker import messages, protocol
+from ..broker.wire import messages, protocol
 
 KEPT = 32                 # functions kept per task process
 

@@ -43,7 +43,7 @@ from __future__ import annotations
 import enum
 
 from rhtc.errors import RhtcError
-from ..broker.protocol import MAP_ID_LEN
+from ..broker.wire.protocol import MAP_ID_LEN
 from .loopevents import (AGAIN, ALONE as _ALONE, DROPPED, FOLDED as _FOLDED, REFUSED, RESULT, Close, Exit,
                          FlushPartials, GoUp, HandedBack, HandedIn, HandIn, Hold, IdleWait, PartialsDue,
                          PartialsOut, Pause, Probe, Probed, Publish, Ran, Recovered, Run, Start, Stop, Take,

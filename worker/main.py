@@ -22,11 +22,11 @@ import socket
 import time
 
 from rhtc import context
-from ..broker import protocol
+from ..broker.wire import protocol
 
-from ..broker import messages
-from ..broker.merge import MergePlan
-from ..broker.config import BrokerConfig, Settings, redact, settings
+from ..broker.wire import messages
+from ..broker.wire.merge import MergePlan
+from ..broker.wire.config import BrokerConfig, Settings, redact, settings
 from ..broker.errors import BrokerTrouble
 from ..broker.storage import Storage
 from .backoff import Backoff

@@ -6,7 +6,7 @@ pages in on the next task: on a virtual machine that costs as much as the arithm
 (measured here: a warm dimuon chunk 25 ms with these settings, 33-50 ms without). A
 worker runs one task after another for hours, so it keeps up to ``trim`` bytes of freed
 heap for the next task. ``RHTC_MALLOC_TUNING=0`` turns this off (read with the other
-settings in :class:`broker.config.Settings`; the task process skips the call then).
+settings in :class:`broker.wire.config.Settings`; the task process skips the call then).
 
     (not run by the tests: it changes the calling process's allocator)
     >>> tune_malloc()      # doctest: +SKIP

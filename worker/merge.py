@@ -1,5 +1,5 @@
 """A worker's running partials: the OK results of each map that merges
-(:class:`~broker.merge.MergePlan`), folded in as they come and handed in as one signed
+(:class:`~broker.wire.merge.MergePlan`), folded in as they come and handed in as one signed
 frame per map when the partial covers the plan's number of tasks, is the plan's number
 of seconds old, when the worker's queue runs dry, or as soon as its next task is another
 map's while its own map has nothing left in its backlog (the broker says which maps do at
@@ -17,13 +17,13 @@ tasks run again elsewhere. Errors never come here.
 A fold that raises (the reduce function's bug, or a ``MemoryError`` halfway through
 ``a += b``) leaves the partial as it was before (:func:`fold_aside`): what it could not fold
 goes to the client unmerged (a task's result alone, another worker's partial as it came),
-with a :class:`~broker.merge.FoldFailure` (this worker, the tasks, the exception and its
-traceback) riding along in a :class:`~broker.merge.Noted` value; the client folds it as
+with a :class:`~broker.wire.merge.FoldFailure` (this worker, the tasks, the exception and its
+traceback) riding along in a :class:`~broker.wire.merge.Noted` value; the client folds it as
 ``merge=False`` would, and says so. Each task is counted once: in the partial, or sent on.
 
-    >>> from rhtc.broker.merge import MergePlan
-    >>> from rhtc.broker.messages import ResultMeta
-    >>> from rhtc.broker.protocol import TaskRef
+    >>> from rhtc.broker.wire.merge import MergePlan
+    >>> from rhtc.broker.wire.messages import ResultMeta
+    >>> from rhtc.broker.wire.protocol import TaskRef
     >>> p = Partials(b"k" * 32, room=100)
     >>> plan = MergePlan(abs, None, 2, 60.0)
     >>> meta = ResultMeta(worker="w1", host="n1", pid=7, start=1.0, stop=2.0)
@@ -49,12 +49,12 @@ import struct
 import time
 from typing import Any, Callable
 
-from ..broker import protocol
-from ..broker.config import mib
+from ..broker.wire import protocol
+from ..broker.wire.config import mib
 from ..broker.leases import BulkLimits
-from ..broker.merge import FoldFailure, MergePlan, Noted, decode_partial, partial_depth, partial_parts, unnoted
-from ..broker.messages import ErrorKind, ResultMeta, decode_result, encode_result
-from ..broker.resultmeta import result_parts
+from ..broker.wire.merge import FoldFailure, MergePlan, Noted, decode_partial, partial_depth, partial_parts, unnoted
+from ..broker.wire.messages import ErrorKind, ResultMeta, decode_result, encode_result
+from ..broker.wire.resultmeta import result_parts
 from .outbox import Outgoing
 from .results import ALWAYS_FITS, NO_ARGUMENT, describe_error, pack_result, result_limit, safe_text, task_error
 
@@ -66,7 +66,7 @@ log = logging.getLogger("rhtc.worker")
 class Partial:
     """The folded OK results of one map on this worker, not handed in yet: of its own tasks
     (leased here as tasks) and of the partials it folded in as a merger (leased here as
-    partials, :mod:`broker.merge`)."""
+    partials, :mod:`broker.wire.merge`)."""
 
     plan: MergePlan
     map_id: str
@@ -78,7 +78,7 @@ class Partial:
     own: list[int] = dataclasses.field(default_factory=list)      # those of its own tasks
     folded: list[bytes] = dataclasses.field(default_factory=list)  # lease ids of the partials folded in
     again: list[bytes] = dataclasses.field(default_factory=list)   # tasks of those, leased here again
-    depth: int = 1                                                 # its level in the tree (broker/merge.py)
+    depth: int = 1                                                 # its level in the tree (broker/wire/merge.py)
     failures: list[FoldFailure] = dataclasses.field(default_factory=list)   # folds that raised, to tell the client
 
     @property
@@ -107,7 +107,7 @@ def fold_aside(plan: MergePlan, partial: Any, value: Any) -> Any:
     halfway through ``a += b`` leaves the partial as it was, so what it could not fold can
     go on alone, counted once. The map's own reduce function folds into a copy of the
     partial (for an 8 MB histogram, ~0.5 ms: less than ``a + b`` and ~10 times less than
-    pickling it for the client); ``reduce=True``'s :func:`~broker.merge.combine` writes into
+    pickling it for the client); ``reduce=True``'s :func:`~broker.wire.merge.combine` writes into
     neither argument, so it folds the partial itself.
 
     >>> import numpy as np

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..broker.errors import BrokerOutOfMemory, BrokerUnavailable
-from ..broker.protocol import TASK_ID_LEN
+from ..broker.wire.protocol import TASK_ID_LEN
 from .results import ALWAYS_FITS, REFUSALS, batches_within, refused_by_broker
 
 #: what a worker hands in: (map id, task id(s) (a partial's: all it covers), signed frame)

@@ -14,10 +14,10 @@ from typing import Callable, Sequence
 
 import cloudpickle
 
-from ..broker import messages, protocol
-from ..broker.config import mib
+from ..broker.wire import messages, protocol
+from ..broker.wire.config import mib
 from ..broker.leases import BulkLimits
-from ..broker.resultmeta import result_parts
+from ..broker.wire.resultmeta import result_parts
 
 #: room left in one Redis command for the frame's header, the meta and the other arguments
 COMMAND_MARGIN = 64 * 1024
@@ -56,10 +56,10 @@ def pack_result(status: int, value, meta: messages.ResultMeta, arg, max_result_b
                 broker_limits: Callable[[], BulkLimits],
                 dumps: Callable[[object], bytes | list[bytes]] = protocol.dumps_parts,
                 ) -> tuple[int, bytes | list[bytes]]:
-    """(status, payload or its parts: :func:`broker.protocol.sign`); a result that cannot
+    """(status, payload or its parts: :func:`broker.wire.protocol.sign`); a result that cannot
     travel becomes an error result. The broker's limits are asked for
     (``broker_limits()``) only for a result over 1 MiB. ``dumps`` packs the value
-    (:func:`broker.protocol.dumps_parts`, or bytes)."""
+    (:func:`broker.wire.protocol.dumps_parts`, or bytes)."""
     try:
         packed = protocol.parts_of(dumps(value))
     except BaseException as err:   # noqa: B036 - a value's __reduce__ may raise anything
@@ -115,7 +115,7 @@ NO_ARGUMENT = object()       # an error about no particular argument (a result t
 
 
 def task_error(kind: str, message: str, tb: str, arg, exc: bytes | None = None) -> dict:
-    """The wire form of a :class:`~broker.messages.TaskError` about ``arg``'s task."""
+    """The wire form of a :class:`~broker.wire.messages.TaskError` about ``arg``'s task."""
     arg_text = "" if arg is NO_ARGUMENT else safe_text(repr, arg, f"<{type(arg).__name__} (its repr() raised)>")
     return messages.TaskError(str(kind), message, tb, arg_text[:500], exc).to_wire()
 

@@ -14,7 +14,7 @@ import multiprocessing
 import time
 from typing import Iterable
 
-from ..broker.protocol import TASK_ID_LEN, TaskRef
+from ..broker.wire.protocol import TASK_ID_LEN, TaskRef
 
 MAX_HELD = 256
 READ_PATIENCE = 0.05       # s a read waits for a write in progress to end (see SharedState._read)

@@ -33,10 +33,10 @@ import sys
 import time
 
 
-from ..broker import protocol
+from ..broker.wire import protocol
 
-from ..broker import messages
-from ..broker.config import BrokerConfig, Settings, redact, settings, validate_worker_name
+from ..broker.wire import messages
+from ..broker.wire.config import BrokerConfig, Settings, redact, settings, validate_worker_name
 from ..broker.errors import BrokerTrouble
 from ..broker.storage import AuthenticationError, Storage
 from rhtc.credentials import describe as describe_credentials, find_credentials

@@ -3,7 +3,7 @@
 A task frame stays signed forever, and anyone with the Redis password can copy it (and
 its map's hash, its function) while the map runs and write them back later. So a frame
 alone proves nothing about its map being alive; the proof is the map's *liveness token*
-(:func:`broker.protocol.pack_map_token`): the map id, its nonce and a valid-until time,
+(:func:`broker.wire.protocol.pack_map_token`): the map id, its nonce and a valid-until time,
 signed by the client with the session key and renewed every upkeep tick. A worker runs
 a task only under a token of the task's map and nonce that has not expired by the
 broker's clock (Redis TIME, returned with every take: no dependence on the nodes'
@@ -14,7 +14,7 @@ a map ends, however it ends, its client puts the map's signed *end* in the token
 tasks a cancel leaves in flight look the same), and remembers it: a live token of that map
 copied earlier and written back afterwards is refused too, and reported (as a replay).
 
-    >>> from rhtc.broker import protocol
+    >>> from rhtc.broker.wire import protocol
     >>> key, nonce = b"k" * 32, protocol.new_nonce()
     >>> frame = protocol.pack_task(key, "0123456789abcdef", 0, nonce, "f" * 32, 1)
     >>> task = protocol.unpack_task(key, frame)
@@ -35,8 +35,8 @@ import dataclasses
 import logging
 from datetime import datetime, timezone
 
-from ..broker import protocol
-from ..broker.messages import FaultKind
+from ..broker.wire import protocol
+from ..broker.wire.messages import FaultKind
 
 log = logging.getLogger("rhtc.worker")
 

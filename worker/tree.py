@@ -1,4 +1,4 @@
-"""A worker's part in the tree of partials (:mod:`broker.merge`): once a map has nothing
+"""A worker's part in the tree of partials (:mod:`broker.wire.merge`): once a map has nothing
 left queued for this worker (its queue ran dry, or its next task is another map's while
 the map's backlog is empty), its partial of that map goes *up*: while the map's pool holds
 other workers' partials, the broker gives it up to the fan-in of them to fold in (leased
@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Callable, Iterable
 
-from ..broker.messages import HandedUp
+from ..broker.wire.messages import HandedUp
 from .merge import Partials
 
 log = logging.getLogger("rhtc.worker")

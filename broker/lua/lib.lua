@@ -49,7 +49,7 @@ local function lease_frame(v) return string.sub(v, INC_LEN + TIME_LEN + 1) end
 
 -- A map whose client died: delete its keys (its backlog of queued tasks with them) and
 -- its registry entry; its tasks left in other queues are dropped by whoever pops them.
--- The blob key a stub names (broker/blobs.py: a big result's head as a frame's, a partial's
+-- The blob key a stub names (broker/wire/blobs.py: a big result's head as a frame's, a partial's
 -- covered indices too, then the frame's length (8 bytes) and the key), or nil for a frame.
 local function stub_key(item)
   if string.sub(item, 1, #BLOB_MAGIC) ~= BLOB_MAGIC then return nil end
@@ -63,7 +63,7 @@ local function stub_key(item)
   return key
 end
 
--- The tree of partials (broker/merge.py). A result frame or stub stands for one task, a
+-- The tree of partials (broker/wire/merge.py). A result frame or stub stands for one task, a
 -- partial's (status MERGED) for every task it covers: its count, then their indices.
 local function u32(s, at)
   local b1, b2, b3, b4 = string.byte(s, at, at + 3)
@@ -86,7 +86,7 @@ local function item_indices(item, out)
   return out
 end
 -- A partial leased to a merger is a lease entry like a task's: its field the map id and
--- an index with the top bit set (a task's index never has it: broker/merge.py), its value
+-- an index with the top bit set (a task's index never has it: broker/wire/merge.py), its value
 -- the partial's frame or stub.
 local function is_partial_id(id) return string.byte(id, MAP_ID_LEN + 1) >= 128 end
 local function new_partial_id(mid)
@@ -99,7 +99,7 @@ local function keep_with_map(key, mid, keep)
   redis.call('EXPIRE', key, math.max(redis.call('TTL', K.map(mid)), 1) + keep)
 end
 -- Whether the live map `mid` merges no more in the tree (its mergers died MERGER_DEATHS
--- times with partials in hand: broker/merge.py).
+-- times with partials in hand: broker/wire/merge.py).
 local function tree_off(mid)
   return (tonumber(redis.call('HGET', K.map(mid), MAP_MERGER_DEATHS)) or 0) >= MERGER_DEATHS
 end
@@ -251,7 +251,7 @@ local function requeue(tid, frame, why, maxtries, ttl)
     return REQUEUED_GONE
   end
   if is_partial_id(tid) then            -- a partial its merger did not hand up: merged again
-    if tree_off(mid) then               -- (its mergers keep dying: broker/merge.py's MERGER_DEATHS)
+    if tree_off(mid) then               -- (its mergers keep dying: broker/wire/merge.py's MERGER_DEATHS)
       deliver(mid, frame, ttl)
     else
       pool_partial(mid, frame, ttl)

@@ -1,6 +1,6 @@
 -- ARGV(up): ns, 'up', worker, incarnation, result_grace, fanin, map_id, ids, frame, aside, covers
 -- ARGV(drain): ns, 'drain', map_id, at_least, result_grace
--- The tree of partials (broker/merge.py). Mode 'up': a worker hands its partial of a map
+-- The tree of partials (broker/wire/merge.py). Mode 'up': a worker hands its partial of a map
 -- up the tree once the map has nothing left queued for it. While the map's pool holds
 -- partials, the worker is given up to `fanin` - 1 of them to fold into its own (each
 -- leased to it as a partial entry, so that they go back to the pool if it dies) and hands
@@ -18,7 +18,7 @@
 --   tasks its partial covers.
 -- Arguments 'drain': ns, 'drain', map id, at_least, grace (s).
 -- Returns {held (0: this incarnation does not hold the name; nothing done), outcome,
--- partial id, item, ...}: outcome (broker/messages.py's HandedUp) INPUTS (the pairs
+-- partial id, item, ...}: outcome (broker/wire/messages.py's HandedUp) INPUTS (the pairs
 -- follow; the item was not taken), NONE (nothing to fold, no item), PARKED, DELIVERED,
 -- REFUSED, GONE (the map ended).
 -- 'drain' returns the number of tasks the partials handed to the client cover.

@@ -12,7 +12,7 @@
 -- Arguments: ns, worker, incarnation, result grace (s), n, leases on (1/0), step,
 --       steal's min queue, its min queue for a task at home, steal's stuck seconds, k,
 --       k map ids (the maps of the worker's open partials), then triples: map id, task id (a partial's: the ids of the tasks it
---       covers, end to end), result frame (or a big one's stub, broker/blobs.py: its blob is
+--       covers, end to end), result frame (or a big one's stub, broker/wire/blobs.py: its blob is
 --       kept with the stub or deleted with it).
 -- Returns {held, broker time ms, backlogged, frame, token, frame, token, ...}; backlogged:
 -- the ids, end to end, of the maps (of the k named and of the frames taken) whose backlog

@@ -12,7 +12,7 @@ import threading
 from typing import Any
 
 from rhtc import context
-from ...broker.config import settings
+from ...broker.wire.config import settings
 from . import freshness, xrootd
 from ..errors import ChunkFileError
 

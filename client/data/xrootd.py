@@ -32,7 +32,7 @@ from typing import Any
 from rhtc import credentials
 from rhtc.errors import RhtcError
 
-from ...broker.config import settings
+from ...broker.wire.config import settings
 
 SCHEMES = ("root://", "roots://")
 

@@ -2,7 +2,7 @@
 "this client is alive" in the broker (a key that expires after ``settings.client_ttl``).
 When the process dies (SIGKILL, a crashed notebook kernel, a laptop lid), the beacon
 stops: workers drop its maps' queued tasks within seconds instead of running them
-for nobody (:mod:`broker.keys`, ``client`` key; the sweep and the take script).
+for nobody (:mod:`broker.wire.keys`, ``client`` key; the sweep and the take script).
 
 The thread, not the poll loop, renews it: a client busy in Python between two polls
 (reducing results, plotting) stays alive. It runs only while a map is open.

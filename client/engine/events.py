@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Union
 
-from ...broker.messages import Fault, ResultMeta, TaskError, WorkerStatus
+from ...broker.wire.messages import Fault, ResultMeta, TaskError, WorkerStatus
 from ..errors import RemoteError
 
 _event = dataclasses.dataclass(slots=True)     # not frozen: a frozen one costs 2x to build, per result
@@ -71,7 +71,7 @@ class Undecodable:
 
 @_event
 class Faulted:
-    """A worker could not run task ``index`` (:class:`~broker.messages.FaultKind`)."""
+    """A worker could not run task ``index`` (:class:`~broker.wire.messages.FaultKind`)."""
 
     index: int
     fault: Fault

@@ -6,7 +6,7 @@ A map of a million tasks keeps a million of these, so they are numpy columns (ab
 
 Example::
 
-    >>> from rhtc.broker.messages import ResultMeta
+    >>> from rhtc.broker.wire.messages import ResultMeta
     >>> led = Ledger(4)
     >>> led.add(2, ResultMeta(worker="w1", host="n1", pid=7, start=1.0, stop=3.0), received=3.5)
     >>> led.add(0, None, error="WorkerLost: died", received=4.0)
@@ -26,7 +26,7 @@ import numpy as np
 import time
 
 from ...broker.errors import ConnectionProblem
-from ...broker.messages import BYTES_SOURCES, RUN_COUNTERS, ResultMeta, parse_lost_run
+from ...broker.wire.messages import BYTES_SOURCES, RUN_COUNTERS, ResultMeta, parse_lost_run
 
 _NONE = -1
 _NAN = float("nan")
@@ -50,7 +50,7 @@ class Ledger:
         self._counts = {name: array("q") for name in RUN_COUNTERS}    # bytes_cache, bytes_file...
         self._count_items = tuple(self._counts.items())
         self._events = array("q")
-        self._reads = array("i")                # what it read (broker/reads.py), interned with the names
+        self._reads = array("i")                # what it read (broker/wire/reads.py), interned with the names
         self._retries = array("h")
         self._backup = bytearray()
         self._errors: dict[int, str] = {}
@@ -112,7 +112,7 @@ class Ledger:
 
     def lost_runs(self, index: int, history: str, final: bool = False) -> ResultMeta | None:
         """Note the runs of task ``index`` that died with their process, from its history
-        (one line per run, see :func:`broker.messages.lost_run_line`). ``final``: the task
+        (one line per run, see :func:`broker.wire.messages.lost_run_line`). ``final``: the task
         failed with them (WorkerLost): its last run is returned as the task's own row."""
         if index in self._histories_read:
             return None

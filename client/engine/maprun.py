@@ -18,10 +18,10 @@ import threading
 import time
 from typing import Iterable, Sequence
 
-from ...broker import messages, protocol
+from ...broker.wire import messages, protocol
 from ...broker.errors import BrokerOutOfMemory, BrokerTrouble, ConnectionProblem
-from ...broker.merge import decode_partial, partial_depth
-from ...broker.messages import Fault, TaskError
+from ...broker.wire.merge import decode_partial, partial_depth
+from ...broker.wire.messages import Fault, TaskError
 from ...broker.registry import renew_map_entry
 from ...broker.storage import Storage
 from ..errors import BrokerFull, BrokerLost, describe, undecodable_error

@@ -1,8 +1,8 @@
-"""The client's side of the merge on the workers (:mod:`broker.merge`): what a map that
+"""The client's side of the merge on the workers (:mod:`broker.wire.merge`): what a map that
 reduces sends as its function. How the map takes in a *partial* (the folded results of
 several tasks in one frame: all of its tasks counted once, or none) is the state's
 (:meth:`client.engine.state.MapState.handle` with a :class:`~client.engine.events.Partial`).
-At a map's end its workers merge their partials in a tree (:mod:`broker.merge`); the
+At a map's end its workers merge their partials in a tree (:mod:`broker.wire.merge`); the
 client's part is :func:`drain_stalled`, for a pool of partials that no worker will come for.
 
     >>> from rhtc.client.engine.options import MapOptions
@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from ...broker.merge import MergePlan
+from ...broker.wire.merge import MergePlan
 from .options import MapOptions
 
 

@@ -3,7 +3,7 @@ argument that cannot travel and say what to do.
 
 Example::
 
-    >>> from rhtc.broker import protocol
+    >>> from rhtc.broker.wire import protocol
     >>> key = b"k" * 32
     >>> packed_fn = pack_function(key, abs, "abs")
     >>> frames = Frames(key, "0123456789abcdef", protocol.new_nonce(), protocol.function_hash(packed_fn), [-3])
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
-from ...broker import protocol
-from ...broker.config import mib
+from ...broker.wire import protocol
+from ...broker.wire.config import mib
 from ..errors import describe
 
 

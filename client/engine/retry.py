@@ -4,7 +4,7 @@
   each after a pause (:meth:`RetryPolicy.delay`: ``RHTC_RETRY_DELAY``, 1 s, doubling up to
   a minute, jittered, so a flaky file server is not hit again at once by every task);
 * a fault (the function blob went missing, a worker could not verify the frame): rerun up
-  to ``max_attempts`` times (:class:`~broker.config.Settings`, ``RHTC_MAX_ATTEMPTS``);
+  to ``max_attempts`` times (:class:`~broker.wire.config.Settings`, ``RHTC_MAX_ATTEMPTS``);
 * the worker died while running it: the broker's reaper requeues it, up to the same
   ``max_attempts`` (``reap.lua``), then hands it back as dead (``WorkerLost``).
 
@@ -13,7 +13,7 @@ Example::
     >>> from rhtc.client.engine.tasks import TaskNote
     >>> p = RetryPolicy(retries=1, retry_on=("OSError",))
     >>> note = TaskNote()
-    >>> from rhtc.broker.messages import TaskError
+    >>> from rhtc.broker.wire.messages import TaskError
     >>> p.retry_user_error(note, TaskError("OSError")), p.retry_user_error(note, TaskError("OSError"))
     (True, False)
     >>> p.retry_user_error(TaskNote(), TaskError("ValueError"))
@@ -25,8 +25,8 @@ import dataclasses
 import heapq
 import random
 
-from ...broker import protocol
-from ...broker.messages import TaskError
+from ...broker.wire import protocol
+from ...broker.wire.messages import TaskError
 from .tasks import TaskNote
 
 

@@ -17,7 +17,7 @@ does not allow raises :class:`~client.engine.tasks.InvalidTransition` with the t
 story. A duplicate (a backup's second result, a partial covering a counted task) is
 recognised before any move and changes nothing.
 
-    >>> from rhtc.broker.messages import ResultMeta
+    >>> from rhtc.broker.wire.messages import ResultMeta
     >>> from rhtc.client.engine.retry import RetryPolicy
     >>> from rhtc.client.engine.events import Result
     >>> s = MapState(2, "m1", RetryPolicy())
@@ -34,7 +34,7 @@ from __future__ import annotations
 import random
 from typing import Callable
 
-from ...broker.messages import ErrorKind, FaultKind
+from ...broker.wire.messages import ErrorKind, FaultKind
 from ..errors import RemoteError, undecodable_error
 from .decisions import lost_tasks
 from .events import (Audited, Backup, Cancel, CancelMap, Enqueue, Faulted, Finish, GiveUp, MapVanished,

@@ -22,7 +22,7 @@ what it expects (a late duplicate of a finished task) before it moves a task and
 :class:`InvalidTransition`, with the task's story, on any other refusal.
 
 The broker's side of the same states (which Redis key holds a task in each, and who
-moves it) is the table in :mod:`broker.keys`; ``REFUSED`` exists only on the client.
+moves it) is the table in :mod:`broker.wire.keys`; ``REFUSED`` exists only on the client.
 
 Keeping count per state makes "is the map done?" O(1) per result, whatever the size
 of the map: the table never walks its tasks except when asked for a list of them.
@@ -45,7 +45,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from ...broker.messages import ResultMeta
+from ...broker.wire.messages import ResultMeta
 from rhtc.errors import RhtcError
 
 from ..errors import RemoteError, describe

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from ...broker.messages import ErrorKind, WorkerStatus
+from ...broker.wire.messages import ErrorKind, WorkerStatus
 from ..errors import RemoteError
 from .events import Backup, GiveUp
 from .verbs import MapVerbs

@@ -8,7 +8,7 @@ not shrunk, whose owner finished nothing and is idle (or has not published a new
 heartbeat), for ``RHTC_UNCLAIMED_SECONDS``, is moved to the shared queue, and the map
 routes no more tasks to that owner.
 
-    >>> from rhtc.broker.messages import WorkerStatus
+    >>> from rhtc.broker.wire.messages import WorkerStatus
     >>> watch = UnclaimedWatch(seconds=10)
     >>> ghost = WorkerStatus(name="ghost", host="h", pid=1, incarnation="i", key_fingerprint="f",
     ...                      t=5.0, queued=7)
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 
-from ...broker.messages import WorkerStatus
+from ...broker.wire.messages import WorkerStatus
 
 
 class UnclaimedWatch:

@@ -19,9 +19,9 @@ import time
 import warnings
 import weakref
 
-from ...broker import protocol
+from ...broker.wire import protocol
 from ...broker.errors import BrokerOutOfMemory
-from ...broker.messages import WORKER_METRICS, ErrorKind, WorkerStatus
+from ...broker.wire.messages import WORKER_METRICS, ErrorKind, WorkerStatus
 from ...broker.registry import renew_map_entry
 from ...broker.storage import Storage
 from .decisions import straggler_backups

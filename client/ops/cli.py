@@ -21,7 +21,7 @@ import time
 
 import click
 
-from ...broker.config import (ENV_URL, BrokerConfig, BrokerNotConfigured, KeyNotConfigured, StaleConfig,
+from ...broker.wire.config import (ENV_URL, BrokerConfig, BrokerNotConfigured, KeyNotConfigured, StaleConfig,
                                 default_config_path, redact)
 from ...broker.errors import ConnectionProblem
 

@@ -32,7 +32,7 @@ import threading
 from pathlib import Path
 
 from ...broker import feed
-from ...broker.config import BrokerConfig
+from ...broker.wire.config import BrokerConfig
 from ...broker.storage import Storage
 from .. import dashlink
 from ..dashlink import address_for  # noqa: F401 (where a dashboard serves a broker: asked here too)

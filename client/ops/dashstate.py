@@ -20,7 +20,7 @@ import threading
 import time
 
 from ...broker import feed
-from ...broker.protocol import key_fingerprint
+from ...broker.wire.protocol import key_fingerprint
 from ...broker.storage import Storage
 from ..reports.efficiency import MapTally
 from rhtc.versions import stack_versions

@@ -11,8 +11,8 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
-from ...broker.protocol import key_fingerprint
-from ...broker.messages import WorkerStatus
+from ...broker.wire.protocol import key_fingerprint
+from ...broker.wire.messages import WorkerStatus
 from ...broker.storage import Storage
 from rhtc.versions import stack_versions
 
@@ -33,8 +33,8 @@ def misfits(statuses: list[WorkerStatus], key: bytes, versions: dict[str, str] |
     signing key (its tasks are refused), or its analysis stack differs (results may not
     unpickle here).
 
-    >>> from rhtc.broker.protocol import key_fingerprint
-    >>> from rhtc.broker.messages import WorkerStatus
+    >>> from rhtc.broker.wire.protocol import key_fingerprint
+    >>> from rhtc.broker.wire.messages import WorkerStatus
     >>> w = WorkerStatus(name="w1", host="h", pid=1, incarnation="i", key_fingerprint="x" * 16,
     ...                  versions={"numpy": "2.1.0"})
     >>> print("\\n".join(misfits([w], b"k" * 32, {"numpy": "1.26.4"})))
@@ -58,7 +58,7 @@ def misfits(statuses: list[WorkerStatus], key: bytes, versions: dict[str, str] |
 def disk_tiers(statuses) -> list[str]:
     """One line per node disk tier in use: its hosts, workers, bytes held and cap.
 
-    >>> from rhtc.broker.messages import WorkerStatus
+    >>> from rhtc.broker.wire.messages import WorkerStatus
     >>> w = WorkerStatus(name="w1", host="n1", pid=1, incarnation="i", key_fingerprint="f",
     ...                  disk_tier="3f2a", disk_bytes=5 * 10**9, disk_limit=20 * 10**9)
     >>> disk_tiers([w])[2]
@@ -88,7 +88,7 @@ def credential_lines(statuses, now: float | None = None) -> list[str]:
     """The workers' data credentials: which kind, on how many workers, when they expire;
     a warning an hour before (and after).
 
-    >>> from rhtc.broker.messages import WorkerStatus
+    >>> from rhtc.broker.wire.messages import WorkerStatus
     >>> w = WorkerStatus(name="w1", host="h", pid=1, incarnation="a", key_fingerprint="f",
     ...                  credential={"x509 proxy": {"kind": "x509 proxy", "file": "x509up_u1000", "mode": "0600",
     ...                                             "expires": 1800.0}})
@@ -204,7 +204,7 @@ MALFORMED_NOTE = ("malformed records, skipped (rhtc does not write these: someth
 
 def malformed_lines(storage: Storage, at_most: int = 60) -> list[str]:
     """The records its readers skipped because they do not match their schema
-    (:mod:`broker.records`), each naming its key and field."""
+    (:mod:`broker.wire.records`), each naming its key and field."""
     bad = storage.malformed.lines()
     more = [f"  ... and {len(bad) - at_most} more"] if len(bad) > at_most else []
     return (["", MALFORMED_NOTE] + [f"  {line[:300]}" for line in bad[:at_most]] + more) if bad else []

@@ -1,7 +1,7 @@
 """Which branches of which chunks a map's tasks read: the part of a run record that
 ``rhtc warm`` reads again (:mod:`client.warm`).
 
-Every worker says in each result what the task read (:mod:`broker.reads`); the record keeps
+Every worker says in each result what the task read (:mod:`broker.wire.reads`); the record keeps
 it in a few flat columns, one row per chunk a task read (task, file, entry range, branch
 list), with each file and each distinct list of branches written once. An analysis reads
 the same branches in every task, so a map of a million chunks costs about 40 bytes a row
@@ -23,7 +23,7 @@ from __future__ import annotations
 from array import array
 from typing import Any, Mapping
 
-from ...broker.reads import chunk_id, decode_reads
+from ...broker.wire.reads import chunk_id, decode_reads
 
 _COLUMNS = ("index", "file", "start", "stop", "branches")
 
@@ -35,7 +35,7 @@ class ChunkReads:
         self.files: list[tuple[str, str, str]] = []                   # (file, tree, uuid)
         self.branch_lists: list[tuple[tuple[str, str], ...]] = []   # ((branch, library), ...)
         self.columns = {name: array("q") for name in _COLUMNS}
-        self.unlisted: list[int] = []       # tasks that read more than a result lists (broker.reads.TOO_MANY)
+        self.unlisted: list[int] = []       # tasks that read more than a result lists (broker.wire.reads.TOO_MANY)
         self.unresolved: list[int] = []     # tasks that read their own chunk, their argument unknown here
         self._file_ids: dict[tuple, int] = {}
         self._list_ids: dict[tuple, int] = {}

@@ -143,7 +143,7 @@ class RunRecord:
 
     def use_arguments(self, args) -> None:
         """The map's arguments: what a task read of its own argument's chunk is recorded
-        as that chunk (see :mod:`broker.reads`); what the tasks read is recorded from now on
+        as that chunk (see :mod:`broker.wire.reads`); what the tasks read is recorded from now on
         (``reads`` is no longer None, even if they read nothing through a chunk)."""
         self._arguments = args
         if self.reads is None:

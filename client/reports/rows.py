@@ -1,8 +1,8 @@
 """The rows of a run record, as the workers report them: one :class:`TaskRecord` per task
 (which worker ran the chunk, when, and from where it read) and one :class:`MetricSample`
 per periodic sample of a worker's figures. Their fields are made from the tables of
-:mod:`broker.messages` (:data:`~broker.messages.RUN_COUNTERS`,
-:data:`~broker.messages.WORKER_METRICS`), so a counter a worker starts to send is a column
+:mod:`broker.wire.messages` (:data:`~broker.wire.messages.RUN_COUNTERS`,
+:data:`~broker.wire.messages.WORKER_METRICS`), so a counter a worker starts to send is a column
 here with no other change. The failed attempts before a task's row are
 :class:`~client.reports.attempts.AttemptRecord`; the whole record, its summary and its
 JSON file (the format is described there) are :class:`~client.reports.record.RunRecord`.
@@ -18,7 +18,7 @@ import dataclasses
 from dataclasses import field
 from typing import Any, Mapping
 
-from ...broker.messages import RUN_COUNTERS, WORKER_METRICS
+from ...broker.wire.messages import RUN_COUNTERS, WORKER_METRICS
 
 MAX_ERROR_CHARS = 200
 
@@ -58,7 +58,7 @@ def _number(value: Any, default: float | int | None, kind: type, name: str = "va
 
 class _TaskRecordMethods:
     """What :class:`TaskRecord` does; its fields are made below from the worker's
-    result metadata (one int per :data:`~broker.messages.RUN_COUNTERS`)."""
+    result metadata (one int per :data:`~broker.wire.messages.RUN_COUNTERS`)."""
 
     @property
     def duration(self) -> float:
@@ -134,7 +134,7 @@ TaskRecord = dataclasses.make_dataclass(
     ``start``/``stop`` are unix times on the worker's clock; ``bytes_cache``,
     ``bytes_disk`` and ``bytes_file`` split what the task read between the worker's
     memory, the node's disk tier and the ROOT file (the counts are those of
-    :data:`broker.messages.RUN_COUNTERS`).
+    :data:`broker.wire.messages.RUN_COUNTERS`).
 
     Example::
 
@@ -163,7 +163,7 @@ MetricSample = dataclasses.make_dataclass(
     "MetricSample",
     [("t", float), ("worker", str), *[(name, kind, field(default=kind(0))) for name, kind in WORKER_METRICS.items()]],
     bases=(_MetricSampleMethods,),
-    namespace={"__doc__": """One periodic sample of a worker's figures (:data:`broker.messages.WORKER_METRICS`).
+    namespace={"__doc__": """One periodic sample of a worker's figures (:data:`broker.wire.messages.WORKER_METRICS`).
 
     Example::
 

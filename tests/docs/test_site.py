@@ -31,18 +31,18 @@ def _copy_docs(tmp_path: Path) -> Path:
 
 
 def test_the_key_table_lists_every_key_of_broker_keys():
-    from rhtc.broker.keys import TEMPLATES
+    from rhtc.broker.wire.keys import TEMPLATES
     from rhtc_docgen import keys
     problems: list[str] = []
     page = keys.page(DOCS, problems.append)
     assert problems == []
     for name, template in TEMPLATES.items():
         assert f"| `{name}` | `{template}` |" in page, f"{name} ({template}) is missing from the key table"
-    assert all(row[3] != "(not described in broker/keys.py)" for row in keys.key_rows())
+    assert all(row[3] != "(not described in broker/wire/keys.py)" for row in keys.key_rows())
 
 
 def test_a_key_without_a_description_is_a_build_warning(monkeypatch):
-    from rhtc.broker import keys as broker_keys
+    from rhtc.broker.wire import keys as broker_keys
     from rhtc_docgen import keys
     monkeypatch.setitem(broker_keys.TEMPLATES, "undocumented", "{ns}:nobody-wrote-this:{map_id}")
     problems: list[str] = []
@@ -52,7 +52,7 @@ def test_a_key_without_a_description_is_a_build_warning(monkeypatch):
 
 def test_the_settings_page_has_every_setting_with_its_default():
     import dataclasses
-    from rhtc.broker.settings import Settings
+    from rhtc.broker.wire.settings import Settings
     from rhtc_docgen import settings
     page = settings.page(DOCS, lambda m: pytest.fail(m))
     for f in dataclasses.fields(Settings):

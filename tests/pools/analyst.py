@@ -31,7 +31,7 @@ def where_am_i(x):
 def main(argv: list[str]) -> dict:
     import cloudpickle
 
-    from rhtc.broker.config import BrokerConfig
+    from rhtc.broker.wire.config import BrokerConfig
     from rhtc.client import remote_map
     cfg = BrokerConfig.resolve(config_file=argv[1])
     mode = argv[2]

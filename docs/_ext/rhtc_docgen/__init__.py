@@ -10,8 +10,8 @@ page                        generated from
 ==========================  =====================================================
 ``reference/api.md``        ``rhtc.__all__`` (autodoc of each name), ``rhtc.coffea``
 ``reference/errors.md``     every ``RhtcError`` subclass (and warning) the library defines
-``reference/settings.md``   the fields of ``rhtc.broker.settings.Settings`` and their metadata
-``reference/keys.md``       ``rhtc.broker.keys.TEMPLATES`` and the key table of its docstring
+``reference/settings.md``   the fields of ``rhtc.broker.wire.settings.Settings`` and their metadata
+``reference/keys.md``       ``rhtc.broker.wire.keys.TEMPLATES`` and the key table of its docstring
 ``reference/task-states.md``  ``rhtc.client.engine.tasks`` (``TaskState``, ``TRANSITIONS``)
 ``benchmarks.md``           ``docs/benchmarks/results/*.json`` (see :mod:`rhtc.bench.results`)
 ==========================  =====================================================
@@ -19,7 +19,7 @@ page                        generated from
 A generator that finds something it cannot place (a key without a description, a result
 file without its envelope) says so as a Sphinx warning, which fails ``make docs`` (-W).
 References from docstrings to internal modules that the reference does not document
-(``:mod:`broker.keys```) render as code instead of failing the nitpicky build; a reference
+(``:mod:`broker.wire.keys```) render as code instead of failing the nitpicky build; a reference
 to a name of the public API that is not documented still fails it.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``reference/keys.md``: every Redis key of :data:`rhtc.broker.keys.TEMPLATES`, with the
+"""``reference/keys.md``: every Redis key of :data:`rhtc.broker.wire.keys.TEMPLATES`, with the
 type and the owner the key table of the module's docstring gives it."""
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def described_rows(doc: str) -> list[tuple[list[str], str, str]]:
 
 def key_rows(warn: Callable[[str], None] | None = None) -> list[tuple[str, str, str, str, str]]:
     """(name, template, type, description, owned by a map) for every key template."""
-    from rhtc.broker import keys
+    from rhtc.broker.wire import keys
     described = described_rows(keys.__doc__ or "")
     rows = []
     for name, template in keys.TEMPLATES.items():
@@ -50,9 +50,9 @@ def key_rows(warn: Callable[[str], None] | None = None) -> list[tuple[str, str, 
                       if _normal(s) == t or _normal(s).startswith(t + ":")), None)
         if match is None:
             if warn:
-                warn(f"the key {template!r} ({name!r} in rhtc.broker.keys.TEMPLATES) has no row in the "
+                warn(f"the key {template!r} ({name!r} in rhtc.broker.wire.keys.TEMPLATES) has no row in the "
                      f"key table of the module's docstring: add one (type, what, who deletes it)")
-            match = ("?", "(not described in broker/keys.py)")
+            match = ("?", "(not described in broker/wire/keys.py)")
         owned = "yes" if name in keys.MAP_OWNED else ""
         rows.append((name, template, match[0], match[1], owned))
     return rows
@@ -62,7 +62,7 @@ def page(srcdir: Path, warn: Callable[[str], None]) -> str:
     rows = key_rows(warn)
     return "\n".join([
         "# Redis keys", "",
-        generated_note("`broker/keys.py` (its `TEMPLATES` and the key table of its docstring)"),
+        generated_note("`broker/wire/keys.py` (its `TEMPLATES` and the key table of its docstring)"),
         "Every key the project writes lives under the namespace `{ns}` (`rhtc:<user>` by default; "
         "`RHTC_NAMESPACE`). No folder but `broker/` spells a key: the Lua scripts get these names "
         "from the same table. *Map* marks the keys a map owns: they are deleted together when the "

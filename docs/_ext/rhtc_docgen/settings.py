@@ -1,5 +1,5 @@
 """``reference/settings.md``: every ``RHTC_*`` setting, from the fields of
-:class:`rhtc.broker.settings.Settings` and their metadata (so a new setting, or a new kind of
+:class:`rhtc.broker.wire.settings.Settings` and their metadata (so a new setting, or a new kind of
 bound in the metadata, appears without touching this page)."""
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ _SHOWN = {"kind", "env", "doc"}
 
 def _show(value: object, kind: str) -> str:
     if kind == "size" and isinstance(value, (int, float)) and value:
-        from rhtc.broker.settings import mib
+        from rhtc.broker.wire.settings import mib
         return f"{int(value):,} B ({mib(value)})"
     if kind == "bool":
         return "1" if value else "0"
@@ -31,7 +31,7 @@ def _show(value: object, kind: str) -> str:
 
 def setting_rows() -> list[tuple[str, str, str, str, str, str]]:
     """(variable, field, kind, default, range, what) for every setting."""
-    from rhtc.broker.settings import Settings
+    from rhtc.broker.wire.settings import Settings
     rows = []
     for f in dataclasses.fields(Settings):
         meta = dict(f.metadata)
@@ -46,10 +46,10 @@ def setting_rows() -> list[tuple[str, str, str, str, str, str]]:
 def page(srcdir: Path, warn: Callable[[str], None]) -> str:
     return "\n".join([
         "# Settings", "",
-        generated_note("the fields of `Settings` in `broker/settings.py`"),
+        generated_note("the fields of `Settings` in `broker/wire/settings.py`"),
         "Every tunable of the broker, the workers and the client is one environment variable, read "
         "once per process. A value that cannot work is refused with "
-        "{class}`~rhtc.broker.settings.SettingRefused`, naming the variable and what it takes; a value "
+        "{class}`~rhtc.broker.wire.settings.SettingRefused`, naming the variable and what it takes; a value "
         "that works but is below a useful floor is raised to it. Kinds: *size* takes `64MiB`, "
         "`20GB` or bytes; *duration* takes `8h`, `20m`, `90s` or seconds; *bool* takes 1 or 0.", "",
         table(["variable", "field", "kind", "default", "range", "what it does"],

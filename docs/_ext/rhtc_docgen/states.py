@@ -1,6 +1,6 @@
 """``reference/task-states.md``: a task's states and the one table of moves between them,
 from :mod:`rhtc.client.engine.tasks` (``TaskState``, ``TRANSITIONS``), drawn as a graph; and
-the broker's side of the same states from the docstring of :mod:`rhtc.broker.keys`."""
+the broker's side of the same states from the docstring of :mod:`rhtc.broker.wire.keys`."""
 from __future__ import annotations
 
 import re
@@ -37,7 +37,7 @@ def broker_table(doc: str) -> str:
 
 
 def page(srcdir: Path, warn: Callable[[str], None]) -> str:
-    from rhtc.broker import keys
+    from rhtc.broker.wire import keys
     from rhtc.client.engine import tasks
     described = state_descriptions(tasks.__doc__ or "")
     for s in tasks.TaskState:
@@ -54,7 +54,7 @@ def page(srcdir: Path, warn: Callable[[str], None]) -> str:
     broker = broker_table(keys.__doc__ or "")
     return "\n".join([
         "# Task states", "",
-        generated_note("`client/engine/tasks.py` (`TaskState`, `TRANSITIONS`) and `broker/keys.py`"),
+        generated_note("`client/engine/tasks.py` (`TaskState`, `TRANSITIONS`) and `broker/wire/keys.py`"),
         "Each task of a map is in one named state on the client. Every move goes through one "
         "table, which refuses any pair it does not list (a bug in rhtc, raised as "
         "{class}`~rhtc.client.engine.tasks.InvalidTransition`). Final states are drawn doubled.", "",
@@ -68,7 +68,7 @@ def page(srcdir: Path, warn: Callable[[str], None]) -> str:
                                       for (a, b), why in tasks.TRANSITIONS.items()]),
         *(["## In Redis", "",
            "The broker's side of the same states: which key holds a task in each, and who moves it "
-           "(from the docstring of `broker/keys.py`; the keys are on [Redis keys](keys.md)). "
+           "(from the docstring of `broker/wire/keys.py`; the keys are on [Redis keys](keys.md)). "
            "`refused` exists only on the client.", "",
            "```{eval-rst}", broker, "```", ""] if broker else []),
         *redis_moves(),

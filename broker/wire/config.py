@@ -16,7 +16,7 @@ a notebook or a batch job finds it.
 
 Example::
 
-    >>> from rhtc.broker.config import BrokerConfig
+    >>> from rhtc.broker.wire.config import BrokerConfig
     >>> cfg = BrokerConfig.resolve(url="redis://localhost:7777", key="00" * 32)
     >>> cfg.url, cfg.namespace.startswith("rhtc:")
     ('redis://localhost:7777', True)
@@ -34,7 +34,7 @@ import stat
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 from rhtc.errors import RhtcError
-# the settings and the size and duration parsers live in broker/settings.py; imported from here too
+# the settings and the size and duration parsers live in broker/wire/settings.py; imported from here too
 from .settings import (SETTINGS_FIELDS, SettingRefused, Settings, mib, parse_duration,  # noqa: F401
                        parse_size, setting, settings)
 

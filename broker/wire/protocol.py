@@ -1,5 +1,5 @@
 """The wire protocol: how functions, tasks and results are framed and signed (the values
-inside are packed by :mod:`broker.pickling`: cloudpickle + lz4).
+inside are packed by :mod:`broker.wire.pickling`: cloudpickle + lz4).
 
 Every payload that crosses Redis is a *frame*::
 
@@ -17,7 +17,7 @@ Bodies:
   payload of OK / USER_ERROR: meta length (uint32 BE) | meta JSON (:class:`ResultMeta`)
           | lz4(cloudpickle(value or error dict)); of SYSTEM_ERROR: :class:`Fault` JSON;
           of MERGED (a partial: the index is its first task's): the tasks it covers, their
-          metas and the merged value (:mod:`broker.merge`)
+          metas and the merged value (:mod:`broker.wire.merge`)
 * function: lz4(cloudpickle(function)); its name is the hash of the whole signed frame
 * map token: ``rhtc-map-live:`` | map id (16 ascii) | map nonce (16 ascii) | valid-until
   (13 ascii digits: ms of the broker's clock). The client signs a fresh one every upkeep
@@ -31,7 +31,7 @@ map sent it a frame it cannot read.
 
 Example::
 
-    >>> from rhtc.broker import protocol
+    >>> from rhtc.broker.wire import protocol
     >>> key = b"k" * 32
     >>> nonce = protocol.new_nonce()
     >>> frame = protocol.pack_task(key, "0123456789abcdef", 7, nonce, "f" * 32, {"x": 1})
@@ -71,7 +71,7 @@ FN_HASH_AT = NONCE_AT + NONCE_LEN
 TASK_HEADER_LEN = FN_HASH_AT + FN_HASH_LEN     # a task frame is at least this long
 MAX_TASK_BYTES = 2 * 1024 * 1024                # compressed argument limit
 
-# result status byte; MERGED: a partial standing for several tasks (broker/merge.py)
+# result status byte; MERGED: a partial standing for several tasks (broker/wire/merge.py)
 OK, USER_ERROR, SYSTEM_ERROR, MERGED = 0, 1, 2, 3
 
 _INDEX = struct.Struct(">I")

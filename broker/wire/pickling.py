@@ -1,7 +1,7 @@
 """How a Python value becomes the bytes of a frame's body, and back: cloudpickle, then
 LZ4 unless it cannot shrink them.
 
-:mod:`broker.protocol` frames and signs what this module packs (a task's argument, a
+:mod:`broker.wire.protocol` frames and signs what this module packs (a task's argument, a
 result's value, a map's function); it calls :func:`dumps` and :func:`loads` once per task
 and per result, and re-exports them, so ``protocol.dumps`` stays the name callers use.
 A packed body is ``lz4.block`` output (its first four bytes: the uncompressed size, never
@@ -47,7 +47,7 @@ def dumps_parts(obj) -> list[bytes]:
     8 MB of it costs the worker and the client ~12 ms each for nothing.
 
     The parts of the packed bytes, in order: a big one is joined once, into the frame that
-    carries it (:func:`~broker.protocol.sign`), not copied here first.
+    carries it (:func:`~broker.wire.protocol.sign`), not copied here first.
 
     >>> import numpy as np
     >>> dumps(np.random.default_rng(1).random(100_000))[:4] == RAW, dumps(np.zeros(100_000))[:4] == RAW

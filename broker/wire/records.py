@@ -13,7 +13,7 @@ line never fail because of one.
     >>> check({"t": "soon", "message": "w1 died"}, PROBLEM, "rhtc:me:log")
     Traceback (most recent call last):
     ...
-    rhtc.broker.records.MalformedRecord: malformed record rhtc:me:log: field 't' is "soon", not a number; ...
+    rhtc.broker.wire.records.MalformedRecord: malformed record rhtc:me:log: field 't' is "soon", not a number; ...
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ Types = tuple
 
 
 class MalformedRecord(ValueError, RhtcError):
-    """A record read from Redis does not match its schema (:mod:`broker.records`): ``key``
+    """A record read from Redis does not match its schema (:mod:`broker.wire.records`): ``key``
     (and ``field``, when one field is wrong) say which; ``why`` what is wrong with it."""
 
     def __init__(self, key: str, field: str | None, why: str):

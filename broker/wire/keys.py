@@ -35,12 +35,12 @@ key                             type    what / who deletes it
                                         bounded by the registered workers, gone when all are empty
 ``{ns}:lease:{worker}``         hash    task id -> incarnation | taken-at ms | task frame: in
                                         flight on that worker (or finished and folded into a
-                                        partial it has not handed in, broker/merge.py);
+                                        partial it has not handed in, broker/wire/merge.py);
                                         reconciled by the worker, requeued
                                         by the reaper, by a new incarnation, or on a task-process crash
 ``{ns}:inc:{worker}``           string  the incarnation that holds the name; expires after the lease
                                         time unless the worker's supervisor renews it
-``{ns}:hb:{worker}``            string  live status (:class:`~broker.messages.WorkerStatus` JSON);
+``{ns}:hb:{worker}``            string  live status (:class:`~broker.wire.messages.WorkerStatus` JSON);
                                         same expiry as ``inc``
 ``{ns}:workers``                set     registered workers; the reaper removes dead ones
 ``{ns}:holds:{worker}``         set     routing keys of chunks the worker has cached; expires
@@ -55,18 +55,18 @@ key                             type    what / who deletes it
                                         it has refused none and not restarted; expires
 ``{ns}:map:{map}``              hash    a map in flight (function hash, nonce, versions, size);
                                         expires unless its client keeps it alive; deleted when done
-``{ns}:live:{map}``             string  the map's latest signed liveness token (broker/protocol.py);
+``{ns}:live:{map}``             string  the map's latest signed liveness token (broker/wire/protocol.py);
                                         renewed every upkeep tick, same expiry as ``map``,
                                         deleted with the map
 ``{ns}:maps``                   zset    map ids by start time, for ``rhtc status`` (entries of
                                         maps whose hash is gone are removed by whoever lists them)
 ``{ns}:res:{map}``              list    finished and failed results; expires; deleted when read
 ``{ns}:q:p:{map}``              list    the map's *pool*: partials handed up the tree of partials
-                                        (broker/merge.py), waiting for a merger (frames or stubs);
+                                        (broker/wire/merge.py), waiting for a merger (frames or stubs);
                                         owned by the map (its expiry renewed, deleted with it), a
                                         few at a time (each hand-up takes up to the fan-in out)
 ``{ns}:blob:{map}:{random}``    string  a result frame of 256 KiB or more, whose stub is in ``res:``
-                                        (broker/blobs.py); read and deleted by the client (GETDEL),
+                                        (broker/wire/blobs.py); read and deleted by the client (GETDEL),
                                         deleted by take when its stub is dropped and with its map's
                                         results list; expires with that list
 ``{ns}:tries:{map}``            hash    task index -> attempt history text (which worker, how it died)
@@ -118,7 +118,7 @@ leased     ``lease:{worker}``                    -> done/failed: take hands in i
                                                  a partial only while all its tasks are leased there)
                                                  (with the merge, its partial may go up the tree:
                                                  the map's ``pool``, then leased to a merger as a
-                                                 partial entry, see broker/merge.py)
+                                                 partial entry, see broker/wire/merge.py)
                                                  -> queued: reconcile (entry older than a lease
                                                  that the worker does not run), reap (worker
                                                  dead), claim (new incarnation), task-process
@@ -200,7 +200,7 @@ MAP_SENT = "sent"
 #: the map's field counting the partials the broker refused (a task they cover was no longer
 #: leased to their worker: see lua/take.lua); read by the tests and the run's invariants
 MAP_REFUSED = "partials_refused"
-#: the map's fields for the tree of partials (lua/merge.lua, broker/merge.py): its number of
+#: the map's fields for the tree of partials (lua/merge.lua, broker/wire/merge.py): its number of
 #: tasks (the client's ``n``), how many were answered (results handed in, dead), how many the
 #: partials in its pool cover, and the counter that names each partial leased to a merger
 MAP_TASKS = "n"
@@ -208,7 +208,7 @@ MAP_ANSWERED = "answered"
 MAP_POOLED = "pooled"
 MAP_PARTIAL_SEQ = "partial_seq"
 #: ... and how many of its mergers died with partials in hand (lua/lib.lua's requeue_lease):
-#: from ``broker.merge.MERGER_DEATHS`` on, the map merges no more in the tree
+#: from ``broker.wire.merge.MERGER_DEATHS`` on, the map merges no more in the tree
 MAP_MERGER_DEATHS = "merger_deaths"
 #: the ``joined`` record keeps this many names at most (the newest), for this many seconds
 JOINED_CAP = 10_000

@@ -1,8 +1,8 @@
 """The typed messages between processes: what a worker says about a result
-(:class:`ResultMeta`, with its wire form in :mod:`broker.resultmeta`), why it could not
+(:class:`ResultMeta`, with its wire form in :mod:`broker.wire.resultmeta`), why it could not
 run a task (:class:`Fault`), and what it publishes with every heartbeat
 (:class:`WorkerStatus`). One encode and one decode each; the frames that carry them are
-:mod:`rhtc.broker.protocol`'s.
+:mod:`rhtc.broker.wire.protocol`'s.
 
     >>> meta = ResultMeta(worker="w1", host="n1", pid=7, start=1.0, stop=2.5)
     >>> ResultMeta.decode(meta.encode()).worker
@@ -216,7 +216,7 @@ class WorkerStatus:
     disk_limit: int = 0                       # its cap
     bytes_read: int = 0
     bytes_from_cache: int = 0
-    merged: int = 0                           # finished tasks its open partials hold (broker/merge.py)
+    merged: int = 0                           # finished tasks its open partials hold (broker/wire/merge.py)
     versions: dict = dataclasses.field(default_factory=dict)
     metrics: dict = dataclasses.field(default_factory=dict)
     leaving: str = ""                         # why it is leaving on its own terms ("lifetime", "idle"), or ""
@@ -255,7 +255,7 @@ class WorkerStatus:
     def decode(cls, raw: bytes | str, key: str = "a heartbeat") -> "WorkerStatus":
         """The status in ``raw`` (read from ``key``), checked against the fields' types
         (missing fields take their defaults, unknown ones are ignored); a record that does
-        not match raises :class:`~broker.records.MalformedRecord` naming ``key`` and the field
+        not match raises :class:`~broker.wire.records.MalformedRecord` naming ``key`` and the field
         (``{"task": ["x"]}``: field 'task' is ["x"], not a [map id, task index] pair)."""
         d = records.check(records.loads(raw, key), _STATUS_TYPES, key)
         d = {k: v for k, v in d.items() if k in _STATUS_TYPES}

@@ -1,5 +1,5 @@
 """What a task read through its chunks, as its result's metadata carries it
-(:attr:`ResultMeta.reads <broker.resultmeta.ResultMeta>`): the branches of each chunk, so
+(:attr:`ResultMeta.reads <broker.wire.resultmeta.ResultMeta>`): the branches of each chunk, so
 that ``rhtc warm`` can read the same ones again into a new pool's caches.
 
 One line per chunk the task read, in the order it first read it:

@@ -46,7 +46,7 @@ class ResultMeta:
     bytes_file: int = _counter("bytes read from the input files")
     events: int | None = None
     files_opened: int = _counter("files the task had to open (not already open on the worker)")
-    #: the branches the task read through its chunks (:mod:`broker.reads`; "" when none):
+    #: the branches the task read through its chunks (:mod:`broker.wire.reads`; "" when none):
     #: what ``rhtc warm`` reads again into a new pool's caches
     reads: str = ""
     extra: dict = dataclasses.field(default_factory=dict)
@@ -138,7 +138,7 @@ def encode_result(packed_value: bytes, meta: ResultMeta) -> bytes:
 
 def result_parts(packed_value: list[bytes], meta: ResultMeta) -> list[bytes]:
     """:func:`encode_result`'s payload as its parts (the packed value's as given: see
-    :func:`broker.protocol.sign`)."""
+    :func:`broker.wire.protocol.sign`)."""
     raw = pack_meta(meta)
     return [_META_LEN.pack(len(raw)) + raw, *packed_value]
 

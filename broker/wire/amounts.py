@@ -1,6 +1,6 @@
 """Sizes and durations as people write them (``4GB``, ``512MiB``, ``8h``, ``20m``): read,
 and bounded to what a byte count or a wait can hold. The command lines and the settings
-(broker/settings.py, which bounds each setting further by its range) share them.
+(broker/wire/settings.py, which bounds each setting further by its range) share them.
 
     >>> parse_size("20GB"), parse_duration("2d")
     (20000000000, 172800.0)

@@ -17,7 +17,7 @@ the stub (map gone, partial refused). The client reads the blob with ``GETDEL``
 (:meth:`broker.mapqueue.MapQueue.resolve`) and verifies the frame as any other; a stub whose blob is gone (expired) loses nothing: its
 task is nowhere, and the map's audit sends it again.
 
-    >>> from rhtc.broker import protocol
+    >>> from rhtc.broker.wire import protocol
     >>> frame = protocol.pack_result(b"k" * 32, "0123456789abcdef", 7, protocol.OK, b"x" * 10)
     >>> s = stub(frame, "ns:blob:0123456789abcdef:ab")
     >>> is_stub(s), is_stub(frame), parse_stub(s)

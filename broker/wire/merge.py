@@ -1,6 +1,6 @@
 """The merge on the workers, as the wire sees it: what a map that reduces asks of its
 workers (:class:`MergePlan`, sent as the map's function) and the payload of a *partial*,
-one result frame (status :data:`~broker.protocol.MERGED`) that stands for several tasks.
+one result frame (status :data:`~broker.wire.protocol.MERGED`) that stands for several tasks.
 
 A worker running a map whose function is a :class:`MergePlan` folds each OK result into
 a running partial of that map (with the map's reduce function) instead of sending it,
@@ -51,7 +51,7 @@ the deepest partial a merger folded in (what ``bench scale`` prints as the tree'
     ([4, 9], 'w1', b'xyz', 2)
     >>> combine({"n": 1, "h": [1]}, {"n": 2})
     {'n': 3, 'h': [1]}
-    >>> from rhtc.broker.protocol import TaskRef
+    >>> from rhtc.broker.wire.protocol import TaskRef
     >>> pid = partial_id("0123456789abcdef", 5)
     >>> len(pid), is_partial_id(pid), is_partial_id(TaskRef("0123456789abcdef", 5).task_id)
     (20, True, False)
@@ -105,7 +105,7 @@ class FoldFailure:
     """A fold that raised on a worker: folding the value of ``tasks`` (another worker's
     partial if ``partial``, else one task's result) into its partial of ``into`` tasks of
     map ``map_id``, the reduce function raised ``error`` (a
-    :class:`~broker.messages.TaskError`'s wire form: type, message, remote traceback). The
+    :class:`~broker.wire.messages.TaskError`'s wire form: type, message, remote traceback). The
     partial stayed as it was; the value went to the client unmerged.
 
     >>> f = FoldFailure("0123456789abcdef", "w1", "n1", (7,), 3, False, {"type": "MemoryError"})
@@ -179,14 +179,14 @@ class MergePlan:
 def encode_partial(indices: Sequence[int], metas: Sequence[ResultMeta], packed_value: bytes,
                    depth: int = 1) -> bytes:
     """The payload of a partial covering ``indices`` (one meta each, packed as a single
-    result's: :mod:`broker.resultmeta`) at ``depth`` in the tree."""
+    result's: :mod:`broker.wire.resultmeta`) at ``depth`` in the tree."""
     return b"".join(partial_parts(indices, metas, [packed_value], depth))
 
 
 def partial_parts(indices: Sequence[int], metas: Sequence[ResultMeta], packed_value: list[bytes],
                   depth: int = 1) -> list[bytes]:
     """:func:`encode_partial`'s payload as its parts (the packed value's as given: see
-    :func:`broker.protocol.sign`)."""
+    :func:`broker.wire.protocol.sign`)."""
     raw = [pack_meta(m) for m in metas]
     head = b"".join([_U32.pack(len(indices)), struct.pack(f">{len(indices)}I", *indices),
                      bytes([min(255, max(0, depth))]),

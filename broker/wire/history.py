@@ -1,6 +1,6 @@
 """The lines of a task's attempt history (one per lost run: why, which worker, when), as
 the broker keeps them and the client's ledger, run record and timeline read them back.
-Imported from :mod:`broker.messages` too."""
+Imported from :mod:`broker.wire.messages` too."""
 from __future__ import annotations
 
 import re

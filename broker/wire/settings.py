@@ -1,6 +1,6 @@
 """Every tunable of the broker, the workers and the client (:class:`Settings`), each
 declared once with its default, its ``RHTC_<NAME>`` variable, how that is read and which
-values can work (sizes and durations are read by broker/amounts.py).
+values can work (sizes and durations are read by broker/wire/amounts.py).
 
 Every number has a range. A value outside it is refused when the process starts, naming the
 variable, the value and the range (a worker exits saying so, a client raises
@@ -10,7 +10,7 @@ variable, the value and the range (a worker exits saying so, a client raises
     >>> Settings.from_env({"RHTC_LEASE": "0"})  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    rhtc.broker.settings.SettingRefused: $RHTC_LEASE='0' cannot work: it takes a number from 0.5 to 31536000 ...
+    rhtc.broker.wire.settings.SettingRefused: $RHTC_LEASE='0' cannot work: it takes a number from 0.5 to 31536000 ...
     >>> Settings.from_env({"RHTC_OPEN_FILES": "0"}).open_files
     1
 """
@@ -222,12 +222,12 @@ class Settings:
         >>> Settings.from_env({"RHTC_DISK_CACHE_SIZE": "lots"})  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        rhtc.broker.settings.SettingRefused: $RHTC_DISK_CACHE_SIZE='lots' is not a size such as 64MiB, 20GB or a number
+        rhtc.broker.wire.settings.SettingRefused: $RHTC_DISK_CACHE_SIZE='lots' is not a size such as 64MiB, 20GB or a number
         of bytes: it takes a size from 0 to 1PiB ...
         >>> Settings.from_env({"RHTC_LEASE": "1e17"})  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        rhtc.broker.settings.SettingRefused: $RHTC_LEASE='1e17' cannot work: it takes a number from 0.5 to 31536000 ...
+        rhtc.broker.wire.settings.SettingRefused: $RHTC_LEASE='1e17' cannot work: it takes a number from 0.5 to 31536000 ...
         """
         environ = os.environ if environ is None else environ
         values = {}
@@ -249,7 +249,7 @@ class Settings:
         >>> Settings().overridden(lifetime="1000d")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        rhtc.broker.settings.SettingRefused: --lifetime='1000d' cannot work: it takes a duration from 0 to 365d ...
+        rhtc.broker.wire.settings.SettingRefused: --lifetime='1000d' cannot work: it takes a duration from 0 to 365d ...
         """
         return dataclasses.replace(self, **{name: _read(SETTINGS_FIELDS[name], "--" + name.replace("_", "-"), raw)
                                             for name, raw in texts.items() if raw is not None})
