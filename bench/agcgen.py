@@ -27,7 +27,7 @@ import awkward as ak
 import numpy as np
 
 from .agcschema import COLLECTIONS, DTYPES, FLAT
-from .writer import parse_compression, write_files
+from ..client.synthetic.writer import parse_compression, write_files
 
 #: Bump when the generated content changes, so files from an older generator are rewritten.
 FORMAT_VERSION = 2

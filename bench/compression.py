@@ -2,7 +2,7 @@
 
 NanoAOD is written with LZMA, which packs tightly but decompresses slowly; LZ4 and ZSTD
 decompress several times faster. :func:`compression_benchmark` writes the same events
-(same seed, via :func:`bench.datagen.make_data`) once per compression, reads the dimuon
+(same seed, via :func:`client.synthetic.make_data`) once per compression, reads the dimuon
 branches from each file with uproot in this one process (a first read puts each file in
 the page cache; then ``repeats`` timed reads, round robin over the files, of which the
 median is kept) and reports file size, read time, events/s, uncompressed MB/s and the
@@ -44,7 +44,7 @@ import click
 import uproot
 
 from . import results
-from .datagen import DIMUON_BRANCHES, make_data, parse_compression
+from ..client.synthetic.dimuon import DIMUON_BRANCHES, make_data, parse_compression
 
 #: The compressions compared, LZMA (NanoAOD's default and the baseline) first.
 CODECS: tuple[str, ...] = ("LZMA", "ZLIB", "LZ4", "ZSTD")
@@ -98,7 +98,7 @@ def compression_benchmark(outdir: str | os.PathLike[str], *, events: int = 1_000
 
     Files go to ``outdir/<codec>/nano_gen_000.root`` and are reused when they already
     hold the same events. ``compressions`` accepts ``"NAME"`` or ``"NAME:LEVEL"`` (see
-    :func:`bench.datagen.parse_compression`); the ratios are relative to the first LZMA
+    :func:`client.synthetic.writer.parse_compression`); the ratios are relative to the first LZMA
     entry (or to the first entry if there is no LZMA). With ``progress`` the table is
     printed too.
 

@@ -56,7 +56,7 @@ def dimuon_command(workers, files, events, chunk_size, compression, cache_size, 
         if json_path:
             Report(json_path, restart=data).save()
         return data
-    from .datagen import make_data
+    from ..client.synthetic import make_data
     from rhtc import make_chunks
     cache_bytes = parse_size(cache_size)
     dask_workers = dask_workers or workers

@@ -47,7 +47,7 @@ _API = {
     "warm": "rhtc.client.warm", "submit_warm": "rhtc.client.warm", "Warming": "rhtc.client.warm",
     "WarmRefused": "rhtc.client.warm", "WarmFailed": "rhtc.client.warm",
     "WarmSummary": "rhtc.client.reports.placed",
-    "make_nanoaod": "rhtc.bench.datagen:make_data",  # synthetic NanoAOD files to try things on
+    "make_nanoaod": "rhtc.client.synthetic:make_data",  # synthetic NanoAOD files to try things on
 }
 __all__ = sorted(_API) + ["__version__"]
 

@@ -1,4 +1,4 @@
-"""Tests of the NanoAOD-schema generator (bench.datagen) and the compression benchmark.
+"""Tests of the NanoAOD-schema generator (client/synthetic) and its command (bench.datagen) and the compression benchmark.
 
 The generated files are checked against a real CMS NanoAODv6 file
 (/work/shared/data/nanoaod/nano_dimuon.root): same branch names, types and counters.
@@ -19,8 +19,8 @@ import uproot
 from click.testing import CliRunner
 
 from rhtc.bench.compression import compression_benchmark
-from rhtc.bench.datagen import (COMPRESSIONS, DIMUON_BRANCHES, dimuon_fraction, make_data,
-                           make_data_command, parse_compression)
+from rhtc.bench.datagen import make_data_command
+from rhtc.client.synthetic.dimuon import COMPRESSIONS, DIMUON_BRANCHES, dimuon_fraction, make_data, parse_compression
 
 #: writes NanoAOD-schema files with every compression (seconds each): the full suite only
 pytestmark = pytest.mark.heavy

@@ -53,6 +53,17 @@ def test_imports_between_folders_are_relative(folder):
     assert not absolute, f"write these imports relative: {absolute}"
 
 
+def test_the_package_top_needs_no_benchmark():
+    """``rhtc/`` (the public API's names, its own modules) reaches no ``rhtc.bench``
+    module: an analyst's import never loads the benchmarks, and the benchmarks may change
+    without changing the API."""
+    top = Path(rhtc.__file__).resolve().parent
+    named = sorted(f"rhtc.{name} -> {where}" for name, where in rhtc._API.items() if where.startswith("rhtc.bench"))
+    imported = sorted(f"{p.name} imports {m}" for p in top.glob("*.py") for m in _imports(p)
+                      if m.startswith("rhtc.bench"))
+    assert not named and not imported, f"rhtc/ depends on bench/: {named + imported}"
+
+
 def test_examples_use_the_public_api_only():
     used = set()
     for p in _folder("examples").glob("*.py"):
@@ -91,6 +102,7 @@ CLIENT_PARTS_MAY_IMPORT = {
     "engine": {"engine", "errors", "arguments"},
     "data": {"data", "errors", "arguments", "api"},     # counting entries on the workers maps
     "reports": {"reports"},
+    "synthetic": {"synthetic"},                          # files to try things on: nothing of the client
 }
 
 

@@ -15,7 +15,7 @@ says how to copy.
 
 Real parts: a redis-server and two ``python -m rhtc.worker --disk-cache DIR`` processes
 for the module (tests/warmcold.py ``Node``), real uproot reads of the real files and of
-NanoAOD generated here (bench/datagen.py). Every example reads copies of the files made
+NanoAOD generated here (client/synthetic/dimuon.py). Every example reads copies of the files made
 for it: another version of each file, so its first run is cold on every tier and no
 example sees what another left in the caches (a failure stays with its example).
 Hypothesis draws deterministically (``derandomize=True``, no example database); the file
@@ -34,7 +34,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 
 from rhtc import RemoteError
-from rhtc.bench.datagen import make_data
+from rhtc.client.synthetic import make_data
 from tests.conftest import NANOAOD, needs_nanoaod
 from tests.warmcold import (ANALYSES, ON_DISK, RAW, REDUCERS, Files, Node, PlainChunk, _plain_tree, agc_processor,
                             assert_same, assert_same_agc, assert_same_output, expected, muon_processor,

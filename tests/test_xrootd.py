@@ -36,7 +36,7 @@ def served():
         if pools_required():
             pytest.fail(f"xrootd-server required in CI but unavailable: {err}", pytrace=False)
         pytest.skip(str(err))
-    from rhtc.bench.datagen import make_data
+    from rhtc.client.synthetic import make_data
     root = Path(tempfile.mkdtemp(prefix="rhtc-served-"))
     for name in REAL:
         shutil.copy(NANOAOD / name, root / name)

@@ -1,6 +1,6 @@
 """Writing generated NanoAOD files: one TTree per file, in batches, several files at once.
 
-Shared by the dimuon generator (:mod:`bench.datagen`) and the AGC one (:mod:`bench.agcgen`):
+Shared by the dimuon generator (:mod:`.dimuon`) and the AGC one (:mod:`bench.agcgen`):
 each supplies ``generate(n, rng, first_event, params)`` returning one batch for uproot's
 ``extend``. A file is written under a temporary name and renamed when complete; a ``.json``
 sidecar records its parameters, so a later call with the same parameters reuses it.
