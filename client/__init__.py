@@ -1,17 +1,25 @@
 """The analyst's API.
 
     >>> from rhtc.client import remote_map, LocalCluster, make_chunks
+
+Each name loads its module on first use, as at the package's top (``rhtc``): a worker
+that imports :mod:`client.data` to read a chunk runs this file, and must not load the map
+engine with it (``tests/test_worker_imports.py``).
 """
-from .api import (MapHandle, imap_unordered, last_map, live_workers, remote_map,
-                        resolve_config, submit)
-from .errors import BrokerFull, BrokerLost, KeyMismatch, MapCancelled, RemoteError
-from .local import LocalCluster
-from .engine.tasks import TaskResult
+from __future__ import annotations
+
+import importlib
+
 from . import dashlink as _dashlink
 
-__all__ = ["remote_map", "submit", "imap_unordered", "live_workers", "last_map", "LocalCluster",
-           "MapHandle", "TaskResult", "RemoteError", "MapCancelled", "BrokerLost", "BrokerFull", "KeyMismatch", "resolve_config",
-           "make_chunks", "Chunk"]
+_NAMES = {
+    "remote_map": "api", "submit": "api", "imap_unordered": "api", "live_workers": "api",
+    "last_map": "api", "resolve_config": "api", "MapHandle": "handle",
+    "RemoteError": "errors", "MapCancelled": "errors", "BrokerLost": "errors", "BrokerFull": "errors",
+    "KeyMismatch": "errors", "LocalCluster": "local", "TaskResult": "engine.tasks",
+    "make_chunks": "chunking", "Chunk": "data.chunks",
+}
+__all__ = list(_NAMES)
 
 
 def _serve_dashboard(config, port: int):
@@ -24,8 +32,14 @@ def _serve_dashboard(config, port: int):
 _dashlink.provide(_serve_dashboard)
 
 
-def __getattr__(name):  # chunks pull in uproot: import them on first use only
-    if name in ("make_chunks", "Chunk"):
-        from .data import chunks
-        return getattr(chunks, name)
-    raise AttributeError(name)
+def __getattr__(name: str):
+    module = _NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rhtc.client' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return __all__

@@ -41,7 +41,7 @@ _API = {
     "ReduceFailedOnWorker": "rhtc.client.reduce",
     "ChunkFileError": "rhtc.client.data.chunks", "BranchNotFound": "rhtc.client.data.chunks",
     "BrokerNotConfigured": "rhtc.broker.wire.config",
-    "make_chunks": "rhtc.client.data.chunks", "Chunk": "rhtc.client.data.chunks",
+    "make_chunks": "rhtc.client.chunking", "Chunk": "rhtc.client.data.chunks",
     "BrokerConfig": "rhtc.broker.wire.config",
     "RhtcError": "rhtc.errors", "ReadOnlyArrayError": "rhtc.errors",
     "warm": "rhtc.client.warm", "submit_warm": "rhtc.client.warm", "Warming": "rhtc.client.warm",

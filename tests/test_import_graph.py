@@ -26,11 +26,7 @@ import rhtc
 FOLDERS = ("broker", "worker", "client", "condor", "bench", "examples")
 
 #: The only edges allowed to close a circle, each with why.
-EXEMPT = {
-    # client/data/ (chunk reading that workers also use) is being moved out of client/ by
-    # another change; its `make_chunks(..., check=...)` maps over the pool through the API.
-    ("rhtc.client.data.chunks", "rhtc.client.api"): "client/data/ is being moved (chunks -> api)",
-}
+EXEMPT: dict[tuple[str, str], str] = {}
 
 
 def source_modules() -> dict[str, Path]:

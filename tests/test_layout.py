@@ -100,7 +100,7 @@ def test_a_second_checkout_runs_its_own_folders(tmp_path):
 #: after the fact; the operator tools and the analyst's API on top may use everything.
 CLIENT_PARTS_MAY_IMPORT = {
     "engine": {"engine", "errors", "arguments"},
-    "data": {"data", "errors", "arguments", "api"},     # counting entries on the workers maps
+    "data": {"data", "errors", "arguments"},           # runs on the workers: never the engine
     "reports": {"reports"},
     "synthetic": {"synthetic"},                          # files to try things on: nothing of the client
 }

@@ -27,7 +27,8 @@ from hypothesis import given, settings
 import rhtc
 from rhtc import MapCancelled
 from rhtc.broker.wire.reads import MAX_CHARS, TOO_MANY, decode_reads, encode_reads
-from rhtc.client.data.chunks import Chunk, make_chunks
+from rhtc.client import make_chunks
+from rhtc.client.data.chunks import Chunk
 from rhtc.client.ops.cli import main as cli
 from rhtc.client.reports.reads import ChunkReads
 from rhtc.client.reports.record import RunRecord

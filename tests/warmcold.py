@@ -27,7 +27,8 @@ import uproot
 
 from rhtc import last_map, remote_map
 from rhtc.broker.embedded import EmbeddedBroker
-from rhtc.client.data.chunks import Chunk, make_chunks
+from rhtc.client import make_chunks
+from rhtc.client.data.chunks import Chunk
 from rhtc.processes import stop_processes
 from tests.conftest import Workers
 
