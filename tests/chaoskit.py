@@ -1,6 +1,6 @@
 """Shared parts of the reliability and chaos tests: a toxiproxy between workers and Redis,
-workers started under chosen names (and restarted under them), waiting for a condition,
-and the key-owner check.
+workers started under chosen names (and restarted under them), and the key-owner check
+(waiting for a condition is tests/helpers.py's ``wait_until``).
 
 Nothing is mocked: the proxy is a real toxiproxy server, the workers real
 ``python -m rhtc.worker`` processes, Redis a real redis-server. Every process started
@@ -24,7 +24,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable
 
 import psutil
 import redis
@@ -35,6 +34,7 @@ from rhtc.broker.wire.config import ENV_URL, BrokerConfig
 from rhtc.broker.embedded import EmbeddedBroker
 from rhtc.broker.storage import Storage
 from tests.conftest import ROOT, Workers
+from tests.helpers import wait_until
 
 KEYS_PY = ROOT / "broker" / "wire" / "keys.py"
 
@@ -58,20 +58,6 @@ def read_until(proc: subprocess.Popen, marker: str, timeout: float) -> str:
         if marker in line:
             break
     return "".join(lines)
-
-
-def wait_until(condition: Callable[[], object], timeout: float, what: str | Callable[[], str],
-               every: float = 0.05):
-    """Poll ``condition`` until it returns something true; raise AssertionError naming
-    ``what`` (or what it returns, read then) after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = condition()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what() if callable(what) else what}: not within {timeout:.0f} s")
-        time.sleep(every)
 
 
 class NamedWorkers(Workers):
@@ -273,11 +259,8 @@ def dead_map_entries(storage: Storage) -> list[str]:
 def assert_every_key_owned(storage: Storage, within: float = 15.0) -> None:
     """Every key has an expiry or a live owner, and the maps registry names no map that
     is over, at some moment within ``within`` seconds (reapers run once a second)."""
-    deadline = time.monotonic() + within
-    while True:
-        bad = unowned_keys(storage) + [f"{storage.keys.maps} entry {m} (map is over)"
-                                       for m in dead_map_entries(storage)]
-        if not bad or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    assert not bad, "keys without an owner or an expiry:\n  " + "\n  ".join(bad)
+    def bad() -> list[str]:
+        return unowned_keys(storage) + [f"{storage.keys.maps} entry {m} (map is over)"
+                                        for m in dead_map_entries(storage)]
+    wait_until(lambda: not bad(), within,
+               lambda: "every key with an owner or an expiry (not yet:\n  " + "\n  ".join(bad()) + ")", interval=0.5)

@@ -301,6 +301,27 @@ def workers(broker, tmp_path):
     w.stop_all()
 
 
+@pytest.fixture
+def on_a_worker():
+    """This process as a worker's task process: ``start(limit)`` gives it a context with a
+    real branch cache of ``limit`` bytes (call it again for a fresh worker) and returns the
+    cache. The context is put back and the open files are closed at the end."""
+    from rhtc import context
+    from rhtc.client.data.openfiles import close_files
+    from rhtc.worker.cache import BranchCache
+
+    saved = context.current
+
+    def start(limit: int = 1 << 30) -> BranchCache:
+        close_files()
+        context.current = context.TaskContext(worker="here", cache=BranchCache(limit))
+        return context.current.cache
+
+    yield start
+    context.current = saved
+    close_files()
+
+
 def map_keys(storage: Storage) -> list[str]:
     """Keys of maps (not of workers) under the namespace."""
     from rhtc.broker.wire.keys import MAP_DATA

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import uuid
 
-import cloudpickle
 import numpy as np
 
 from rhtc.broker.wire import blobs, protocol
@@ -18,11 +16,11 @@ from rhtc.broker.wire.messages import ResultMeta, WorkerStatus, encode_result
 from rhtc.client.handle import MapHandle
 from rhtc.client.engine.maprun import MapRun
 from rhtc.client.engine.options import MapOptions
-from tests.chaoskit import wait_until
+from tests.helpers import register_by_value, wait_until
 from tests.test_merge import (FAST_LEASE, HOLD, counted, everything_once, freeze_a_worker_holding_a_partial,
                               runs, start_map, task_pid)
 
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
+register_by_value(__name__)
 
 MAP = "0123456789abcdef"
 

@@ -12,22 +12,20 @@ workers.
 from __future__ import annotations
 
 import _thread
-import sys
 import threading
 import time
 import uuid
 
-import cloudpickle
 import pytest
 
 from rhtc.broker.wire import protocol
 from rhtc.broker.wire.messages import WorkerStatus
 from rhtc.client import imap_unordered, remote_map, submit
-from tests.chaoskit import wait_until
 from tests.conftest import map_keys
+from tests.helpers import register_by_value, wait_until
 from tests.test_blobs import MAP, big_frame, counted_big
 
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
+register_by_value(__name__)
 
 N = 60
 

@@ -21,12 +21,9 @@ from rhtc.broker.wire import protocol
 from rhtc.client import BrokerFull, remote_map, submit
 from rhtc.client.api import storage_for
 from rhtc.client.engine import maprun
+from tests.helpers import identity
 
 SCRIPTS = ("FCALL", "EVALSHA", "EVAL")       # our functions have no allow-oom: a full Redis refuses them
-
-
-def nap(x):
-    return x
 
 
 def _name(args) -> str:
@@ -148,7 +145,7 @@ def test_a_map_whose_start_meets_a_full_broker_raises_broker_full_and_leaves_not
     refuse.on = True
     try:
         with pytest.raises(BrokerFull) as got:
-            remote_map(nap, [0.0] * 5, broker=broker, progress=False, timeout=60)
+            remote_map(identity, [0.0] * 5, broker=broker, progress=False, timeout=60)
         refuse.on = False
         assert refuse.fired, f"the map's start made no such write ({write}): {refuse.writes}"
         text = str(got.value)
@@ -187,7 +184,7 @@ def test_these_are_the_writes_of_a_map_start(broker, storage, monkeypatch):
         finally:
             watch.on = False
     monkeypatch.setattr(maprun.MapRun, "submit", submit_watched)
-    submit(nap, [0.0] * 5, broker=broker).cancel()
+    submit(identity, [0.0] * 5, broker=broker).cancel()
     assert watch.writes == ["SET live", "FUNCTION LOAD", "FCALL enqueue", "FCALL enqueue", "FCALL enqueue",
                             "ZADD maps"], watch.writes
     assert {kind for kind, _ in START.values()} == set(watch.writes)

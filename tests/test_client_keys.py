@@ -12,10 +12,7 @@ from rhtc import KeyMismatch, remote_map
 from rhtc.client.ops.status import render_status
 
 from tests.conftest import Workers
-
-
-def square(x):
-    return x * x
+from tests.helpers import square
 
 
 def slow_square(x):

@@ -7,15 +7,11 @@ import time
 from rhtc.broker.wire.config import Settings
 from rhtc.broker.storage import Storage
 from rhtc.client.engine.maprun import MapRun
+from tests.helpers import nap
 
 
 def _ids(storage: Storage) -> set[str]:
     return {m.decode() for m in storage.r.zrange(storage.keys.maps, 0, -1)}
-
-
-def nap(x):
-    time.sleep(x)
-    return x
 
 
 def test_killed_clients_map_leaves_the_registry_without_rhtc_status(broker, workers):

@@ -36,10 +36,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import register_by_value, wait_until
 from tests.samples import NANOAOD, needs_nanoaod
 
 pytest.importorskip("coffea")
-import cloudpickle  # noqa: E402
 from coffea import processor  # noqa: E402
 from coffea.nanoevents import NanoAODSchema  # noqa: E402
 
@@ -49,7 +49,7 @@ from rhtc import RemoteError, WorkItemFailed  # noqa: E402
 from rhtc.client.local import LocalCluster  # noqa: E402
 from rhtc.coffea import RedisExecutor  # noqa: E402
 
-cloudpickle.register_pickle_by_value(sys.modules[__name__])   # the processors below reach workers in any cwd
+register_by_value(__name__)   # the processors below reach workers in any cwd
 
 pytestmark = pytest.mark.heavy          # starts its own broker and workers (LocalCluster), once for the module
 
@@ -220,13 +220,14 @@ def _wait_idle(cluster, ended, timeout: float = 300.0) -> None:
     looks a heartbeat apart (a status is at most one heartbeat old)."""
     from rhtc.broker.storage import Storage
     storage = Storage(cluster.config)
+    looks: list[bool] = []
+
+    def quiet() -> bool:
+        idle = all(s.task is None for s in storage.pool.worker_statuses(queue_depths=False))
+        looks.append(idle and ended())
+        return looks[-2:] == [True, True]
     try:
-        deadline, quiet = time.monotonic() + timeout, 0
-        while time.monotonic() < deadline and quiet < 2:
-            idle = all(s.task is None for s in storage.pool.worker_statuses(queue_depths=False))
-            quiet = quiet + 1 if idle and ended() else 0
-            time.sleep(1.2)
-        assert quiet >= 2, "the interrupted run's items did not end on the workers within 300 s"
+        wait_until(quiet, timeout, "the interrupted run's items to end on the workers", interval=1.2)
     finally:
         storage.close()
 

@@ -17,13 +17,11 @@ from __future__ import annotations
 import dataclasses
 import gc
 import os
-import sys
 import tracemalloc
 import uuid as uuidlib
 import warnings
 
 import awkward as ak
-import cloudpickle
 import numpy as np
 import pytest
 import uproot
@@ -38,11 +36,11 @@ from rhtc import context  # noqa: E402
 from rhtc.client.data import coffea_events  # noqa: E402
 from rhtc.client.data.coffea_events import NODE_BYTES, KeptEvents  # noqa: E402
 from rhtc.client.data.coffea_items import CoffeaTask, _RunItem, routing_key, worker_cache  # noqa: E402
-from rhtc.client.data.openfiles import close_files  # noqa: E402
 from rhtc.worker.cache import BranchCache  # noqa: E402
 from tests.conftest import NANOAOD, needs_nanoaod  # noqa: E402
+from tests.helpers import register_by_value  # noqa: E402
 
-cloudpickle.register_pickle_by_value(sys.modules[__name__])   # the processors travel by value
+register_by_value(__name__)   # the processors travel by value
 
 ENTRIES = 2_000
 
@@ -137,22 +135,6 @@ class AsOnAWorker(ExecutorBase):
             if self.after is not None:
                 self.after(context.current.cache)
         return total, 0
-
-
-@pytest.fixture
-def on_a_worker():
-    """This process as a worker's task process: a context with a branch cache of ``limit``
-    bytes (call it again for a fresh worker); its open files are closed at the end."""
-    saved = context.current
-
-    def start(limit: int = 1 << 30) -> BranchCache:
-        close_files()
-        context.current = context.TaskContext(worker="here", cache=BranchCache(limit))
-        return context.current.cache
-
-    yield start
-    context.current = saved
-    close_files()
 
 
 @pytest.fixture

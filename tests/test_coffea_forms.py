@@ -23,28 +23,10 @@ pytest.importorskip("coffea")
 from coffea.nanoevents import BaseSchema, NanoAODSchema, NanoEventsFactory  # noqa: E402
 from coffea.nanoevents.mapping import UprootSourceMapping  # noqa: E402
 
-from rhtc import context  # noqa: E402
 from rhtc.client.data.coffea_events import _from_root_kept_form, branch_signature  # noqa: E402
-from rhtc.client.data.openfiles import close_files  # noqa: E402
 from rhtc.worker.cache import BranchCache  # noqa: E402
 from tests.conftest import NANOAOD, needs_nanoaod  # noqa: E402
 from tests.test_coffea_events import AsOnAWorker, assert_same_sums, iterative, run, write_nano  # noqa: E402
-
-
-@pytest.fixture
-def on_a_worker():
-    """This process as a worker's task process, with a real branch cache (its open files
-    closed at the end)."""
-    saved = context.current
-
-    def start(limit: int = 1 << 30) -> BranchCache:
-        close_files()
-        context.current = context.TaskContext(worker="here", cache=BranchCache(limit))
-        return context.current.cache
-
-    yield start
-    context.current = saved
-    close_files()
 
 
 def forms_kept(cache: BranchCache) -> dict:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from .helpers import wait_until
 from .pools.common import wait_for
 from .samples import DIMUON_FILES
 from .pools.fixtures import (REPO, assert_no_secrets_in_jobs, broker_secrets, job_logs, make_owned_dir,  # noqa: F401
@@ -155,9 +156,7 @@ def test_executable_names_the_worker_and_passes_sigterm_on(tmp_path, env, name):
                             cwd=tmp_path, env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), **env},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.monotonic() + 20
-        while not (tmp_path / "args").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until((tmp_path / "args").exists, 20, "the executable to start the (fake) worker")
         args = (tmp_path / "args").read_text().split()
         assert args[:3] == ["rhtc.worker", "--config", "broker.json"]
         assert args[args.index("--name") + 1].startswith(name)

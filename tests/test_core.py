@@ -9,7 +9,6 @@ import textwrap
 import threading
 import time
 
-import cloudpickle
 import pytest
 
 from rhtc.broker.wire import protocol
@@ -18,12 +17,9 @@ from rhtc.client import RemoteError, imap_unordered, remote_map, submit
 from rhtc.client.api import storage_for
 from rhtc.client.engine.maprun import MapRun
 from tests.conftest import ROOT, map_keys
+from tests.helpers import poll_until, register_by_value, square, wait_until
 
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
-
-
-def square(x):
-    return x * x
+register_by_value(__name__)
 
 
 def fail_on_three(x):
@@ -131,9 +127,7 @@ def test_forged_task_is_never_unpickled(broker, workers, storage, tmp_path):
     evil = Storage(config)
     run = MapRun(evil, touch, [str(marker)])
     run.submit()
-    deadline = time.monotonic() + 10
-    while not storage.recent_problems() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    poll_until(storage.recent_problems, 10)         # the refusal reported (asserted below, after the marker)
     assert not marker.exists()
     problems = " ".join(p["message"] for p in storage.recent_problems())
     assert "signature" in problems and names[0] in problems
@@ -213,10 +207,8 @@ def test_a_finished_maps_keys_go_as_it_returns_and_its_signed_end_stays_until_it
     for n in (1, 30):                  # one task (its result waits in the submission's trip), and more
         assert remote_map(abs, [-i for i in range(n)], broker=broker, progress=False) == list(range(n))
         map_id = last_map().map_id
-        deadline = time.monotonic() + 5               # (the client sends nothing more: the write is out)
-        while map_keys(storage) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert map_keys(storage) == [], f"map {map_id} of {n} task(s) left its keys after it returned"
+        wait_until(lambda: map_keys(storage) == [], 5,     # (the client sends nothing more: the write is out)
+                   f"the keys of map {map_id} of {n} task(s) to go after it returned", interval=0.02)
         assert map_id not in storage.pool.maps_in_flight()
         end = storage.r.get(storage.keys.live(map_id))
         assert end is not None and protocol.unpack_map_token(broker.config.key, end).ended
@@ -234,9 +226,7 @@ def test_ctrl_c_in_blocking_call_cancels_the_map(broker, workers, storage, tmp_p
     proc = subprocess.Popen([sys.executable, "-c", script], env=dict(os.environ, **broker.config.env()),
                             cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "start"
-    deadline = time.monotonic() + 20
-    while not storage.pool.maps_in_flight() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    poll_until(storage.pool.maps_in_flight, 20)
     time.sleep(0.3)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)

@@ -17,6 +17,7 @@ import pytest
 
 from rhtc.client import make_chunks, submit
 from tests.conftest import needs_nanoaod
+from tests.helpers import wait_until
 from tests.samples import NANOAOD
 
 pytest.importorskip("tornado")
@@ -45,17 +46,8 @@ def boom_on_two(x):
     return x
 
 
-def _until(what, check, timeout=60.0, every=0.25, say=None):
-    """Poll ``check`` until it returns something true; fail naming ``what`` (and what
-    ``say()`` adds)."""
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(every)
-    raise AssertionError(f"{what}: not seen within {timeout} s (last: {last!r})" + (f"; {say()}" if say else ""))
+#: seconds between two looks at the page (each runs a script in the browser) or at the metrics
+LOOK = 0.25
 
 
 def _read(chrome, selector, attr=None):
@@ -125,21 +117,21 @@ def test_the_page_shows_workers_the_map_its_tasks_and_a_killed_worker(broker, wo
     with Dashboard(broker.config) as d:
         chrome.get(d.url)
         rows = lambda: set(_read(chrome, "#workers tbody tr[data-name]", "data-name"))  # noqa: E731
-        _until("the three live workers in the table", lambda: set(names) <= rows())
+        wait_until(lambda: set(names) <= rows(), 60, "the three live workers in the table", interval=LOOK)
 
         h = submit(muon_pt_sum, chunks, broker=broker.config, label="muon_pt_sum")
         assert len(h.wait(120)) == len(chunks)
         bar = f'#maps tr[data-map="{h.map_id}"]'
-        _until("the map at 100 %", lambda: _read(chrome, bar, "data-progress") == ["100.0"])
+        wait_until(lambda: _read(chrome, bar, "data-progress") == ["100.0"], 60, "the map at 100 %", interval=LOOK)
         assert "muon_pt_sum" in _read(chrome, bar)[0]
-        _until("every task of the map in the task stream",
-               lambda: chrome.execute_script("return window.rhtc.streamTasks(arguments[0])", h.map_id) == len(chunks))
+        streamed = lambda: chrome.execute_script("return window.rhtc.streamTasks(arguments[0])", h.map_id)  # noqa: E731
+        wait_until(lambda: streamed() == len(chunks), 60, "every task of the map in the task stream", interval=LOOK)
         assert int(_read(chrome, "#stream-count")[0]) >= len(chunks)
 
         workers.signal(names[0], signal.SIGKILL)
         workers.procs[names[0]].wait(10)
-        _until(f"the killed worker {names[0]} shown as gone",
-               lambda: _read(chrome, f'#workers tr.gone[data-name="{names[0]}"]'), timeout=40)
+        wait_until(lambda: _read(chrome, f'#workers tr.gone[data-name="{names[0]}"]'), 40,
+                   f"the killed worker {names[0]} shown as gone", interval=LOOK)
         assert {n for n in names[1:]} <= set(chrome.execute_script("return window.rhtc.workers()"))
 
         errors = [e for e in chrome.get_log("browser") if e["level"] == "SEVERE"]
@@ -171,8 +163,9 @@ def test_metrics_match_the_maps_that_ran(broker, workers, storage):
         assert m[("rhtc_workers", frozenset({("state", "idle")}))] == 2
         # a map in flight: both workers busy on it
         slow = submit(time.sleep, [3, 3], broker=broker.config)
-        _until("two busy workers and one map in flight", lambda: (lambda m: m[("rhtc_workers", frozenset(
-            {("state", "busy")}))] == 2 and m[("rhtc_maps_in_flight", frozenset())] == 1)(_scrape(d)), timeout=30)
+        wait_until(lambda: (lambda m: m[("rhtc_workers", frozenset({("state", "busy")}))] == 2
+                            and m[("rhtc_maps_in_flight", frozenset())] == 1)(_scrape(d)),
+                   30, "two busy workers and one map in flight", interval=LOOK)
         slow.wait(60)
         # the workers' counters count every run, a straggler's backup copy too: a cold read
         # slowed by a loaded machine must not be run twice here (stragglers=None)
@@ -187,9 +180,10 @@ def test_metrics_match_the_maps_that_ran(broker, workers, storage):
         finished = sum(1 for x in metas if not x.get("error"))
         assert finished == 2 + 2 * len(chunks) + 2
         seen: list = []
-        m = _until(f"the workers' counters of every task ({finished})", lambda: (lambda m: m if seen.append(
-            _total(m, "rhtc_worker_tasks_finished_total")) or seen[-1] == finished else None)(_scrape(d)),
-            timeout=30, say=lambda: f"the last totals scraped: {seen[-5:]}")
+        m = wait_until(lambda: (lambda m: m if seen.append(
+            _total(m, "rhtc_worker_tasks_finished_total")) or seen[-1] == finished else None)(_scrape(d)), 30,
+            lambda: f"the workers' counters of every task ({finished}); the last totals scraped: {seen[-5:]}",
+            interval=LOOK)
         assert _total(m, "rhtc_worker_tasks_failed_total") == 1
         assert _total(m, "rhtc_worker_tasks_started_total") == finished + 1
         cache = sum(x.get("bytes_cache", 0) for x in metas)
@@ -263,8 +257,8 @@ def test_a_thousand_workers_with_their_problems_sortable(broker, chrome):
         with Dashboard(broker.config) as d:
             chrome.get(d.url)
             table = "#workers tbody tr[data-name]"
-            _until("1,000 rows in the workers table",
-                   lambda: len(_read(chrome, table, "data-name")) == 1000)
+            wait_until(lambda: len(_read(chrome, table, "data-name")) == 1000, 60, "1,000 rows in the workers table",
+                       interval=LOOK)
 
             def problems(name):
                 return _read(chrome, f'{table}[data-name="{name}"] td.problems')[0]
@@ -276,9 +270,10 @@ def test_a_thousand_workers_with_their_problems_sortable(broker, chrome):
             header = '#workers th[data-k="tasks_done"]'
             first = lambda: (_read(chrome, table, "data-name") or [None])[0]  # noqa: E731
             chrome.find_element("css selector", header).click()
-            _until("sorted by tasks, fewest first", lambda: first() == "sim0000")
+            wait_until(lambda: first() == "sim0000", 60, "sorted by tasks, fewest first", interval=LOOK)
             chrome.find_element("css selector", header).click()
-            _until("sorted by tasks, most first", lambda: first() == "sim0857")   # 857 * 7 % 1000 == 999
+            wait_until(lambda: first() == "sim0857", 60, "sorted by tasks, most first",   # 857 * 7 % 1000 == 999
+                       interval=LOOK)
             errors = [e for e in chrome.get_log("browser") if e["level"] == "SEVERE"]
             assert errors == [], f"the page logged errors in the browser: {errors}"
     finally:
@@ -296,8 +291,8 @@ def test_rhtc_dashboard_prints_its_address_and_serves_until_stopped(broker, tmp_
     proc = subprocess.Popen([sys.executable, "-m", "rhtc.client.ops.cli", "dashboard", "--port", "0"],
                             env=env, cwd=str(ROOT), stdout=out, stderr=subprocess.STDOUT, text=True)
     try:
-        text = _until("the printed address", lambda: "?token=" in (tmp_path / "dashboard.out").read_text()
-                      and (tmp_path / "dashboard.out").read_text(), timeout=60)
+        text = wait_until(lambda: "?token=" in (tmp_path / "dashboard.out").read_text()
+                          and (tmp_path / "dashboard.out").read_text(), 60, "the printed address", interval=LOOK)
         url = next(w for w in text.split() if "?token=" in w)
         assert url.startswith("http://127.0.0.1:")
         assert _get(url)[0] == 200
@@ -364,7 +359,8 @@ def test_a_short_map_of_a_script_that_exits_at_once_shows_on_the_page(broker, wo
         map_id = done.stdout.split()[-1]
         chrome.get(d.url)
         row = f'#maps tr[data-map="{map_id}"]'
-        _until("the script's ended map at 100 %", lambda: _read(chrome, row, "data-progress") == ["100.0"])
+        wait_until(lambda: _read(chrome, row, "data-progress") == ["100.0"], 60, "the script's ended map at 100 %",
+                   interval=LOOK)
         text = _read(chrome, row)[0]
         assert "short-script" in text and "20 / 20" in text, text
 
@@ -388,11 +384,9 @@ def test_the_access_log_never_prints_the_token(broker, caplog):
         assert _get(d.url)[0] == 200
         assert _get(d.url.split("?")[0] + f"api/state?since=0&token={d.token}")[0] == 200
         assert _get(d.url.split("?")[0] + "?token=wrong-token-123")[0] == 403
-        deadline = time.monotonic() + 10
-        while len([r for r in caplog.records if r.name == "tornado.access"]) < 3 and time.monotonic() < deadline:
-            time.sleep(0.05)
-    lines = [r.getMessage() for r in caplog.records if r.name == "tornado.access"]
-    assert len(lines) >= 3, lines
+        access = lambda: [r.getMessage() for r in caplog.records if r.name == "tornado.access"]  # noqa: E731
+        wait_until(lambda: len(access()) >= 3, 10, lambda: f"three lines in the access log: {access()}")
+    lines = access()
     assert not [line for line in lines if d.token in line or "wrong-token-123" in line], lines
     assert any("token=***" in line for line in lines), lines
 
@@ -406,11 +400,11 @@ def test_the_page_names_a_malformed_record(broker, workers, storage, chrome):
     r.set(storage.keys.heartbeat("ghost-1"), '{"name": "ghost-1", "task": ["x"]}', ex=600)
     with Dashboard(broker.config) as d:
         chrome.get(d.url)
-        _until("the malformed heartbeat named on the page",
-               lambda: "field 'task'" in "".join(_read(chrome, "#malformed")))
+        wait_until(lambda: "field 'task'" in "".join(_read(chrome, "#malformed")), 60,
+                   "the malformed heartbeat named on the page", interval=LOOK)
         assert storage.keys.heartbeat("ghost-1") in _read(chrome, "#malformed")[0]
         assert chrome.find_element("id", "malformed-box").is_displayed()
-        _until("the live worker in the table",
-               lambda: _read(chrome, "#workers tbody tr[data-name]", "data-name"))
+        wait_until(lambda: _read(chrome, "#workers tbody tr[data-name]", "data-name"), 60,
+                   "the live worker in the table", interval=LOOK)
         errors = [e for e in chrome.get_log("browser") if e["level"] == "SEVERE"]
         assert errors == [], f"the page logged errors in the browser: {errors}"

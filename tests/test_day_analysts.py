@@ -21,8 +21,8 @@ from rhtc.broker.storage import Storage
 from rhtc.client import remote_map
 from rhtc.client.engine.maprun import MapRun
 from rhtc.client.ops.status import render_status
-from tests.chaoskit import wait_until
 from tests.conftest import ROOT
+from tests.helpers import wait_until
 
 BIG = 300                    # the other analyst's map: 300 tasks of 0.2 s on 2 workers
 

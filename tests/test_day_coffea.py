@@ -10,7 +10,6 @@ import dataclasses
 import os
 import subprocess
 import sys
-import time
 import warnings
 
 import pytest
@@ -18,17 +17,7 @@ import pytest
 from rhtc.broker.wire.config import settings as process_settings
 from rhtc.broker.storage import Storage
 from tests.conftest import NANOAOD, ROOT, map_keys, needs_nanoaod
-
-
-def _until(predicate, limit: float = 90.0) -> bool:
-    """Poll ``predicate`` until it holds (True) or ``limit`` seconds pass (False): a bound
-    against a hang, not a speed assertion."""
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return predicate()
+from tests.helpers import poll_until
 
 
 def _slow_square(x):
@@ -50,19 +39,19 @@ def test_remote_map_reduce_error_names_the_task_and_removes_the_keys(broker, sto
         remote_map(_slow_square, range(6), broker=broker.config, reduce=_refuse_fold, progress=False)
     notes = "\n".join(getattr(info.value, "__notes__", []))
     assert "while folding the result of task" in notes and "argument:" in notes
-    assert _until(lambda: map_keys(storage) == [], 30), map_keys(storage)
+    assert poll_until(lambda: map_keys(storage) == [], 30), map_keys(storage)
 
 
 def test_submit_reduce_error_ends_the_map_at_once(broker, storage, workers):
     from rhtc import submit
     workers.start(1)
     handle = submit(_slow_square, range(30), broker=broker.config, reduce=_refuse_fold)
-    assert _until(handle.done), "the map never reported done after its fold failed"
+    assert poll_until(handle.done, 90), "the map never reported done after its fold failed"
     assert handle.received < 30              # ended at the error, not after every task
     with pytest.raises(ValueError, match="cannot fold") as info:
         handle.wait(5)
     assert "while folding the result of task" in "\n".join(info.value.__notes__)
-    assert _until(lambda: map_keys(storage) == [], 30), map_keys(storage)
+    assert poll_until(lambda: map_keys(storage) == [], 30), map_keys(storage)
 
 
 def test_broker_lost_while_collecting_in_the_background_ends_the_map(broker, workers):
@@ -74,10 +63,10 @@ def test_broker_lost_while_collecting_in_the_background_ends_the_map(broker, wor
     run = MapRun(Storage(broker.config, settings=impatient), _slow_square, list(range(200)))
     run.submit()
     handle = MapHandle(run).start_background()
-    assert _until(lambda: handle.received > 0, 60)
+    assert poll_until(lambda: handle.received > 0, 60)
     workers.stop_all()
     broker.stop()
-    assert _until(handle.done), "the map never reported done after its broker went away"
+    assert poll_until(handle.done, 90), "the map never reported done after its broker went away"
     with pytest.raises(BrokerLost):
         handle.wait(5)
 
@@ -176,7 +165,7 @@ def test_coffea_accumulate_failing_raises_like_iterative(broker, storage, worker
         _runner(_ours(broker))(fileset, processor_instance=_Count(unfoldable=True), treename="Events")
     notes = "\n".join(getattr(info.value, "__notes__", []))
     assert "while folding the result of task" in notes and "nanoAOD_2015" in notes and "entries" in notes
-    assert _until(lambda: map_keys(storage) == [], 30), map_keys(storage)
+    assert poll_until(lambda: map_keys(storage) == [], 30), map_keys(storage)
 
 
 @needs_nanoaod

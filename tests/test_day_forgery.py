@@ -22,6 +22,7 @@ from rhtc.broker.storage import Storage
 from rhtc.client.engine import maprun
 from rhtc.client.engine.maprun import MapRun
 from rhtc.client.ops.status import render_status
+from tests.helpers import poll_until, wait_until
 
 TOKEN_TTL = 2.0          # the tests' client renews short-lived tokens, so a replay waits little
 
@@ -113,16 +114,6 @@ def wait_after(storage: Storage, seconds: float) -> None:
         time.sleep(0.1)
 
 
-def wait_for(what, timeout: float, label: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = what()
-        if got:
-            return got
-        time.sleep(0.2)
-    return what()
-
-
 def problems(storage: Storage) -> str:
     return "\n".join(p["message"] for p in storage.recent_problems(200))
 
@@ -144,8 +135,8 @@ def test_frames_replayed_after_the_map_ended_run_nothing_and_are_reported(broker
         assert s.r.exists(s.keys.map(run.map_id)) == 0          # the map ended: its keys are gone
         wait_after(s, TOKEN_TTL + 0.5)               # the map's last token has expired
         write_back(s, dumps, frames)
-        assert wait_for(lambda: s.pool.shared_depth() == 0, 30, "the workers took the replayed frames")
-        reported = wait_for(lambda: run.map_id in problems(s) and "expired" in problems(s), 20, "report")
+        wait_until(lambda: s.pool.shared_depth() == 0, 30, "the workers to take the replayed frames")
+        reported = poll_until(lambda: run.map_id in problems(s) and "expired" in problems(s), 20)
         assert runs(tmp_path, "a") == before, "a worker ran the user's function on a replayed frame"
         assert reported, problems(s)
         assert "nothing was run" in problems(s)
@@ -186,8 +177,8 @@ def test_frames_replayed_into_a_map_recreated_under_the_same_id_run_nothing(brok
         write_back(s, dumps, frames)                 # the old map's hash, token, function and frames
         workers.start(2)
         assert finish(again) == {i: i * i for i in range(4)}      # the genuine map still completes
-        assert wait_for(lambda: s.pool.shared_depth() == 0, 30, "the replayed frames were taken")
-        reported = wait_for(lambda: first.map_id in problems(s), 20, "report")
+        wait_until(lambda: s.pool.shared_depth() == 0, 30, "the replayed frames to be taken")
+        reported = poll_until(lambda: first.map_id in problems(s), 20)
         assert runs(tmp_path, "a") == before, "a worker ran the user's function on a replayed frame"
         assert set(runs(tmp_path, "b")) == set(range(4))
         assert reported and ("expired" in problems(s) or "nonce" in problems(s)), problems(s)
@@ -264,8 +255,8 @@ def test_a_client_that_stopped_renewing_its_map_gets_every_result_once_it_polls(
         run.submit()
         wait_after(s, TOKEN_TTL + 0.5)               # no tick: the token expired in Redis
         workers.start(1)
-        assert wait_for(lambda: s.pool.shared_depth() == 0, 30, "the worker looked at the stale tasks")
-        assert wait_for(lambda: "expired" in problems(s), 20, "the refusal"), problems(s)
+        wait_until(lambda: s.pool.shared_depth() == 0, 30, "the worker to look at the stale tasks")
+        assert poll_until(lambda: "expired" in problems(s), 20), problems(s)
         assert not runs(tmp_path, "c")               # nothing ran under the expired token
         assert finish(run) == {i: i * i for i in range(5)}
         assert runs(tmp_path, "c") == {i: 1 for i in range(5)}

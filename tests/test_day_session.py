@@ -17,15 +17,11 @@ import pytest
 
 from rhtc.client import LocalCluster, imap_unordered, make_chunks, remote_map, submit
 from rhtc.client.data.chunks import ChunkFileError
-from tests.chaoskit import wait_until
 from tests.conftest import NANOAOD, ROOT, map_keys, needs_nanoaod
+from tests.helpers import square, wait_until
 
 RHTC = [sys.executable, "-m", "rhtc.client.ops.cli"]
 pytestmark = pytest.mark.timeout(90)     # a refused call that was not refused would wait forever
-
-
-def square(x):
-    return x * x
 
 
 def _run_client(script: str, broker, *args, timeout: float = 120.0) -> subprocess.CompletedProcess:
@@ -49,7 +45,7 @@ def _wait_idle(storage, timeout: float = 60.0) -> None:
         busy = any(s.task is not None for s in storage.pool.worker_statuses(queue_depths=False))
         calm.append(not busy)
         return calm[-2:] == [True, True]
-    wait_until(idle, timeout, "the workers to finish their tasks", every=0.3)
+    wait_until(idle, timeout, "the workers to finish their tasks", interval=0.3)
 
 
 # -- Ctrl-C at any instant -------------------------------------------------------------------------

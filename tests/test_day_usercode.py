@@ -14,20 +14,11 @@ import pytest
 from rhtc.broker.storage import Storage
 from rhtc.client import RemoteError, remote_map
 from rhtc.client.api import submit
+from tests.helpers import big_result, wait_until
 
 
 def _status(storage: Storage, name: str):
     return next((w for w in storage.pool.worker_statuses(queue_depths=False) if w.name == name), None)
-
-
-def _wait(cond, timeout: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 # -- 4: exceptions that cannot be formatted or pickled ----------------------------------
@@ -70,8 +61,8 @@ def raise_odd(i):
 def test_4_unformattable_and_unpicklable_exceptions_come_back_as_remote_errors(broker, storage, workers):
     (name,) = workers.start(1)
     # the first heartbeat may come before the task process is up: wait for the one naming it
-    pid = _wait(lambda: (_status(storage, name) or None) and _status(storage, name).task_pid, 30,
-                "the worker's heartbeat naming its task process")
+    pid = wait_until(lambda: (_status(storage, name) or None) and _status(storage, name).task_pid, 30,
+                     "the worker's heartbeat naming its task process")
     out = remote_map(raise_odd, range(6), broker=broker.config, progress=False, errors="return")
     assert out[5] == 5
     errs = out[:5]
@@ -159,8 +150,8 @@ def test_5_tasks_may_use_process_pools_and_their_leftovers_are_stopped(broker, s
     (name,) = workers.start(1)
     supervisor = workers.procs[name].pid
     # the first heartbeat may come before the task process is up: wait for the one naming it
-    task_pid = _wait(lambda: (_status(storage, name) or None) and _status(storage, name).task_pid, 30,
-                     "the worker's heartbeat naming its task process")
+    task_pid = wait_until(lambda: (_status(storage, name) or None) and _status(storage, name).task_pid, 30,
+                          "the worker's heartbeat naming its task process")
     assert remote_map(pool_square, [3, 4], broker=broker.config, progress=False) == [6, 8]
     assert remote_map(executor_square, [5], broker=broker.config, progress=False) == [10]
     path = tmp_path / "pids"
@@ -195,20 +186,16 @@ def test_5_children_of_a_task_stop_with_the_worker(broker, storage, workers, tmp
     pid_files.append(path)
     handle = submit(linger, [str(path)], broker=broker.config, errors="return")
     try:
-        _wait(lambda: path.exists() and path.read_text(), what="the task's child")
+        wait_until(lambda: path.exists() and path.read_text(), 30, "the task's child")
         child = int(path.read_text())
         workers.signal(name, signal.SIGTERM)
         assert workers.procs[name].wait(60) == 0
-        _wait(lambda: _gone(child), timeout=10, what=f"child {child} to stop")
+        wait_until(lambda: _gone(child), 10, f"child {child} to stop")
     finally:
         handle.cancel()
 
 
 # -- 6: results too big for Redis -------------------------------------------------------
-def big_result(n):
-    return os.urandom(n)          # does not compress
-
-
 def test_6_result_over_the_brokers_bulk_limit_is_refused_and_the_worker_goes_on(broker, storage, workers):
     storage.r.config_set("proto-max-bulk-len", 1024 * 1024)      # the smallest Redis allows
     (name,) = workers.start(1, env={"RHTC_MAX_RESULT_BYTES": str(100 * 1024 * 1024)})
@@ -308,7 +295,7 @@ def test_5_children_of_a_task_process_that_died_are_stopped_by_the_supervisor(br
     assert isinstance(err, RemoteError) and err.remote_type == "WorkerLost"
     pids = [int(p) for p in path.read_text().split()]
     assert len(pids) == 3                          # one per attempt
-    _wait(lambda: all(_gone(p) for p in pids), timeout=15, what=f"children {pids} to stop")
+    wait_until(lambda: all(_gone(p) for p in pids), 15, f"children {pids} to stop")
     assert psutil.Process(supervisor).is_running() and _status(storage, name).pid == supervisor
     assert "stopped 1 process(es) left by its task process" in workers.log(name)
 

@@ -29,6 +29,7 @@ from rhtc.client.errors import RemoteError
 from rhtc.examples.dimuon import dimuon
 from tests.chaoskit import read_until
 from tests.conftest import NANOAOD, ROOT, needs_nanoaod
+from tests.helpers import poll_until
 from tests.pools.common import free_port, terminate
 
 REAL = "nano_dy.root"
@@ -182,11 +183,8 @@ def test_coffea_reads_over_root_retry_in_the_task_like_chunk_arrays(server, brok
                 out["error"] = err
     thread = threading.Thread(target=go)
     thread.start()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and "error" not in out:
-        if any(w["state"] == "busy" for w in storage.pool.live_workers()):
-            break                                             # the first read is failing now
-        time.sleep(0.05)
+    # until the first read is failing (a worker is busy with it), or the run has given up
+    poll_until(lambda: "error" in out or any(w["state"] == "busy" for w in storage.pool.live_workers()), 60)
     time.sleep(2)
     server.start()                                            # the same port: the retries reach it
     thread.join(180)

@@ -9,6 +9,7 @@ from rhtc.client.engine.decisions import Slow, lost_tasks, straggler_backups
 from rhtc.client.engine.invariants import InvariantBroken, check
 from rhtc.client.engine.routing import contiguous_blocks, owners
 from rhtc.client.engine.tasks import TaskState
+from tests.helpers import square
 
 
 def _backups(**kw):
@@ -51,16 +52,12 @@ def test_routing_without_a_broker():
     assert contiguous_blocks([0, 1, 2, 3], ["a", "b"]) == {0: "a", 1: "a", 2: "b", 3: "b"}
 
 
-def _square(x):
-    return x * x
-
-
 def test_every_map_checks_its_containers_and_a_disagreement_is_named(broker, workers):
     from rhtc import last_map, remote_map
     from rhtc.broker.wire.config import settings
     assert settings().check_invariants, "tests/conftest.py turns the check on for every map"
     workers.start(1)
-    assert remote_map(_square, range(6), broker=broker.config, progress=False) == [x * x for x in range(6)]
+    assert remote_map(square, range(6), broker=broker.config, progress=False) == [x * x for x in range(6)]
     run = last_map().run
     assert check(run.state) == []
     run.tasks._state[3] = int(TaskState.QUEUED)      # as if a bug had sent a finished task back

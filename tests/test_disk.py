@@ -17,6 +17,7 @@ import pytest
 from rhtc.client import imap_unordered, make_chunks
 from rhtc.worker.disk import DiskTier, Seal, decode, encode
 from tests.conftest import NANOAOD, ROOT, needs_nanoaod
+from tests.helpers import wait_until
 
 REAL = [str(NANOAOD / "nano_dimuon.root"), str(NANOAOD / "nano_dy.root")]
 
@@ -177,15 +178,14 @@ def test_a_chunk_on_node_a_disk_goes_to_node_a_after_a_restart(broker, workers, 
     env_a, env_b, chunks = _filled_node_a(broker, workers, tmp_path)
     (a2,) = workers.start(1, env=env_a)
     (b1,) = workers.start(1, env=env_b)
-    deadline = time.monotonic() + 30              # a new worker says which disk tier it serves
-    while True:                                    # with its heartbeats: wait for them, not a time
-        where, live = storage.pool.locate([c.routing_key for c in chunks])
-        if (set(live) >= {a2, b1} and all(where.get(c.routing_key) == a2 for c in chunks)) \
-                or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    assert set(live) >= {a2, b1}
-    assert all(where.get(c.routing_key) == a2 for c in chunks), where
+    keys = [c.routing_key for c in chunks]
+
+    def located_on_a2() -> bool:
+        where, live = storage.pool.locate(keys)
+        return set(live) >= {a2, b1} and all(where.get(k) == a2 for k in keys)
+    # a new worker says which disk tier it serves with its heartbeats: wait for them, not a time
+    wait_until(located_on_a2, 30, lambda: f"{a2} and {b1} live, every chunk located on {a2} "
+                                          f"(where, live: {storage.pool.locate(keys)})", interval=0.1)
     rerun = list(imap_unordered(_pt_sum, chunks, broker=broker))
     on_a = [r for r in rerun if r.meta["worker"] == a2]
     assert len(on_a) >= len(chunks) - 1, [r.meta["worker"] for r in rerun]     # B may steal one

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import os
-import time
 import uuid as uuidlib
 
 import awkward as ak
@@ -24,6 +23,7 @@ from rhtc.client.data.openfiles import close_files
 from rhtc.worker.cache import BranchCache
 from rhtc.worker.disk import DiskTier
 from tests.conftest import NANOAOD, needs_nanoaod
+from tests.helpers import wait_until
 
 STEP = 10_000
 
@@ -63,15 +63,13 @@ def tasks():
 
 def settled(directory, entries: int, timeout: float = 30.0) -> None:
     """Wait until the stopped workers' background writes reached the tier (``entries``)."""
-    deadline = time.monotonic() + timeout
-    while True:
+    def count() -> int:
         tier = DiskTier(directory, size_limit=10**12, min_free=0)
         n = len(tier)
         tier.close()
-        if n >= entries or time.monotonic() > deadline:
-            assert n >= entries, f"{n} entries in the tier, {entries} expected"
-            return
-        time.sleep(0.1)
+        return n
+    wait_until(lambda: count() >= entries, timeout, lambda: f"{entries} entries in the tier ({count()} there)",
+               interval=0.1)
 
 
 @pytest.fixture

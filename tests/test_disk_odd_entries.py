@@ -17,7 +17,6 @@ import shutil
 import sqlite3
 import stat
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +28,7 @@ from rhtc import last_map
 from rhtc.client import make_chunks, remote_map
 from rhtc.worker.disk import DiskTier
 from rhtc.worker.tierfiles import OddEntry, open_entry
+from tests.helpers import wait_until
 
 NOBODY = pwd.getpwnam("nobody").pw_uid
 
@@ -227,15 +227,13 @@ def read_sum(chunk) -> float:
 
 def entries_of(node: Path, chunks, timeout: float = 60.0) -> list[Path]:
     """Each chunk's entry file, once the stopped worker's background writes reached the tier."""
-    deadline = time.monotonic() + timeout
-    while True:
+    def written() -> list:
         with sqlite3.connect(node / "cache.db") as db:
-            rows = [db.execute("SELECT filename FROM Cache WHERE key LIKE ?", (f"%|{c.routing_key}|x|%",)).fetchone()
+            return [db.execute("SELECT filename FROM Cache WHERE key LIKE ?", (f"%|{c.routing_key}|x|%",)).fetchone()
                     for c in chunks]
-        if all(r and r[0] for r in rows) or time.monotonic() > deadline:
-            assert all(r and r[0] for r in rows), rows
-            return [node / r[0] for r in rows]
-        time.sleep(0.1)
+    rows = wait_until(lambda: (lambda rows: all(r and r[0] for r in rows) and rows)(written()), timeout,
+                      lambda: f"every chunk's entry in the tier (now: {written()})", interval=0.1)
+    return [node / r[0] for r in rows]
 
 
 def test_a_map_on_a_tier_with_a_named_pipe_and_links_for_entries_finishes_exact(broker, workers, tmp_path):

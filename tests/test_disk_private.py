@@ -12,7 +12,6 @@ import pickle
 import pwd
 import shutil
 import sqlite3
-import time
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +21,7 @@ from rhtc.client import imap_unordered, make_chunks
 from rhtc.errors import RhtcError
 from rhtc.worker.disk import DiskTier, open_disk_tier
 from tests.conftest import NANOAOD, needs_nanoaod
+from tests.helpers import wait_until
 
 NOBODY = pwd.getpwnam("nobody").pw_uid
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="making a directory another user owns needs root")
@@ -262,14 +262,12 @@ def test_a_rerun_after_every_worker_is_replaced_refuses_a_row_pointed_at_another
     cold = {r.index: r.value for r in imap_unordered(_pt_sum, chunks, broker=broker)}
     assert cold[0] != cold[1]
     keys = [f"|{c.routing_key}|Muon_pt|ak" for c in chunks]
-    deadline = time.monotonic() + 30                          # the worker writes the tier in the background
-    while True:
+
+    def written() -> list:
         with sqlite3.connect(node / "cache.db") as db:
-            rows = [db.execute("SELECT key, value FROM Cache WHERE key LIKE ?", (f"%{k}",)).fetchone() for k in keys]
-        if all(rows) or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    assert all(rows), rows
+            return [db.execute("SELECT key, value FROM Cache WHERE key LIKE ?", (f"%{k}",)).fetchone() for k in keys]
+    rows = wait_until(lambda: (lambda rows: all(rows) and rows)(written()), 30,   # written in the background
+                      lambda: f"both chunks' rows in the tier (now: {written()})", interval=0.1)
     workers.stop_all()
     (key0, _), (_, value1) = rows
     with sqlite3.connect(node / "cache.db") as db:           # chunk 0's row now holds chunk 1's entry

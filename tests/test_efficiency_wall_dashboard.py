@@ -9,7 +9,8 @@ import pytest
 
 from rhtc.client import submit
 from rhtc.client.reports.efficiency import efficiency
-from tests.test_dashboard import _read, _scrape, _until
+from tests.helpers import wait_until
+from tests.test_dashboard import LOOK, _read, _scrape
 from tests.test_dashboard import chrome as chrome_fixture
 from rhtc.client.ops.dashboard import Dashboard  # noqa: E402 (after the optional extra is checked there)
 
@@ -30,8 +31,8 @@ def test_the_page_shows_an_ended_maps_wall_clock_efficiency_before_the_per_worke
         eff = efficiency(h.record())
         assert eff["efficiency_wall"] < eff["efficiency"]
         row = f'#maps tr[data-map="{h.map_id}"]'
-        wall = _until("the ended map's wall-clock efficiency on the page",
-                      lambda: (_read(chrome, f"{row} td.eff-wall") or [""])[0])
+        wall = wait_until(lambda: (_read(chrome, f"{row} td.eff-wall") or [""])[0], 60,
+                          "the ended map's wall-clock efficiency on the page", interval=LOOK)
         per_worker = _read(chrome, f"{row} td.eff-worker")[0]
         # the page's figures come from the feed's task times (rounded to the ms)
         assert _percent(wall) == pytest.approx(100 * eff["efficiency_wall"], abs=0.15)

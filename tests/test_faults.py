@@ -12,7 +12,6 @@ import textwrap
 import threading
 import time
 
-import cloudpickle
 import pytest
 
 from rhtc.broker.wire import protocol
@@ -21,8 +20,9 @@ from rhtc.broker.storage import Storage
 from rhtc.client import BrokerFull, RemoteError, imap_unordered, make_chunks, remote_map, submit
 from rhtc.client.api import storage_for
 from tests.conftest import NANOAOD, ROOT, Workers, map_keys, needs_nanoaod
+from tests.helpers import big_result, pid_after, register_by_value, wait_until
 
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
+register_by_value(__name__)
 
 FAST_LEASE = {"RHTC_LEASE": "2"}
 
@@ -30,11 +30,6 @@ FAST_LEASE = {"RHTC_LEASE": "2"}
 def work(x):
     time.sleep(0.005)
     return x, x * x
-
-
-def nap(seconds):
-    time.sleep(seconds)
-    return os.getpid()
 
 
 def die_on_zero(x):
@@ -57,10 +52,6 @@ def flaky(marker):
         open(marker, "w").close()
         raise OSError(f"transient read failure of {marker}")
     return "ok"
-
-
-def big_result(n):
-    return os.urandom(n)
 
 
 def unpicklable_result(_):
@@ -116,11 +107,9 @@ def test_poison_task_fails_with_its_history_and_the_rest_completes(broker, worke
 @pytest.mark.slow
 def test_broker_restart_mid_map(broker, workers):
     workers.start(2)
-    h = submit(nap, [0.02] * 300, broker=broker)
-    deadline = time.monotonic() + 60
-    while h.progress()[0] < 30:              # the restart falls on the map's progress, not a timer
-        assert time.monotonic() < deadline, f"{h.progress()[0]}/300 results in 60 s"
-        time.sleep(0.01)
+    h = submit(pid_after, [0.02] * 300, broker=broker)
+    wait_until(lambda: h.progress()[0] >= 30, 60,   # the restart falls on the map's progress, not a timer
+               lambda: f"30 results ({h.progress()[0]}/300 so far)", interval=0.01)
     assert h.progress()[0] < 300
     broker.restart()
     pids = h.wait(timeout=120)
@@ -133,7 +122,7 @@ def test_frozen_worker_past_its_lease_gives_one_result_per_task(broker, workers)
     a, b = workers.start(2, env=FAST_LEASE)
     seen = []
     frozen = False
-    for r in imap_unordered(nap, [1.0] * 8, broker=broker, stragglers=None):
+    for r in imap_unordered(pid_after, [1.0] * 8, broker=broker, stragglers=None):
         seen.append(r.index)
         if not frozen:
             workers.signal(a, signal.SIGSTOP)               # freeze it inside its next task
@@ -142,11 +131,11 @@ def test_frozen_worker_past_its_lease_gives_one_result_per_task(broker, workers)
     assert sorted(seen) == list(range(8))                   # nothing twice, nothing missing
     time.sleep(1.5)
     assert workers.procs[a].poll() is None                  # it resumed and lives on
-    assert remote_map(nap, [0.0] * 4, broker=broker, progress=False) is not None
+    assert remote_map(pid_after, [0.0] * 4, broker=broker, progress=False) is not None
 
 
 def test_task_lost_between_pop_and_lease_is_resubmitted(broker, workers, storage):
-    h = submit(nap, [0.0] * 3, broker=broker)
+    h = submit(pid_after, [0.0] * 3, broker=broker)
     stolen = storage.r.rpop(storage.keys.shared_queue)     # a worker that died right after BRPOP
     assert stolen is not None
     workers.start(1)
@@ -248,7 +237,7 @@ def test_full_broker_refuses_a_map_cleanly_then_a_stalled_map_finishes(tmp_path)
             b.refuse_writes()                                # as full as can be, deterministically
             try:
                 with pytest.raises(BrokerFull, match="out of memory .* nothing of it was left"):
-                    remote_map(nap, [0.0] * 5, broker=b, progress=False)
+                    remote_map(pid_after, [0.0] * 5, broker=b, progress=False)
                 assert map_keys(s) == []
             finally:
                 b.refuse_writes(False)                       # the broker's own 8 MB again
@@ -287,13 +276,13 @@ def test_a_hundred_maps_leave_redis_as_they_found_it(broker, workers, storage):
             if i % 10 == 3:
                 remote_map(die_unless_int, ["x", 1], broker=broker, progress=False, errors="return")
             elif i % 10 == 7:
-                submit(nap, [0.3] * 10, broker=broker).cancel()
+                submit(pid_after, [0.3] * 10, broker=broker).cancel()
             else:
-                remote_map(nap, [0.0] * 5, broker=broker, progress=False)
+                remote_map(pid_after, [0.0] * 5, broker=broker, progress=False)
         storage_for(broker).maps.flush()
         time.sleep(1.0)
 
-    remote_map(nap, [0.0], broker=broker, progress=False)
+    remote_map(pid_after, [0.0], broker=broker, progress=False)
     storage_for(broker).maps.flush()
     storage.r.delete(*[k for k in storage.r.scan_iter(match=f"{storage.keys.ns}:fn:*")])
     base_keys = set(storage.r.scan_iter(match=f"{storage.keys.ns}:*"))
@@ -333,10 +322,9 @@ def test_killed_client_leaves_nothing_after_expiry(broker, workers, storage):
     time.sleep(1.0)
     proc.kill()
     proc.wait()
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and (map_keys(storage) or storage.pool.shared_depth()):
-        time.sleep(0.5)
-    assert map_keys(storage) == [] and storage.pool.shared_depth() == 0
+    wait_until(lambda: map_keys(storage) == [] and storage.pool.shared_depth() == 0, 60,
+               lambda: f"the killed client's map to leave nothing (keys: {map_keys(storage)}, "
+                       f"tasks queued: {storage.pool.shared_depth()})", interval=0.5)
 
 
 def slow_on_one_worker(chunk):

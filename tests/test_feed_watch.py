@@ -12,6 +12,7 @@ import pytest
 
 from rhtc import submit
 from rhtc.broker import feed
+from tests.helpers import wait_until
 
 
 def gated(args):
@@ -35,16 +36,12 @@ def test_task_rows_go_to_the_feed_only_while_a_dashboard_serves(broker, workers,
         feed.announce_dashboard(storage, "http://127.0.0.1:1/", ttl=120)
     gate = str(tmp_path / "gate")
     h = submit(gated, [(gate, i) for i in range(40)], broker=broker)
-    deadline = time.monotonic() + 30
-    while _notes(storage, h.map_id)[1] < 0:              # its first note: it has looked
-        assert time.monotonic() < deadline, "the map never noted its progress in the feed"
-        time.sleep(0.1)
+    wait_until(lambda: _notes(storage, h.map_id)[1] >= 0, 30,       # its first note: it has looked
+               "the map to note its progress in the feed", interval=0.1)
     open(gate, "w").close()
     assert sorted(h.wait(60)) == list(range(40))
-    deadline = time.monotonic() + 10
-    while _notes(storage, h.map_id)[1] < 40:             # its last note goes a moment after the end
-        assert time.monotonic() < deadline, "the map's last note never reached the feed"
-        time.sleep(0.1)
+    wait_until(lambda: _notes(storage, h.map_id)[1] >= 40, 10,      # its last note goes a moment after the end
+               "the map's last note to reach the feed", interval=0.1)
     rows, done = _notes(storage, h.map_id)
     assert done == 40
     assert rows == (40 if dashboard else 0), f"{rows} task rows in the feed (dashboard serving: {dashboard})"

@@ -13,10 +13,7 @@ from rhtc.broker.wire import protocol
 from rhtc.broker.functions import KEEP_LIBRARIES, Library
 from rhtc.broker.wire.messages import WorkerStatus
 from rhtc.broker.storage import Storage
-
-
-def double(x):
-    return 2 * x
+from tests.helpers import double, wait_until
 
 
 def _libraries(storage) -> list[str]:
@@ -115,7 +112,7 @@ def test_a_replaced_library_cannot_make_a_worker_run_a_map_whose_token_expired(b
     import time
     from rhtc.client.engine.maprun import MapRun
     from rhtc.client.engine.options import MapOptions
-    from tests.test_day_forgery import client, runs, touch, wait_for
+    from tests.test_day_forgery import client, runs, touch
 
     s = client(broker, token_ttl=2.0)
     (tmp_path / "runs").mkdir()
@@ -134,7 +131,7 @@ def test_a_replaced_library_cannot_make_a_worker_run_a_map_whose_token_expired(b
         s.r.restore(s.keys.live(run.map_id), 60_000, token, replace=True)
         s.r.rpush(s.keys.shared_queue, *frames)
         workers.start(1)
-        assert wait_for(lambda: s.pool.shared_depth() == 0, 30, "the worker took the replayed frames")
+        wait_until(lambda: s.pool.shared_depth() == 0, 30, "the worker to take the replayed frames")
         time.sleep(1.0)
         assert runs(tmp_path, "x") == {}, "a worker ran a map whose liveness token had expired"
     finally:

@@ -13,6 +13,7 @@ import uuid
 
 from rhtc.broker import scriptargs
 from rhtc.broker.wire.messages import WorkerStatus
+from tests.helpers import identity
 
 
 def _register(storage, n: int) -> list[tuple[str, str]]:
@@ -132,12 +133,8 @@ def test_a_maps_window_grows_while_idle_workers_wait(storage):
     the shared queue is empty by then (idle workers are waiting: the window doubles until
     each has a task), one when tasks are still waiting there (fair turns)."""
     from rhtc.client import submit
-
-    def nap(x):
-        return x
-
     (w, inc), = _register(storage, 1)
-    h = submit(nap, range(40), broker=storage.config)
+    h = submit(identity, range(40), broker=storage.config)
     try:
         window = storage.settings.fair_window
         shared, backlog = storage.keys.shared_queue, storage.keys.backlog(h.map_id)

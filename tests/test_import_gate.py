@@ -10,11 +10,11 @@ import logging
 import os
 import sys
 import threading
-import time
 
 import pytest
 
 from rhtc.worker.preload import Preload
+from tests.helpers import wait_until
 
 HOLD = '''
 import os, time
@@ -37,12 +37,8 @@ def write_package(root, name: str) -> None:
     (d / "c.py").write_text(f"import {name}.b as bb\nC = 2\n")
 
 
-def wait_for(condition, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not after {timeout:.0f} s")
-        time.sleep(0.01)
+#: seconds between two looks at the threads here (they move in milliseconds)
+LOOK = 0.01
 
 
 @pytest.fixture
@@ -89,7 +85,7 @@ def preload_held(root, name: str) -> Preload:
     """A preload of ``name``, inside its held ``__init__`` now; the task process busy again."""
     preload = Preload([name])
     with preload.idle():
-        wait_for((root / f"{name}.entered").exists, f"the preload entering {name}")
+        wait_until((root / f"{name}.entered").exists, 60, f"the preload entering {name}", interval=LOOK)
     return preload
 
 
@@ -101,8 +97,8 @@ def test_a_task_entering_a_submodule_of_the_package_being_preloaded_waits_and_ge
     task = Task("gate_hist.c", "C")                    # (unpickling a gate_hist.c.thing does this)
     preload = preload_held(root, "gate_hist")
     task.go()
-    wait_for(lambda: "a task imports gate_hist.c while gate_hist is being preloaded" in caplog.text,
-             "the task waiting for the preload")
+    wait_until(lambda: "a task imports gate_hist.c while gate_hist is being preloaded" in caplog.text,
+               60, "the task waiting for the preload", interval=LOOK)
     release("gate_hist")
     task.join(60)
     assert preload.wait(60) and preload.done == ["gate_hist"], (preload.done, caplog.text)
@@ -138,12 +134,12 @@ def test_the_preload_waits_for_a_package_that_a_task_is_in_the_middle_of(package
     task = Task("gate_numba", "VALUE")                 # the task's own import, while the preload is held
     preload = preload_held(root, "gate_coffea")
     task.go()
-    wait_for((root / "gate_numba.entered").exists, "the task entering gate_numba")
+    wait_until((root / "gate_numba.entered").exists, 60, "the task entering gate_numba", interval=LOOK)
     release("gate_coffea")                             # the preload goes on, to gate_numba.c
     numba = str(root / "gate_numba")
-    wait_for(lambda: preload.wait(0) or any(f == "_preload_enters" or path.startswith(numba)  # waits, or in
-                                            for f, path in _frames(preload._thread)),         # it (unfixed)
-             "the preload reaching gate_numba")
+    wait_until(lambda: preload.wait(0) or any(f == "_preload_enters" or path.startswith(numba)  # waits, or in
+                                              for f, path in _frames(preload._thread)),         # it (unfixed)
+               60, "the preload reaching gate_numba", interval=LOOK)
     release("gate_numba")
     task.join(60)
     assert preload.wait(60) and preload.done == ["gate_coffea"], (preload.done, preload.missing)
@@ -187,7 +183,7 @@ def test_a_fork_in_a_task_waits_for_the_module_in_flight(packages):
 
     forker = threading.Thread(target=fork, daemon=True)
     forker.start()
-    wait_for(lambda: "_before_fork" in dict(_frames(forker)), "the fork waiting for the preload")
+    wait_until(lambda: "_before_fork" in dict(_frames(forker)), 60, "the fork waiting for the preload", interval=LOOK)
     release("gate_fork")
     forker.join(60)
     _, status = os.waitpid(pid[0], 0)

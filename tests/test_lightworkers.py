@@ -13,7 +13,7 @@ from rhtc.bench.lightworkers import LightPool, light_task
 from rhtc.broker.embedded import EmbeddedBroker
 from rhtc.client import submit
 from rhtc.client.reports.efficiency import efficiency
-from tests.chaoskit import wait_until
+from tests.helpers import wait_until
 
 #: starts its own broker and light-worker processes: the full suite only
 pytestmark = pytest.mark.heavy
@@ -27,7 +27,7 @@ def _all_waiting(config, n: int) -> None:
     r = redis.Redis.from_url(config.url)
     try:
         wait_until(lambda: sum("b" in c.get("flags", "") for c in r.client_list()) >= n, 120,
-                   f"the {n} light workers' task loops to wait for tasks", every=0.1)
+                   f"the {n} light workers' task loops to wait for tasks", interval=0.1)
     finally:
         r.close()
 

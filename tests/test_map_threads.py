@@ -12,6 +12,7 @@ from rhtc.client.engine.events import Faulted
 from rhtc.client.engine.maprun import MapRun
 from rhtc.client.engine.options import MapOptions
 from rhtc.client.engine.tasks import TaskState
+from tests.helpers import square
 
 
 class Blocking:
@@ -27,10 +28,6 @@ class Blocking:
 
     def __reduce__(self):                     # travels as a plain value (never run here)
         return (str, ("blocking",))
-
-
-def square(x):
-    return x * x
 
 
 def test_a_cancel_waits_for_the_event_in_hand(storage):

@@ -11,12 +11,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
-import cloudpickle
 import hist
 import pytest
 
@@ -27,10 +25,10 @@ from rhtc.client.handle import MapHandle
 from rhtc.client.engine.maprun import MapRun
 from rhtc.client.engine.options import MapOptions
 from rhtc.client.engine.tasks import TaskState
-from tests.chaoskit import wait_until
 from tests.conftest import map_keys
+from tests.helpers import poll_until, register_by_value, wait_until
 
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
+register_by_value(__name__)
 
 FAST_LEASE = {"RHTC_LEASE": "2"}
 #: partials handed in only when a worker's queue runs dry (or it covers 150 tasks)
@@ -45,9 +43,7 @@ def counted(args):
     first = not any(p.name.startswith(f"{i}.") for p in Path(folder).iterdir())
     Path(folder, f"{i}.{os.getpid()}.{time.monotonic_ns()}").touch()
     if seconds == "wait":
-        deadline = time.monotonic() + 90
-        while not Path(folder, "go").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        poll_until(Path(folder, "go").exists, 90)
     elif seconds == "slow-once":
         time.sleep(60 if first else 0.2)
     elif seconds == "raise":

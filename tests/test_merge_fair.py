@@ -15,15 +15,14 @@ import sys
 import textwrap
 import time
 
-import cloudpickle
 import pytest
 
 from rhtc.processes import stop_processes
-from tests.chaoskit import wait_until
 from tests.conftest import ROOT
+from tests.helpers import register_by_value, wait_until
 from tests.test_merge import counted, everything_once, runs, start_map
 
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
+register_by_value(__name__)
 
 TIMER = {"merge_seconds": 60.0, "merge_tasks": 150}     # the partials' timer: out of reach here
 

@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
-import time
 import warnings
 
-import cloudpickle
 import numpy as np
 import pytest
 
@@ -27,23 +24,22 @@ from rhtc.client.engine.maprun import MapRun
 from rhtc.client.engine.options import MapOptions
 from rhtc.client.handle import MapHandle
 from rhtc.client.reduce import ReduceFailedOnWorker
+from tests.helpers import poll_until, register_by_value
 from tests.test_merge import HOLD
 
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
+register_by_value(__name__)
 
 N = 90
 SMALL = {"RHTC_TEST_SMALL_NODE": "1"}
 
 
-def one_hot(arg: tuple[int, str, int]) -> np.ndarray:
-    """Task ``i``'s count vector, once ``need`` task processes have started one (each writes
-    its pid into ``meet``): every worker's partial then covers tasks of its own, so the tree
+def one_hot(arg: tuple[int, str]) -> np.ndarray:
+    """Task ``i``'s count vector, once two task processes have started one (each writes its
+    pid into ``meet``): every worker's partial then covers tasks of its own, so the tree
     has partials of several workers to fold, whichever worker took which batch."""
-    i, meet, need = arg
+    i, meet = arg
     open(os.path.join(meet, str(os.getpid())), "w").close()
-    deadline = time.monotonic() + 20
-    while len(os.listdir(meet)) < need and time.monotonic() < deadline:
-        time.sleep(0.005)
+    poll_until(lambda: len(os.listdir(meet)) >= 2, 20, interval=0.005)
     v = np.zeros(N, dtype=np.int64)
     v[i] = 1
     return v
@@ -75,12 +71,11 @@ def fails_once_task_45_is_in(a, b):
     return a
 
 
-def run_map(broker, meet, reduce, need: int = 2, **tuned):
-    """The map of :func:`one_hot` over 90 tasks (each waits until ``need`` workers hold
-    one), merged with ``reduce``, collected here (not in a thread): (its answer, its handle,
-    the warnings it gave)."""
+def run_map(broker, meet, reduce, **tuned):
+    """The map of :func:`one_hot` over 90 tasks, merged with ``reduce``, collected here
+    (not in a thread): (its answer, its handle, the warnings it gave)."""
     st = Storage(broker.config, dataclasses.replace(settings(), **tuned))
-    run = MapRun(st, one_hot, [(i, str(meet), need) for i in range(N)], MapOptions(), reduce=reduce)
+    run = MapRun(st, one_hot, [(i, str(meet)) for i in range(N)], MapOptions(), reduce=reduce)
     run.submit()
     h = MapHandle(run, reduce=reduce)
     with warnings.catch_warnings(record=True) as said:
@@ -106,13 +101,9 @@ def test_a_fold_that_fails_on_a_tasks_result_counts_it_once(broker, workers, tmp
 
 def test_a_fold_that_fails_on_another_workers_partial_counts_its_tasks_once(broker, workers, tmp_path):
     """The reported 5,321 and 5,346: a merger's half-folded partial went up the tree while the
-    partial it failed on went to the client too. All three workers hold tasks before any
-    finishes (a worker's first take leases one task): three partials, so the second worker
-    whose queue runs dry finds the first's in the pool and folds it (with two, the second
-    partial was the map's last and went to the client with the pooled one, unfolded: no
-    worker failed, about one run in six)."""
+    partial it failed on went to the client too."""
     workers.start(3, env=SMALL)
-    got, h, said = run_map(broker, tmp_path, fails_on_partials, need=3, merge_fanin=4, **HOLD)
+    got, h, said = run_map(broker, tmp_path, fails_on_partials, merge_fanin=4, **HOLD)
     assert got.tolist() == [1] * N, f"tasks counted {dict(enumerate(got.tolist()))}"
     assert int(got @ np.arange(N)) == 4005
     told = h.reducer.worker_failures

@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 
-import cloudpickle
 import pytest
 import redis
 
@@ -30,10 +28,10 @@ from rhtc.broker.storage import Storage
 from rhtc.client.handle import MapHandle
 from rhtc.client.engine.maprun import MapRun
 from rhtc.client.engine.options import MapOptions
-from tests.chaoskit import wait_until
+from tests.helpers import poll_until, register_by_value, wait_until
 from tests.test_merge import counted, everything_once, runs, start_map
 
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
+register_by_value(__name__)
 
 TIMER = {"merge_seconds": 60.0, "merge_tasks": 150}     # partials held until the queue runs dry
 
@@ -44,9 +42,7 @@ def gated_at(args):
     folder, i, k = args
     Path(folder, f"{i}.{os.getpid()}.{time.monotonic_ns()}").touch()
     if sum(len(p) for p in runs(Path(folder)).values()) == k:
-        deadline = time.monotonic() + 90
-        while not Path(folder, "go").exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
+        poll_until(Path(folder, "go").exists, 90, interval=0.02)
     time.sleep(0.01)
     return Counter({i: 1})
 

@@ -13,20 +13,18 @@ import math
 import os
 import random
 import signal
-import sys
 import time
 from pathlib import Path
 
-import cloudpickle
 import numpy as np
 
 from rhtc.broker.wire.merge import is_partial_id
 from rhtc.client.engine.options import MapOptions
-from tests.chaoskit import wait_until
 from tests.conftest import map_keys
+from tests.helpers import poll_until, register_by_value, wait_until
 from tests.test_merge import FAST_LEASE, HOLD, counted, everything_once, runs, start_map, task_pid
 
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
+register_by_value(__name__)
 
 
 def frames_read(run) -> int:
@@ -72,9 +70,7 @@ def merge_once_slowly(a, b):
             pass
         else:
             Path(folder, f"merging.{os.getpid()}").touch()
-            deadline = time.monotonic() + 90
-            while not Path(folder, "merge-go").exists() and time.monotonic() < deadline:
-                time.sleep(0.05)
+            poll_until(Path(folder, "merge-go").exists, 90)
     a.update(b)
     return a
 

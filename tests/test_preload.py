@@ -9,6 +9,7 @@ import pytest
 
 from rhtc.broker.wire.config import Settings
 from rhtc.client import remote_map
+from tests.helpers import wait_until
 
 STACK = ("uproot", "awkward", "numpy", "hist", "coffea")
 
@@ -20,13 +21,9 @@ def imported_before(_):
 
 
 def _wait_for_line(workers, name: str, text: str, timeout: float = 60.0) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        log = workers.log(name)
-        if text in log:
-            return log
-        time.sleep(0.1)
-    raise AssertionError(f"worker {name} did not log {text!r} in {timeout:.0f} s:\n{workers.log(name)}")
+    """The log of worker ``name``, once it holds ``text``."""
+    return wait_until(lambda: (lambda log: text in log and log)(workers.log(name)), timeout,
+                      lambda: f"worker {name} to log {text!r}:\n{workers.log(name)}", interval=0.1)
 
 
 @pytest.mark.timeout(120)
@@ -81,10 +78,7 @@ def test_a_held_preload_delays_only_the_task_that_imports_it(broker, workers, tm
     path = os.pathsep.join(p for p in (str(code), os.environ.get("PYTHONPATH", "")) if p)
     try:
         [name] = workers.start(1, extra=("-v",), env={"RHTC_PRELOAD": SLOW_MODULE, "PYTHONPATH": path})
-        deadline = time.monotonic() + 60
-        while not entered.exists():                                  # the preload is in flight
-            assert time.monotonic() < deadline, workers.log(name)
-            time.sleep(0.05)
+        wait_until(entered.exists, 60, lambda: f"the preload to start:\n{workers.log(name)}")   # in flight
         assert remote_map(trivial, [1, 2], broker=broker, progress=False, timeout=60) == [2, 3]
         assert not release.exists()                                  # (still held meanwhile)
         got = []

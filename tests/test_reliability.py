@@ -17,7 +17,6 @@ import sys
 import textwrap
 import time
 
-import cloudpickle
 import psutil
 import pytest
 
@@ -25,22 +24,17 @@ from rhtc.bench.toxiproxy import Toxiproxy
 from rhtc.broker.storage import Storage
 from rhtc.broker.pool import PoolView
 from rhtc.client import RemoteError, imap_unordered, remote_map, submit
-from tests.chaoskit import (NamedWorkers, Refusal, assert_every_key_owned, dead_map_entries,
-                            live_names, through, wait_until)
+from tests.chaoskit import NamedWorkers, Refusal, assert_every_key_owned, dead_map_entries, live_names, through
 from tests.conftest import ROOT
+from tests.helpers import double, nap, register_by_value, square, wait_until
 
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
+register_by_value(__name__)
 
 FAST_LEASE = {"RHTC_LEASE": "2"}
 RHTC = [sys.executable, "-m", "rhtc.client.ops.cli"]
 
 
 # -- functions the workers run ----------------------------------------------------------
-def nap(seconds):
-    time.sleep(seconds)
-    return seconds
-
-
 def nap_marked(args):
     seconds, marker = args
     if marker:
@@ -49,16 +43,8 @@ def nap_marked(args):
     return seconds
 
 
-def double(x):
-    return 2 * x
-
-
 def triple(x):
     return 3 * x
-
-
-def square(x):
-    return x * x
 
 
 def slow_first_time(args):
@@ -370,7 +356,7 @@ def test_6_redis_refusals_never_kill_a_worker(broker, storage, pool, tmp_path, k
     fault.begin(kind)
     try:
         wait_until(lambda: Refusal.SIGNS[kind] in fault.probe(), 30, f"Redis to refuse writes with {kind}",
-                   every=0.01)
+                   interval=0.01)
         time.sleep(4)                                        # two leases of refusals
         for n in names:
             assert pool.procs[n].poll() is None, f"worker {n} exited during {kind}:\n{pool.log(n)[-2000:]}"

@@ -15,7 +15,8 @@ import pytest
 
 from rhtc.client.engine.maprun import MapRun
 from rhtc.client.engine.options import MapOptions
-from tests.test_day_forgery import client, problems, runs, touch, wait_for
+from tests.helpers import poll_until, wait_until
+from tests.test_day_forgery import client, problems, runs, touch
 
 TOKEN_TTL = 30.0
 
@@ -39,7 +40,7 @@ def _copy(s, run: MapRun) -> tuple[list[bytes], bytes]:
 
 def _replay(s, frames: list[bytes]) -> None:
     s.r.rpush(s.keys.shared_queue, *frames)
-    assert wait_for(lambda: s.pool.shared_depth() == 0, 30, "the workers took the replayed frames")
+    wait_until(lambda: s.pool.shared_depth() == 0, 30, "the workers to take the replayed frames")
 
 
 @pytest.mark.timeout(120)
@@ -56,7 +57,7 @@ def test_frames_pushed_again_right_after_the_map_ended_do_not_run(broker, worker
         assert set(before) == set(range(6)) and sum(before.values()) == 6
         _replay(s, frames)                             # seconds after the end, its token still valid
         refused = f"map {run.map_id} ended (its client signed the end"
-        logged = wait_for(lambda: refused in "".join(workers.log(n) for n in names), 20, "the worker's log")
+        logged = poll_until(lambda: refused in "".join(workers.log(n) for n in names), 20)
         assert runs(tmp_path, "a") == before, "a worker ran the user's function on a frame replayed after its map ended"
         assert logged, "".join(workers.log(n) for n in names)
         assert "nothing was run" in "".join(workers.log(n) for n in names)
@@ -75,10 +76,10 @@ def test_a_copied_token_written_back_after_the_worker_saw_the_end_runs_nothing(b
         run.cancel()                                   # the map ends by a cancel (a timeout, Ctrl-C)
         [name] = workers.start(1, extra=("-v",))
         _replay(s, frames)                             # under the signed end: refused, and remembered
-        assert wait_for(lambda: f"map {run.map_id} ended" in workers.log(name), 20, "the log"), workers.log(name)
+        assert poll_until(lambda: f"map {run.map_id} ended" in workers.log(name), 20), workers.log(name)
         s.r.restore(s.keys.live(run.map_id), 60_000, token, replace=True)   # the live token, back
         _replay(s, frames)
-        reported = wait_for(lambda: "copy written back after the map ended" in problems(s), 20, "the report")
+        reported = poll_until(lambda: "copy written back after the map ended" in problems(s), 20)
         assert runs(tmp_path, "c") == {}, "a worker ran the user's function of a cancelled map"
         assert reported, problems(s)
         assert "copy written back after the map ended" in workers.log(name)

@@ -9,6 +9,7 @@ import time
 
 from rhtc.client import RemoteError, remote_map, submit
 from rhtc.client.engine.tasks import TaskState
+from tests.helpers import wait_until
 
 
 def fails_twice(log_path):
@@ -57,10 +58,8 @@ def test_cancel_during_the_pause_drops_the_retry(broker, workers, tmp_path):
     workers.start(1)
     log = str(tmp_path / "runs")
     h = submit(always_fails, [log], broker=broker, retries=3)
-    deadline = time.monotonic() + 30
-    while h.run.tasks.state(0) is not TaskState.BACKOFF:
-        assert time.monotonic() < deadline, "the failed task never entered its back-off"
-        time.sleep(0.02)
+    wait_until(lambda: h.run.tasks.state(0) is TaskState.BACKOFF, 30, "the failed task to enter its back-off",
+               interval=0.02)
     h.cancel()
     time.sleep(3)                                   # past the first pause (at most 1.2 s)
     assert len(_runs(log)) == 1, "a retry ran after the map was cancelled"

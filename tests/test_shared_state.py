@@ -137,7 +137,7 @@ def test_a_result_the_broker_refused_stays_held_until_it_is_handed_in(broker, st
     from rhtc.broker.wire.resultmeta import ResultMeta, encode_result
     from rhtc.worker.main import TaskProcess
 
-    from tests.chaoskit import wait_until
+    from tests.helpers import wait_until
 
     sup, lease, (done, _), lease_old = _supervisor_holding(storage, "refused-hand-in")
     with Toxiproxy() as toxiproxy:

@@ -12,11 +12,11 @@ import re
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from .helpers import wait_until
 from .samples import DIMUON_FILES
 from .pools.fixtures import (REPO, assert_no_secrets_in_jobs, job_logs,  # noqa: F401
                              python_cmd, rhtc_env, wait_workers)
@@ -44,14 +44,10 @@ def _wait_registered(config, job_id: str, n: int, logs: Path) -> list[str]:
 def _wait_gone(pool, config, job_id: str) -> None:
     wait_workers(config, lambda live: not any(x.startswith(f"slurm-{job_id}_") for x in live), 90,
                  what=f"workers of array job {job_id} to leave the broker")
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        out = subprocess.run(["squeue", "--noheader", "--array", f"--jobs={job_id}"], capture_output=True,
-                             text=True, env=pool.env()).stdout
-        if not out.strip():
-            return
-        time.sleep(1)
-    raise AssertionError(f"array job {job_id} is still in the queue:\n{out}")
+    queue = lambda: subprocess.run(["squeue", "--noheader", "--array", f"--jobs={job_id}"],  # noqa: E731
+                                   capture_output=True, text=True, env=pool.env()).stdout
+    wait_until(lambda: not queue().strip(), 60, lambda: f"array job {job_id} to leave the queue:\n{queue()}",
+               interval=1)
 
 
 def test_slurm_unreachable_says_what_to_set(tmp_path, pool_broker):

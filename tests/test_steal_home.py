@@ -21,10 +21,7 @@ import pytest
 
 from rhtc.broker.wire import protocol
 from rhtc.broker.wire.messages import WorkerStatus
-
-
-def _square(x):
-    return x * x
+from tests.helpers import square
 
 
 def _register(storage, name: str, task_seconds: float | None = 0.1) -> str:
@@ -42,7 +39,7 @@ def _map(storage, key: bytes, owner: str, home: int, placed: int) -> tuple[str, 
     """A map whose first ``home`` tasks are queued for ``owner`` as holding their chunks,
     the next ``placed`` ones for ``owner`` only to balance."""
     map_id, nonce = uuid.uuid4().hex[:16], protocol.new_nonce()
-    fn = protocol.sign(key, protocol.dumps(_square))
+    fn = protocol.sign(key, protocol.dumps(square))
     fh = protocol.function_hash(fn)
     frames = [protocol.pack_task(key, map_id, i, nonce, fh, i) for i in range(home + placed)]
     storage.maps.enqueue(map_id, fh, fn, {"n": len(frames)}, {owner: frames[home:]} if placed else {},

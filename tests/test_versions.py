@@ -12,12 +12,9 @@ import pytest
 from rhtc.versions import stack_versions
 from rhtc.client import RemoteError, remote_map
 from tests.conftest import ROOT
+from tests.helpers import square
 
 OTHER = "3.0.0"          # an older cloudpickle than any this project installs
-
-
-def square(x):
-    return x * x
 
 
 @pytest.fixture(scope="module")

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import sys
 
-import cloudpickle
 import pytest
 
 from rhtc.client import make_chunks, remote_map
 from tests.conftest import NANOAOD, needs_nanoaod
+from tests.helpers import register_by_value
 
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
+register_by_value(__name__)
 
 #: what a worker that reads chunks must never load (DESIGN.md: the client's engine,
 #: the analyst's API on top of it, handles and the operator's tools)

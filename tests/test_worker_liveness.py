@@ -20,17 +20,9 @@ from rhtc.broker.wire import messages
 from rhtc.broker.wire.config import validate_worker_name
 from rhtc.broker.storage import Storage
 from tests.conftest import ROOT
+from tests.helpers import pid_after, square, wait_until
 
 FAST = {"RHTC_LEASE": "2"}
-
-
-def square(x):
-    return x * x
-
-
-def nap(seconds):
-    time.sleep(seconds)
-    return os.getpid()
 
 
 def hold_gil(seconds):
@@ -50,23 +42,13 @@ def segfault(_):
     ctypes.string_at(0)
 
 
-def _wait(cond, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
 def _status(storage: Storage, name: str) -> messages.WorkerStatus | None:
     return next((w for w in storage.pool.worker_statuses(queue_depths=False) if w.name == name), None)
 
 
 def _task_pid(storage: Storage, name: str) -> int:
-    return _wait(lambda: (_status(storage, name) or messages.WorkerStatus("", "", 0, "", "")).task_pid,
-                 10, f"{name}'s task process")
+    return wait_until(lambda: (_status(storage, name) or messages.WorkerStatus("", "", 0, "", "")).task_pid,
+                      10, f"{name}'s task process")
 
 
 # -- C1, C2: one live process per name; a new incarnation takes over at once -----------------
@@ -89,14 +71,14 @@ def test_restart_under_the_same_name_requeues_the_predecessors_tasks_at_once(bro
     (name,) = workers.start(names=["same-1"], env={"RHTC_LEASE": "30"})   # its claim would outlive the test
     task_pid = _task_pid(storage, name)
     old = _status(storage, name)
-    h = submit(nap, [3.0] + [0.0] * 5, broker=broker)
-    _wait(lambda: (_status(storage, name).task or (None,))[0] == h.map_id, 10, "the first task to start")
+    h = submit(pid_after, [3.0] + [0.0] * 5, broker=broker)
+    wait_until(lambda: (_status(storage, name).task or (None,))[0] == h.map_id, 10, "the first task to start")
     workers.procs[name].send_signal(signal.SIGKILL)      # the supervisor dies, its claim does not
-    _wait(lambda: not psutil.pid_exists(task_pid) or psutil.Process(task_pid).status() == "zombie",
-          5, "its task process to die with it")
+    wait_until(lambda: not psutil.pid_exists(task_pid) or psutil.Process(task_pid).status() == "zombie",
+               5, "its task process to die with it")
     t = time.monotonic()
     workers.start(names=[name], env={"RHTC_LEASE": "30"})
-    _wait(lambda: _status(storage, name).incarnation != old.incarnation, 10, "the new incarnation")
+    wait_until(lambda: _status(storage, name).incarnation != old.incarnation, 10, "the new incarnation")
     assert time.monotonic() - t < 8                        # a few heartbeats, not the 30 s lease
     assert storage.r.hlen(storage.keys.lease(name)) <= 1   # the old lease went back (the new may take one)
     pids = h.wait(timeout=30)
@@ -109,7 +91,7 @@ def test_restart_under_the_same_name_requeues_the_predecessors_tasks_at_once(bro
 # -- C3: nothing stays leased that nobody runs --------------------------------------------------
 def test_lease_entry_nobody_runs_is_requeued(broker, workers, storage):
     h = submit(square, [7], broker=broker)               # nobody serves yet
-    frame = _wait(lambda: storage.r.rpop(storage.keys.shared_queue), 5, "the task frame")
+    frame = wait_until(lambda: storage.r.rpop(storage.keys.shared_queue), 5, "the task frame")
     (name,) = workers.start(env=FAST)
     inc = storage.r.get(storage.keys.incarnation(name))
     # the take ran in Redis but its reply was lost: leased to a live worker that never saw it
@@ -267,12 +249,12 @@ def test_keys_left_after_workers_stop_have_an_owner_or_an_expiry(broker, workers
 def test_swapped_function_blob_and_replayed_frame_are_refused(broker, workers, storage):
     workers.start(env=FAST)
     key = broker.config.key
-    good, other = (protocol.sign(key, protocol.dumps(f)) for f in (square, nap))
+    good, other = (protocol.sign(key, protocol.dumps(f)) for f in (square, pid_after))
     nonce = protocol.new_nonce()
     frame = protocol.pack_task(key, "d" * 16, 0, nonce, protocol.function_hash(good), 5)
     # someone with the Redis password stores another signed function under this one's hash
     storage.maps.enqueue("d" * 16, protocol.function_hash(good), other, {"n": 1}, {None: [frame]}, nonce=nonce)
-    (raw,) = _wait(lambda: storage.maps.fetch_results("d" * 16, timeout=1), 15, "the refusal")
+    (raw,) = wait_until(lambda: storage.maps.fetch_results("d" * 16, timeout=1), 15, "the refusal")
     _, _, status, payload = protocol.unpack_result(key, raw)
     fault = messages.Fault.decode(payload)
     assert status == protocol.SYSTEM_ERROR and fault.kind == messages.FaultKind.FUNCTION_MISMATCH
@@ -281,7 +263,7 @@ def test_swapped_function_blob_and_replayed_frame_are_refused(broker, workers, s
     storage.maps.end("d" * 16)
     storage.maps.enqueue("d" * 16, protocol.function_hash(good), good, {"n": 1}, {None: [frame]},
                         nonce=protocol.new_nonce())
-    (raw,) = _wait(lambda: storage.maps.fetch_results("d" * 16, timeout=1), 15, "the refusal")
+    (raw,) = wait_until(lambda: storage.maps.fetch_results("d" * 16, timeout=1), 15, "the refusal")
     _, _, status, payload = protocol.unpack_result(key, raw)
     fault = messages.Fault.decode(payload)
     assert status == protocol.SYSTEM_ERROR and fault.kind == messages.FaultKind.REPLAYED

@@ -19,6 +19,7 @@ from rhtc.client.data.chunks import ChunkFileError
 from rhtc.client.errors import RemoteError
 from rhtc.examples.dimuon import dimuon
 from tests.conftest import NANOAOD, map_keys, needs_nanoaod
+from tests.helpers import wait_until
 from tests.pools.common import PoolUnavailable, ensure_debian_packages
 from tests.pools.fixtures import pools_required
 
@@ -128,10 +129,7 @@ def test_retried_when_asked_while_the_server_comes_back(server, broker, workers,
     from rhtc.client import submit
     h = submit(functools.partial(dimuon_noting_failures, str(failures)), chunks, broker=broker, reduce=True,
                retries=50, retry_on=(ChunkFileError,))
-    deadline = time.monotonic() + 60
-    while not failures.exists() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert failures.exists(), "no task failed while the server was down"
+    wait_until(failures.exists, 60, "a task to fail while the server is down", interval=0.1)
     server.start()
     total = h.wait(120)
     assert total["events"] == 6000

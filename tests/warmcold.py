@@ -14,13 +14,11 @@ import dataclasses
 import functools
 import operator
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 import awkward as ak
-import cloudpickle
 import hist
 import numpy as np
 import uproot
@@ -31,8 +29,9 @@ from rhtc.client import make_chunks
 from rhtc.client.data.chunks import Chunk
 from rhtc.processes import stop_processes
 from tests.conftest import Workers
+from tests.helpers import register_by_value
 
-cloudpickle.register_pickle_by_value(sys.modules[__name__])
+register_by_value(__name__)
 
 RTOL = 1e-6          # float sums: equal up to the order of summation
 
