@@ -132,7 +132,8 @@ def test_frames_replayed_after_the_map_ended_run_nothing_and_are_reported(broker
         assert finish(run) == {i: i * i for i in range(6)}
         before = runs(tmp_path, "a")
         assert set(before) == set(range(6))
-        assert s.r.exists(s.keys.map(run.map_id)) == 0          # the map ended: its keys are gone
+        wait_until(lambda: s.r.exists(s.keys.map(run.map_id)) == 0, 10,   # the end is sent without waiting
+                   "the ended map's keys to be deleted")
         wait_after(s, TOKEN_TTL + 0.5)               # the map's last token has expired
         write_back(s, dumps, frames)
         wait_until(lambda: s.pool.shared_depth() == 0, 30, "the workers to take the replayed frames")
