@@ -1,6 +1,6 @@
-"""Fair share with a reduction (issue 29, item 1): while another analyst's map keeps the
-workers busy, a small map merged on the workers waits for a few of that map's tasks, not
-for the partials' timer. A worker hands its partial in as soon as its next task is
+"""Fair share with a reduction: while another analyst's map keeps the workers busy, a
+small map merged on the workers waits for a few of that map's tasks, not for the
+partials' timer. A worker hands its partial in as soon as its next task is
 another map's and its own map's backlog is empty (worker/merge.py); a big map's partials
 are not cut short by the turns it takes with another map.
 
@@ -20,7 +20,7 @@ import pytest
 from rhtc.processes import stop_processes
 from tests.conftest import ROOT
 from tests.helpers import register_by_value, wait_until
-from tests.test_merge import counted, everything_once, runs, start_map
+from tests.mergekit import counted, everything_once, runs, start_map
 
 register_by_value(__name__)
 

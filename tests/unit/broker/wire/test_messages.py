@@ -1,6 +1,8 @@
-"""One schema per message (issue 17): the task error, the error kinds, the requeue
-outcomes shared with Lua, the counts of a run and a worker's metrics are each written
-once, in broker/wire/messages.py, and every reader derives its own from there."""
+"""One schema per message: the task error, the error kinds, the requeue outcomes shared
+with Lua, the counts of a run and a worker's metrics are each written once, in
+broker/wire/messages.py, and every reader derives its own from there; and every error
+the library raises is an ``RhtcError``. Parses and imports the sources, no Redis. (The
+node's CPU reaching the run record of a real map: tests/scenarios/test_node_cpu_reaches_the_run_record.py.)"""
 from __future__ import annotations
 
 import ast
@@ -56,24 +58,6 @@ def test_the_worker_metrics_are_listed_once():
     assert METRIC_KEYS == ("t", *WORKER_METRICS)
     status_fields = {f.name for f in dataclasses.fields(messages.WorkerStatus)}
     assert set(WORKER_METRICS) <= status_fields | set(sample) | {"net_recv", "net_sent"}
-
-
-def test_node_cpu_reaches_the_run_record_of_a_real_map(broker, workers):
-    from rhtc import last_map, remote_map
-    workers.start(1)
-    remote_map(_burn, [2.0] * 4, broker=broker.config, progress=False)   # node figures: every 5 heartbeats
-    metrics = last_map().record().metrics
-    assert metrics, "the map sampled no worker metrics"
-    assert all(isinstance(m.node_cpu, float) for m in metrics)
-    assert any(m.node_cpu > 0 for m in metrics), [m.node_cpu for m in metrics]
-
-
-def _burn(seconds):
-    import time
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        pass
-    return seconds
 
 
 def test_a_task_error_travels_whole():

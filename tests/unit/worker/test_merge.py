@@ -1,34 +1,42 @@
-"""A reduce that raises on a worker, without a broker (the fold level of the merge on the
-workers, :mod:`worker.merge`): whichever folds fail (before, during or after writing into
-the partial; on a task's result or on another worker's partial; on some workers only),
-every frame that reaches the client holds exactly the tasks it names, no task is named
-twice, the client's fold of them gives ``merge=False``'s answer, and each failure reaches
-the client once, naming its worker.
+"""The merge on a worker without a broker (:mod:`worker.merge`, its :class:`~worker.merge.Partials`).
 
-A few workers (each a :class:`~worker.merge.Partials`) run the tasks of one map in a drawn
-order, handing their partials in or up a tree of partials (a pool other workers fold in)
-at drawn points; each task ``i`` returns a one-hot count vector, so a frame's value shows
-which tasks it counts. The end-to-end cases, with real workers: tests/test_merge_fold_fails_e2e.py.
+The fold level: a reduce that raises on a worker. Whichever folds fail (before, during or
+after writing into the partial; on a task's result or on another worker's partial; on
+some workers only), every frame that reaches the client holds exactly the tasks it names,
+no task is named twice, the client's fold of them gives ``merge=False``'s answer, and each
+failure reaches the client once, naming its worker. A few workers (each a
+:class:`~worker.merge.Partials`) run the tasks of one map in a drawn order, handing their
+partials in or up a tree of partials (a pool other workers fold in) at drawn points; each
+task ``i`` returns a one-hot count vector, so a frame's value shows which tasks it counts.
+The end-to-end cases, with real workers: tests/scenarios/test_a_reduce_that_fails_on_workers.py.
+
+The merger's bookkeeping (the tree of partials): whatever partials a worker is given to
+fold in (its own tasks among them, overlapping each other, signed with another key, of
+another map), its partial covers each task at most once, its value counts each covered
+task once, and what it hands up names exactly the leases it stands for: its own tasks and
+the partials it folded in. With real workers: tests/scenarios/test_workers_merge_each_others_partials.py.
 """
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
 from rhtc.broker.wire import protocol
-from rhtc.broker.wire.merge import MergePlan, Noted, decode_partial, partial_id, unnoted
+from rhtc.broker.wire.merge import MergePlan, Noted, decode_partial, is_partial_id, partial_id, unnoted
 from rhtc.broker.wire.messages import ResultMeta, decode_result
 from rhtc.client.reduce import Reducer
 from rhtc.worker.merge import Partials
 
-KEY = b"k" * 32
-MAP = "0123456789abcdef"
+KEY, OTHER_KEY = b"k" * 32, b"o" * 32
+MAP, OTHER_MAP = "0123456789abcdef", "fedcba9876543210"
 MODES = ("before", "during", "after")
 
 
+# -- the fold level: a reduce that raises on a worker ----------------------------------------
 @dataclasses.dataclass
 class Faults:
     """Which calls of the reduce function raise, per worker: ``schedule[w][k]`` is how the
@@ -206,3 +214,73 @@ def test_a_fold_that_raises_halfway_leaves_the_partial_as_it_was_and_sends_the_v
     assert (failure.worker, failure.tasks, failure.into, failure.partial) == ("w1", (2,), 2, False)
     assert "halfway through a += b" in failure.error["message"] and "in_place" in failure.error["traceback"]
     assert partial.tolist() == [1, 2, 0]
+
+
+# -- the merger's bookkeeping: what it folds in, what it hands up ----------------------------
+PLAN = MergePlan(lambda i: Counter({i: 1}), None, 10_000, 3600.0, fanin=4)
+META = ResultMeta(worker="w", host="h", pid=1, start=1.0, stop=2.0)
+
+
+def partial_frame(indices: list[int], key: bytes = KEY, map_id: str = MAP) -> bytes:
+    """The frame another worker hands up for ``indices`` (one task: a plain result)."""
+    p = Partials(key, room=10_000)
+    for i in indices:
+        assert p.fold(PLAN, protocol.TaskRef(map_id, i), Counter({i: 1}), META)
+    ((_, _, frame),) = p.flush()
+    return frame
+
+
+indices = st.lists(st.integers(0, 40), min_size=1, max_size=8, unique=True)
+inputs = st.lists(st.tuples(indices, st.sampled_from(["ok", "ok", "ok", "other key", "other map"])), max_size=6)
+
+
+@settings(max_examples=150, deadline=None)
+@given(own=indices, given_=inputs)
+def test_a_merger_counts_each_task_once_and_names_what_it_stands_for(own, given_):
+    p = Partials(KEY, room=10_000)
+    for i in own:
+        p.fold(PLAN, protocol.TaskRef(MAP, i), Counter({i: 1}), META)
+    pairs, expect_folded, expect_aside, expect_dropped, covered = [], [], [], [], set(own)
+    for seq, (idx, kind) in enumerate(given_):
+        pid = partial_id(MAP, seq)
+        key, map_id = (OTHER_KEY, MAP) if kind == "other key" else (KEY, OTHER_MAP if kind == "other map" else MAP)
+        pairs.append((pid, partial_frame(idx, key, map_id)))
+        if kind != "ok":
+            expect_dropped.append(pid)
+        elif covered & set(idx):
+            expect_aside.append(pid)
+        else:
+            expect_folded.append(pid)
+            covered |= set(idx)
+    aside, dropped = p.absorb(MAP, pairs, read=lambda item: item)
+    assert (aside, dropped) == (expect_aside, expect_dropped)
+    part = p.open[MAP]
+    assert sorted(part.indices) == sorted(covered) and len(part.indices) == len(set(part.indices))
+    assert part.value == Counter({i: 1 for i in covered})
+    assert part.tids == [protocol.TaskRef(MAP, i).task_id for i in own] + expect_folded
+    assert all(is_partial_id(t) for t in part.folded) and not any(is_partial_id(t) for t in part.tids[:len(own)])
+    ids, frame = p.pack_up(MAP)
+    assert ids == b"".join(part.tids)
+    map_id, first, status, payload = protocol.unpack_result(KEY, frame)
+    if status == protocol.MERGED:
+        got, metas, packed = decode_partial(payload)
+    else:
+        packed, got = decode_result(payload)[1], [first]
+    assert map_id == MAP and got == part.indices and protocol.loads(packed) == part.value
+
+
+def test_a_task_sent_again_while_folded_in_from_another_goes_with_the_partial():
+    p = Partials(KEY, room=100)
+    p.fold(PLAN, protocol.TaskRef(MAP, 0), Counter({0: 1}), META)
+    pid = partial_id(MAP, 1)
+    assert p.absorb(MAP, [(pid, partial_frame([5, 6]))], read=lambda item: item) == ([], [])
+    again = protocol.TaskRef(MAP, 6)
+    assert p.holds(again) and p.holds(again)          # not run again; its new lease goes along (once)
+    assert p.open[MAP].tids == [protocol.TaskRef(MAP, 0).task_id, pid, again.task_id]
+
+
+def test_a_partial_whose_blob_is_gone_is_dropped_not_folded():
+    p = Partials(KEY, room=100)
+    p.fold(PLAN, protocol.TaskRef(MAP, 0), Counter({0: 1}), META)
+    assert p.absorb(MAP, [(partial_id(MAP, 1), b"stub")], read=lambda item: None) == ([], [partial_id(MAP, 1)])
+    assert p.open[MAP].value == Counter({0: 1})

@@ -58,7 +58,7 @@ def raw_uses(path: Path) -> list[str]:
 
 def test_the_adapter_and_the_allowed_modules_exist():
     for rel in (*ADAPTER, *ALLOWED):
-        assert (ROOT / rel).is_file(), f"{rel} is listed in tests/test_adapter_boundary.py but does not exist"
+        assert (ROOT / rel).is_file(), f"{rel} is listed in tests/unit/test_adapter_boundary.py but does not exist"
 
 
 @pytest.mark.parametrize("folder", FOLDERS)

@@ -1,9 +1,10 @@
-"""Exactly-once, proven on the pure map state (issue 30): random interleavings of
-results, duplicates, user errors and their retries, faults, partials covering
-overlapping (and malformed) sets of tasks, lost workers, the audit, backups, timeouts,
-a vanished map, cancel and close go through :class:`MapState`; after every step each task has
-been delivered at most once, the state's containers agree, and no instruction sends a
-finished task again. At the end, every task is counted exactly once (or cancelled).
+"""Exactly-once, proven on the pure map state (client/engine/state.py): random
+interleavings of results, duplicates, user errors and their retries, faults, partials
+covering overlapping (and malformed) sets of tasks, lost workers, the audit, backups,
+timeouts, a vanished map, cancel and close go through :class:`MapState`; after every
+step each task has been delivered at most once, the state's containers agree, and no
+instruction sends a finished task again. At the end, every task is counted exactly once
+(or cancelled).
 
 The map's life in Redis goes through the state too (:mod:`client.engine.lifecycle`): the
 model driver reports its writes as :class:`MapRun` does (tasks sent, the end signed, the

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import inspect
 import re
+from typing import Sequence      # named by test_a_swapped_pair_is_caught's annotations
 
 import pytest
 

@@ -1,9 +1,9 @@
-"""The tree of partials (issue 32): at a map's end workers merge each other's partials, so
+"""The tree of partials: at a map's end workers merge each other's partials, so
 its client reads a handful, not one per worker; a partial in flight to a merger is leased
 like a task (the audit sees it, a dead merger gives it back); the end waits for no timer.
 
 Results show double counting: each task returns ``Counter({index: 1})`` and notes each
-run as a file ``<index>.<pid>.<ns>`` (tests/test_merge.py). Real redis-server, real
+run as a file ``<index>.<pid>.<ns>`` (tests/mergekit.py). Real redis-server, real
 ``python -m rhtc.worker`` processes, stopped by pid; faults are driven by the map's
 progress (files the tasks and the reduce function write), never by sleeping and hoping.
 """
@@ -20,9 +20,10 @@ import numpy as np
 
 from rhtc.broker.wire.merge import is_partial_id
 from rhtc.client.engine.options import MapOptions
+from tests.blobkit import noise
 from tests.conftest import map_keys
 from tests.helpers import poll_until, register_by_value, wait_until
-from tests.test_merge import FAST_LEASE, HOLD, counted, everything_once, runs, start_map, task_pid
+from tests.mergekit import FAST_LEASE, HOLD, counted, everything_once, runs, start_map, task_pid
 
 register_by_value(__name__)
 
@@ -198,13 +199,6 @@ def test_workers_killed_at_random_while_a_merged_map_ends_count_each_task_once(b
         names += workers.start(1, wait=False, env=FAST_LEASE)
     assert h.wait(timeout=120) == everything_once(n)
     assert h.run.partials_refused == 0
-
-
-def noise(i):
-    """An incompressible 320 kB array, ``i`` at its first place: a result that travels as a blob."""
-    a = np.random.default_rng(i).random(40_000)
-    a[0] = i
-    return a
 
 
 def test_big_partials_travel_up_the_tree_as_blobs_and_leave_none_behind(broker, workers, storage):

@@ -1,6 +1,6 @@
-"""A broker restart while a worker holds a partial (issue 29, item 10). The restarted
-broker has lost the map and the leases; the client sends every task that is not counted
-yet again, the ones the worker holds in its partial too. The worker must not run and fold
+"""A broker restart while a worker holds a partial. The restarted broker has lost the map
+and the leases; the client sends every task that is not counted yet again, the ones the
+worker holds in its partial too. The worker must not run and fold
 those a second time (a partial covering a task twice is malformed: the client drops it):
 it keeps them, leased again, in its partial. And a partial the client does drop as
 malformed costs its own tasks, sent again at once, never the map.
@@ -29,7 +29,7 @@ from rhtc.client.handle import MapHandle
 from rhtc.client.engine.maprun import MapRun
 from rhtc.client.engine.options import MapOptions
 from tests.helpers import poll_until, register_by_value, wait_until
-from tests.test_merge import counted, everything_once, runs, start_map
+from tests.mergekit import counted, everything_once, runs, start_map
 
 register_by_value(__name__)
 

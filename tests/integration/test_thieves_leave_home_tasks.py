@@ -7,7 +7,7 @@ task of a dead or stuck owner.
 Why: a warm AGC rerun whose cold placement had balanced file openings, not events, left
 one worker 6 warm items and the other 12; the idle one stole from the other's tail,
 opened the file and read the chunk again (0.2 s for an item that takes 0.025 s warm at
-home), and the warm rerun read from the files (tests/test_coffea.py's warm assertions).
+home), and the warm rerun read from the files (the warm assertions of the coffea tests).
 
 Real parts: a real redis-server (conftest's ``storage``), the real enqueue and take
 scripts; the owner and the thief are registered names, the owner's heartbeat says how

@@ -1,6 +1,8 @@
-"""Placing the chunks nobody holds yet (client/engine/routing.py): contiguous blocks that
-carry about the same number of events per worker, so a warm rerun, which goes back where
-the cold run put each chunk, keeps every worker equally busy."""
+"""Routing chunks to workers (client/engine/routing.py), a plain function of plain data,
+without Redis: a chunk goes home to the worker that holds it (never to a gone or avoided
+one), and the chunks nobody holds yet are placed in contiguous blocks that carry about the
+same number of events per worker, so a warm rerun, which goes back where the cold run put
+each chunk, keeps every worker equally busy."""
 from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
@@ -52,3 +54,18 @@ def test_a_worker_given_more_files_is_given_fewer_events():
     files = {w: sum(1 for i in owner if owner[i] == w) for w in "ab"}
     assert max(cost.values()) - min(cost.values()) <= 30_000 + FILE_OPEN_EVENTS, (cost, files)
     assert sorted(files.values()) == [4, 5], files       # by events alone: 3 files against 6
+
+
+class Chunk:
+    def __init__(self, key):
+        self.routing_key = key
+
+
+def test_routing_without_a_broker():
+    args = [Chunk(f"f:{i}") for i in range(6)]
+    located = ({"f:1": "b", "f:4": "gone"}, ["a", "b"])
+    owner, home = owners(args, list(range(6)), locate=lambda keys: located, avoid=set())
+    assert home == {1} and owner[1] == "b" and "gone" not in owner.values()
+    owner, _ = owners(args, list(range(6)), locate=lambda keys: located, avoid={"b"})
+    assert "b" not in owner.values()
+    assert contiguous_blocks([0, 1, 2, 3], ["a", "b"]) == {0: "a", 1: "a", 2: "b", 3: "b"}

@@ -1,8 +1,9 @@
-"""A map that ends leaves no blob behind (issue 29, item 2), however it ends: the loop of
-``imap_unordered`` left early, ``remote_map``'s ``timeout=``, ``cancel()``, Ctrl-C, an
-error of the reduction, or the normal end. The blobs of the stubs still in its results
-list go with its keys (``drop_map`` in lua/lib.lua), and a worker's late hand-in finds
-the map gone and takes its blob with it (lua/take.lua).
+"""A map that ends leaves no blob behind, however it ends: the loop of ``imap_unordered``
+left early, ``remote_map``'s ``timeout=``, ``cancel()``, Ctrl-C, or an error of the
+reduction. The blobs of the stubs still in its results list go with its keys
+(``drop_map`` in lua/lib.lua), and a worker's late hand-in finds the map gone and takes
+its blob with it (lua/take.lua). (The normal end, a lazy end and a cancel with stubs left
+unread, on the broker alone: tests/integration/test_blobs.py.)
 
 Each map returns big results (320 kB of floats: blobs, broker/wire/blobs.py) and is ended
 while stubs wait unread (the client's reduction is made slow, or the loop waits for them);
@@ -14,24 +15,17 @@ from __future__ import annotations
 import _thread
 import threading
 import time
-import uuid
 
 import pytest
 
-from rhtc.broker.wire import protocol
-from rhtc.broker.wire.messages import WorkerStatus
 from rhtc.client import imap_unordered, remote_map, submit
+from tests.blobkit import blob_keys, counted_big
 from tests.conftest import map_keys
 from tests.helpers import register_by_value, wait_until
-from tests.test_blobs import MAP, big_frame, counted_big
 
 register_by_value(__name__)
 
 N = 60
-
-
-def blob_keys(storage) -> list[bytes]:
-    return storage.r.keys(storage.keys.blob("*"))
 
 
 def stubs_waiting(storage, n: int = 3) -> bool:
@@ -140,30 +134,3 @@ def test_an_error_of_the_reduction(broker, storage, workers, tmp_path):
                    merge=False, progress=False)
     (tmp_path / "go").touch()
     nothing_left(storage, names)
-
-
-def _map_with_a_stub(storage) -> None:
-    """Map MAP registered, with a big result handed in by a worker: its stub in the results
-    list, its blob beside."""
-    name, inc = f"blob-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex[:16]
-    assert storage.lease.claim(name, inc, WorkerStatus(name=name, host="h", pid=1, incarnation=inc,
-                                                 key_fingerprint="f")).ok
-    storage.r.hset(storage.keys.map(MAP), "fn", "x")
-    storage.r.expire(storage.keys.map(MAP), 600)
-    storage.lease.take(name, inc, 0, [(MAP, protocol.TaskRef(MAP, 0).task_id, big_frame(storage.config.key, 0))])
-    assert len(blob_keys(storage)) == 1 and storage.r.llen(storage.keys.results(MAP)) == 1
-
-
-@pytest.mark.parametrize("end", ["end", "lazy end", "cancel"])
-def test_a_map_ended_with_unread_stubs_takes_their_blobs(storage, end):
-    """A late hand-in that reached the list before the client's (lazy) end, or results
-    never read: the end deletes their blobs with the map's keys."""
-    _map_with_a_stub(storage)
-    if end == "end":
-        storage.maps.end(MAP)
-    elif end == "lazy end":
-        storage.maps.end(MAP, lazy=True)
-        storage.maps.flush()
-    else:
-        storage.maps.cancel(MAP)
-    assert blob_keys(storage) == [] and not storage.r.exists(storage.keys.results(MAP), storage.keys.map(MAP))
