@@ -1,134 +1,38 @@
-"""A warm answer is the cold answer (issue 28, cases 1, 2 and 4): no task changes what a
-cache serves later, a merge on the workers folds into a value of its own, and a
-reduction that leaves failed tasks out says so.
+"""A warm answer is the cold answer, end to end: no task changes what a cache serves later,
+on any tier, and a merge on the workers folds into a value of its own.
 
-The pure half (the branch cache, the partials) runs without Redis; the rest on a real
-redis-server with real workers reading the real NanoAOD sample through uproot, with the
-node's disk tier so that every tier (the file, RAM, the disk, a chunk served without its
-file) hands out the arrays of one run."""
+Without that, a task that doubles ``MET_pt`` in place (``x *= 2``) changes what the next
+task reads from the worker's memory and from the node's disk tier: the warm rerun returns
+what the cold run wrote (2x). And since the cache used to keep the very arrays uproot read,
+the flip that analysts type after numpy's "assignment destination is read-only"
+(``x.flags.writeable = True``) succeeded on a cold read, and the write changed what later
+tasks read (the reported 2x sum). Here a write fails alike on every tier, cold, warm and
+after every worker is replaced, naming the branch and saying how to copy (``np.array(x)``);
+a flip is refused on every route; a reduction that adds in place (``a += b``) gives the
+plain loop's answer on every run, merged on the workers or on the client.
+
+Real parts: a real redis-server, real workers reading the real NanoAOD sample through
+uproot, with the node's disk tier, so that every tier (the file, RAM, the disk, a chunk
+served without its file) hands out the arrays of one run. The same in this process, route
+by route and as properties: tests/unit/worker/test_frozen.py."""
 from __future__ import annotations
 
-import operator
 import time
 
 import awkward as ak
 import numpy as np
 import pytest
 import uproot
-from hypothesis import given, settings, strategies as st
 
-import rhtc
-from rhtc.broker.wire.merge import MergePlan
-from rhtc.broker.wire.messages import ResultMeta
-from rhtc.broker.wire.protocol import TaskRef
 from rhtc.client import make_chunks, remote_map
 from rhtc.client.errors import RemoteError
 from rhtc.errors import ReadOnlyArrayError
-from rhtc.worker.cache import BranchCache
-from rhtc.worker.merge import Partials
-from tests.conftest import NANOAOD, needs_nanoaod
-
-DY = str(NANOAOD / "nano_dy.root")
+from tests.conftest import needs_nanoaod
+from tests.nanoaodkit import DY
+from tests.readonlykit import ROUTES, add_in_place
 
 
-# -- the branch cache, without Redis ---------------------------------------------------------
-
-def test_the_cache_hands_out_arrays_a_task_cannot_write_nor_unfreeze():
-    c = BranchCache(limit_bytes=10**6)
-    read = np.arange(5.0)                  # what uproot read from the file and also returns
-    c.view("chunk-A", "v1")["k"] = read
-    with pytest.raises(ValueError, match="read-only"):
-        read *= 2                          # the task that read it: the same behaviour as warm
-    warm = c.view("chunk-A", "v1").get("k")
-    with pytest.raises(ValueError, match="read-only"):
-        warm[0] = 7
-    with pytest.raises(ValueError):
-        warm.flags.writeable = True        # a view of a read-only array stays read-only
-    assert c.view("chunk-A", "v1").get("k").tolist() == [0, 1, 2, 3, 4]
-
-
-def test_an_awkward_array_from_the_cache_is_the_tasks_own_wrapper_over_read_only_buffers():
-    c = BranchCache(limit_bytes=10**6)
-    c.view("chunk-A", "v1")["k"] = ak.Array([{"x": 1.0, "y": [1, 2]}, {"x": 2.0, "y": []}])
-    mine = c.view("chunk-A", "v1").get("k")
-    mine["z"] = mine.x * 10                # changes the task's own ak.Array only
-    with pytest.raises(ValueError, match="read-only"):
-        np.asarray(mine.x)[0] = 99         # the buffers are the cache's
-    again = c.view("chunk-A", "v1").get("k")
-    assert again.fields == ["x", "y"] and again.x.tolist() == [1.0, 2.0]
-
-
-def test_uproot_storing_again_what_it_got_keeps_the_cache_s_value():
-    c = BranchCache(limit_bytes=10**6)
-    c.view("chunk-A", "v1")["k"] = ak.Array([[1.0], [2.0, 3.0]])
-    handed = c.view("chunk-A", "v1").get("k")
-    handed.behavior = {"mine": True}       # the task's wrapper; uproot stores it back
-    c.view("chunk-A", "v1")["k"] = handed
-    assert c.view("chunk-A", "v1").get("k").behavior is None
-
-
-ARRAYS = st.one_of(
-    st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=20).map(np.array),
-    st.lists(st.lists(st.integers(-100, 100), max_size=4), min_size=1, max_size=10).map(ak.Array),
-)
-WRITES = ["imul", "setitem", "ufunc_out", "asarray", "sort"]
-
-
-def _write(value, how: str) -> None:
-    flat = np.asarray(ak.flatten(value, axis=None)) if isinstance(value, ak.Array) else value
-    if how == "imul":
-        flat *= 2
-    elif how == "setitem":
-        flat[...] = 0
-    elif how == "ufunc_out":
-        np.add(flat, 1, out=flat)
-    elif how == "asarray":
-        np.asarray(flat)[:1] = -1
-    else:
-        flat.sort()
-
-
-@settings(max_examples=60, deadline=None, derandomize=True, database=None)
-@given(values=st.lists(ARRAYS, min_size=1, max_size=4),
-       ops=st.lists(st.tuples(st.integers(0, 3), st.sampled_from(WRITES)), max_size=12))
-def test_no_sequence_of_in_place_writes_changes_what_the_cache_serves(values, ops):
-    """Property: whatever in-place writes tasks attempt on what they were served (or on
-    what they stored: the cold read), every later read gives the stored values."""
-    c = BranchCache(limit_bytes=10**7)
-    stored = [v.copy() if isinstance(v, np.ndarray) else ak.Array(v) for v in values]
-    expected = [v.tolist() for v in values]
-    for i, v in enumerate(stored):
-        c.view("chunk", "v1")[f"k{i}"] = v
-    for i, how in ops:
-        i %= len(values)
-        target = stored[i] if how == "sort" else c.view("chunk", "v1").get(f"k{i}")
-        try:
-            _write(target, how)
-        except ValueError as err:
-            assert "read-only" in str(err)
-    assert [c.view("chunk", "v1").get(f"k{i}").tolist() for i in range(len(values))] == expected
-
-
-# -- the merge folds into a value it owns ------------------------------------------------------
-
-def add_in_place(a, b):
-    a += b
-    return a
-
-
-def test_a_partial_never_folds_into_what_a_task_returned():
-    served = np.arange(4.0)                # e.g. an array a cache serves, or the task keeps
-    before = served.copy()
-    p = Partials(b"k" * 32, room=100)
-    plan = MergePlan(abs, add_in_place, 10, 60.0)
-    meta = ResultMeta(worker="w1", host="n1", pid=7, start=1.0, stop=2.0)
-    assert p.fold(plan, TaskRef("0123456789abcdef", 0), served, meta)
-    assert p.fold(plan, TaskRef("0123456789abcdef", 1), np.ones(4), meta)
-    assert served.tolist() == before.tolist()
-    assert p.open["0123456789abcdef"].value.tolist() == (before + 1).tolist()
-
-
-# -- end to end: real workers, every tier ---------------------------------------------------
+# -- an in-place write or reduce, on every tier ------------------------------------------------
 
 def met_doubled_in_place(chunk):
     x = chunk.arrays(["MET_pt"], library="np")["MET_pt"]
@@ -202,19 +106,62 @@ def test_an_in_place_reduce_gives_the_cold_answer_warm_and_after_a_restart(broke
         np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=run)     # to summation order
 
 
-# -- a reduction that leaves failed tasks out says so --------------------------------------
+# -- a flip: the reported 2x ------------------------------------------------------------------
 
-def fails_on_three(x):
-    if x == 3:
-        raise ValueError("three is bad")
-    return x
+def flip_and_double_everything(chunk) -> list[str]:
+    """Tries each route (the analyst who read "assignment destination is read-only"):
+    returns those whose array could be made writable, and doubles them."""
+    flipped = []
+    for route in sorted(ROUTES):
+        x = ROUTES[route](chunk)
+        try:
+            x.flags.writeable = True
+        except ValueError:
+            continue
+        if x.dtype == object:
+            for e in x:
+                e.flags.writeable = True
+                e *= 2
+        else:
+            x *= 2
+        flipped.append(route)
+    return flipped
 
 
-@pytest.mark.parametrize("reduce", [True, operator.add], ids=["plus", "function"])
-def test_reduce_with_errors_return_warns_naming_the_failed_tasks(broker, workers, reduce):
-    workers.start(1)
-    with pytest.warns(rhtc.TasksFailedWarning, match=r"1 of 10 tasks failed .* task 3 .*three is bad"):
-        got = remote_map(fails_on_three, range(10), broker=broker, progress=False, reduce=reduce,
-                         errors="return", timeout=60)
-    assert got == 42
-    assert [e.index for e in rhtc.last_map().failures] == [3]
+def flip_met(chunk):
+    x = np.asarray(chunk.arrays(["MET_pt"], how=dict)["MET_pt"])
+    x.flags.writeable = True
+    x *= 2
+
+
+def sums(chunk) -> list[float]:
+    met = chunk.arrays(["MET_pt", "Muon_pt"], how=dict)
+    met_np = chunk.arrays(["MET_pt", "Muon_pt"], library="np")
+    return [float(np.sum(met["MET_pt"])), float(ak.sum(met["Muon_pt"])), float(met_np["MET_pt"].sum()),
+            float(sum(e.sum() for e in met_np["Muon_pt"]))]
+
+
+@needs_nanoaod
+def test_a_flip_changes_no_later_answer_cold_warm_nor_after_every_worker_is_replaced(broker, workers, tmp_path):
+    env = {"RHTC_DISK_CACHE": str(tmp_path / "tier")}
+    workers.start(1, env=env)
+    chunks = make_chunks(DY, step=20)[:4]
+    with uproot.open(DY) as f:
+        want = []
+        for c in chunks:
+            a = f["Events"].arrays(["MET_pt", "Muon_pt"], entry_start=c.entry_start, entry_stop=c.entry_stop)
+            m = float(np.sum(a.MET_pt))
+            mu = float(ak.sum(a.Muon_pt))
+            want.append([m, mu, m, mu])
+    for run in ("cold", "warm", "after every worker is replaced"):
+        if run.startswith("after"):
+            workers.stop_all()            # a stopping worker writes what its disk tier has pending
+            workers.start(1, env=env)
+        flipped = remote_map(flip_and_double_everything, chunks, broker=broker, progress=False, timeout=120)
+        got = remote_map(sums, chunks, broker=broker, progress=False, timeout=120)
+        np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=run)   # not 2x
+        assert flipped == [[]] * len(chunks), run
+        refused = remote_map(flip_met, chunks, broker=broker, progress=False, errors="return", timeout=120)
+        for r in refused:
+            assert isinstance(r, RemoteError) and isinstance(r.exception, ReadOnlyArrayError), (run, r)
+            assert "'MET_pt'" in r.message and "writable" in r.message and "np.array(x)" in r.message, r.message

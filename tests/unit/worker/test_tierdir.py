@@ -1,34 +1,28 @@
-"""The node's disk tier is the analyst's alone (issue 28, item 3): a directory another user
-could write is refused, with one message that says what is wrong and what to do; nothing
-in the tier is ever unpickled; an entry is served only when it carries the tag of the
-tier's secret for its own key. Real parts: real directories, owners and modes (the tests
-run as root in CI: `nobody` owns what "another user" owns), diskcache's real SQLite index
-tampered with through sqlite3, real workers reading the real NanoAOD samples."""
+"""Who may write the node's disk tier (worker/tierdir.py): nobody but the analyst. A
+directory another user could write (their own, one its group or others can write, one
+under a parent others can write, a link to one of those) is refused, with one message that
+says what is wrong and what to do, and the worker runs without it; the tier's own files
+(its secret, its id) are refused when they are not private to us; a tier made open to its
+group before that was the rule (folders 0775, files 0664 under umask 002) is tightened
+when it is next opened and stays warm; a link or another user's folder among the entries
+is dealt with.
+
+Real parts: real directories, owners and modes (the tests run as root in CI: ``nobody``
+owns what "another user" owns), diskcache's real SQLite index."""
 from __future__ import annotations
 
 import logging
 import os
-import pickle
-import pwd
-import shutil
-import sqlite3
-from pathlib import Path
+import stat
 
 import numpy as np
 import pytest
 
-from rhtc.client import imap_unordered, make_chunks
 from rhtc.errors import RhtcError
 from rhtc.worker.disk import DiskTier, open_disk_tier
-from tests.conftest import NANOAOD, needs_nanoaod
-from tests.helpers import wait_until
+from tests.diskkit import NOBODY, tier, walk
 
-NOBODY = pwd.getpwnam("nobody").pw_uid
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="making a directory another user owns needs root")
-
-
-def tier(path) -> DiskTier:
-    return DiskTier(path, size_limit=10**9, min_free=0)
 
 
 def refused(path, *wanted: str) -> str:
@@ -116,6 +110,67 @@ def test_a_link_at_the_leaf_is_judged_by_what_it_points_to(tmp_path):
     assert not (tmp_path / "nowhere").exists()
 
 
+@pytest.mark.parametrize("mode", [0o770, 0o775, 0o730, 0o1770], ids=oct)
+def test_a_tier_directory_its_group_can_write_is_refused_naming_it_and_the_fix(tmp_path, mode):
+    d = tmp_path / "rhtc-cache"
+    d.mkdir()
+    d.chmod(mode)
+    with pytest.raises(RhtcError) as caught:
+        DiskTier(d, size_limit=10**9, min_free=0)
+    message = str(caught.value)
+    assert type(caught.value).__name__ == "DiskTierRefused", message
+    for part in (str(d), f"mode {oct(mode)}", "its group", f"chmod 700 {d}", "RHTC_DISK_CACHE"):
+        assert part in message, message
+    assert list(d.iterdir()) == []                    # nothing written in it
+
+
+# -- a tier made open to its group --------------------------------------------------------
+
+def test_a_tier_made_open_to_its_group_is_tightened_and_stays_warm(tmp_path):
+    """What the bug's tier looked like: made ``mkdir -m 750``, filled under umask 002 by
+    workers before the fix (folders 0775, files 0664: a member of the group could replace
+    an entry). Opened again, it is closed to the group and nothing in it is lost."""
+    d = tmp_path / "rhtc-cache"
+    d.mkdir(mode=0o750)
+    t = DiskTier(d, size_limit=10**9, min_free=0)
+    values = {f"v|{i}": np.random.default_rng(i).random(50_000) for i in range(6)}
+    for k, v in values.items():
+        assert t.put(k, v)
+    t.close()
+    for p in d.rglob("*"):                           # as the workers before the fix left it
+        p.chmod(0o775 if p.is_dir() else 0o664)
+    (d / "rhtc-tier-key").chmod(0o600)
+    (d / "rhtc-tier-id").chmod(0o644)
+    t = DiskTier(d, size_limit=10**9, min_free=0)
+    open_to_group = [f"{p} {oct(m)}" for p, m in walk(d).items() if m & 0o077 and p != "rhtc-tier-id"]
+    assert open_to_group == [], "left open to the group"
+    for k, v in values.items():
+        assert np.array_equal(t.get(k), v), k
+    assert (t.hits, t.refused, t.dropped) == (len(values), 0, 0)
+    t.close()
+    assert stat.S_IMODE(d.stat().st_mode) == 0o750   # the analyst's own choice: the group cannot write it
+
+
+def test_a_link_or_another_users_folder_among_the_entries_is_dealt_with(tmp_path):
+    d = tmp_path / "rhtc-cache"
+    t = DiskTier(d, size_limit=10**9, min_free=0)
+    assert t.put("v|A", np.random.default_rng(0).random(50_000))
+    t.close()
+    (folder,) = [p for p in d.iterdir() if p.is_dir()]
+    folder.chmod(0o777)                              # open to all: what it holds is checked
+    (tmp_path / "theirs").mkdir()
+    (folder / "zz").symlink_to(tmp_path / "theirs")  # a way out of the tier: removed
+    DiskTier(d, size_limit=10**9, min_free=0).close()
+    assert not (folder / "zz").is_symlink() and (tmp_path / "theirs").exists()
+    if os.geteuid() != 0:
+        pytest.skip("giving a folder to another user needs root")
+    planted = d / "ee"                               # another user's folder of entries: refused
+    planted.mkdir(mode=0o777)
+    os.chown(planted, NOBODY, NOBODY)
+    with pytest.raises(RhtcError, match=f"{planted} belongs to nobody"):
+        DiskTier(d, size_limit=10**9, min_free=0)
+
+
 # -- the tier's own files ----------------------------------------------------------------
 
 @pytest.mark.parametrize("damage", ["mode 0644", "owner nobody", "a link", "short"])
@@ -147,134 +202,3 @@ def test_a_tier_id_file_that_is_a_link_is_refused(tmp_path):
     (tmp_path / "id").write_text("feedfacecafe")
     (d / "rhtc-tier-id").symlink_to(tmp_path / "id")
     refused(d, "rhtc-tier-id is a symbolic link")
-
-
-# -- the entries ---------------------------------------------------------------------------
-
-class Marker:
-    """A pickle that, when loaded, creates the file ``path``: what an attacker would plant."""
-
-    def __init__(self, path: Path):
-        self.path = str(path)
-
-    def __reduce__(self):
-        return open, (self.path, "w")
-
-
-def test_a_pickle_planted_in_the_index_is_never_loaded(tmp_path):
-    d = tmp_path / "rhtc-cache"
-    first = tier(d)
-    value = noise(0)
-    assert first.put("v|big", value) and first.put("v|small", np.arange(3))
-    first.close()
-    markers = [tmp_path / f"ran-{where}" for where in ("from-a-file", "from-the-index", "as-a-key")]
-    ((big_file, _),) = _rows(d, "v|big")
-    (d / big_file).write_bytes(pickle.dumps(Marker(markers[0])))
-    with sqlite3.connect(d / "cache.db") as db:              # PICKLE rows: the value in a file, in the index
-        db.execute("UPDATE Cache SET mode = 4 WHERE key = 'v|big'")
-        db.execute("UPDATE Cache SET mode = 4, value = ? WHERE key = 'v|small'", (pickle.dumps(Marker(markers[1])),))
-        db.execute("INSERT INTO Cache (key, raw, store_time, mode, value) VALUES (?, 0, 0, 1, ?)",
-                   (pickle.dumps(Marker(markers[2])), b"x"))  # a pickled key
-    d2 = tier(d)
-    got = [d2.get("v|big"), d2.get("v|small")]
-    keys = list(d2._store)                                    # the index's keys, decoded (iteration)
-    assert not any(m.exists() for m in markers), "a pickle from the tier was loaded"
-    assert got == [None, None] and d2.refused == 2 and d2.hits == 0
-    assert None in keys
-    assert d2.put("v|big", value) and np.array_equal(d2.get("v|big"), value)     # written again: served
-    d2.close()
-
-
-def noise(seed: int) -> np.ndarray:
-    """400 kB that LZ4 cannot shrink: an entry in a file of its own."""
-    return np.random.default_rng(seed).random(50_000)
-
-
-def _rows(d: Path, *keys: str) -> list[tuple]:
-    with sqlite3.connect(d / "cache.db") as db:
-        return [db.execute("SELECT filename, value FROM Cache WHERE key = ?", (k,)).fetchone() for k in keys]
-
-
-def test_a_row_pointed_at_another_chunks_entry_is_refused(tmp_path):
-    d = tmp_path / "rhtc-cache"
-    first = tier(d)
-    a, b = noise(1), noise(2)
-    assert first.put("v|A|Muon_pt|ak", a) and first.put("v|B|Muon_pt|ak", b)
-    first.close()
-    (fa, _), (fb, _) = _rows(d, "v|A|Muon_pt|ak", "v|B|Muon_pt|ak")
-    assert fa and fb
-    with sqlite3.connect(d / "cache.db") as db:              # swap the two rows' files
-        db.execute("UPDATE Cache SET filename = ? WHERE key = ?", (fb, "v|A|Muon_pt|ak"))
-        db.execute("UPDATE Cache SET filename = ? WHERE key = ?", (fa, "v|B|Muon_pt|ak"))
-    d2 = tier(d)
-    assert d2.get("v|A|Muon_pt|ak") is None, "served another chunk's entry"
-    assert d2.get("v|B|Muon_pt|ak") is None
-    assert (d2.refused, d2.dropped, d2.hits) == (2, 0, 0)
-    assert d2.put("v|A|Muon_pt|ak", a) and np.array_equal(d2.get("v|A|Muon_pt|ak"), a)
-    d2.close()
-
-
-def test_a_row_naming_a_file_outside_the_tier_is_never_read_nor_deleted(tmp_path):
-    d = tmp_path / "rhtc-cache"
-    first = tier(d)
-    assert first.put("v|A", noise(1))
-    first.close()
-    ((fa, _),) = _rows(d, "v|A")
-    outside = tmp_path / "thesis.val"                        # a genuine entry, copied out of the tier
-    shutil.copyfile(d / fa, outside)
-    with sqlite3.connect(d / "cache.db") as db:
-        db.execute("UPDATE Cache SET filename = ? WHERE key = ?", (str(outside), "v|A"))
-    d2 = tier(d)
-    assert d2.get("v|A") is None and d2.refused == 1
-    assert outside.exists(), "a file outside the tier was deleted"
-    d2.close()
-
-
-def test_an_entry_written_with_another_secret_is_refused(tmp_path):
-    theirs, ours = tmp_path / "their-cache", tmp_path / "rhtc-cache"
-    t = tier(theirs)
-    assert t.put("v|A", noise(7)) and t.put("v|small", np.arange(3))
-    t.close()
-    tier(ours).close()                                        # our tier, with its own secret
-    for item in theirs.iterdir():                             # their index and entries, not their key
-        if not item.name.startswith("rhtc-tier-"):
-            (shutil.copytree if item.is_dir() else shutil.copyfile)(item, ours / item.name)
-    d = tier(ours)
-    assert d.get("v|A") is None and d.get("v|small") is None, "served an entry made without our secret"
-    assert (d.refused, d.dropped) == (2, 0)
-    d.close()
-
-
-# -- end to end: real workers ---------------------------------------------------------------
-
-def _pt_sum(chunk):
-    import awkward as ak
-    return float(ak.sum(chunk.arrays(["Muon_pt", "Muon_eta"], how=dict)["Muon_pt"]))
-
-
-@needs_nanoaod
-def test_a_rerun_after_every_worker_is_replaced_refuses_a_row_pointed_at_another_chunk(broker, workers, tmp_path):
-    node = tmp_path / "node-a"
-    env = {"RHTC_DISK_CACHE": str(node)}
-    workers.start(1, env=env)
-    chunks = make_chunks(str(NANOAOD / "nano_dimuon.root"), step=20)
-    assert len(chunks) == 2
-    cold = {r.index: r.value for r in imap_unordered(_pt_sum, chunks, broker=broker)}
-    assert cold[0] != cold[1]
-    keys = [f"|{c.routing_key}|Muon_pt|ak" for c in chunks]
-
-    def written() -> list:
-        with sqlite3.connect(node / "cache.db") as db:
-            return [db.execute("SELECT key, value FROM Cache WHERE key LIKE ?", (f"%{k}",)).fetchone() for k in keys]
-    rows = wait_until(lambda: (lambda rows: all(rows) and rows)(written()), 30,   # written in the background
-                      lambda: f"both chunks' rows in the tier (now: {written()})", interval=0.1)
-    workers.stop_all()
-    (key0, _), (_, value1) = rows
-    with sqlite3.connect(node / "cache.db") as db:           # chunk 0's row now holds chunk 1's entry
-        db.execute("UPDATE Cache SET value = ? WHERE key = ?", (value1, key0))
-    (w2,) = workers.start(1, env=env)
-    warm = {r.index: r for r in imap_unordered(_pt_sum, chunks, broker=broker)}
-    assert [warm[i].value for i in range(2)] == [cold[i] for i in range(2)]
-    assert warm[0].meta["bytes_file"] > 0, "chunk 0 was not read from its file"
-    assert warm[1].meta["bytes_file"] == 0 and warm[1].meta["bytes_disk"] > 0
-    assert "refused" in workers.log(w2), workers.log(w2)
