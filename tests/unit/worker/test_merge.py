@@ -1,5 +1,8 @@
 """The merge on a worker without a broker (:mod:`worker.merge`, its :class:`~worker.merge.Partials`).
 
+A partial folds into a value of its own, never into what a task returned (an array a cache
+serves, or one the task keeps).
+
 The fold level: a reduce that raises on a worker. Whichever folds fail (before, during or
 after writing into the partial; on a task's result or on another worker's partial; on
 some workers only), every frame that reaches the client holds exactly the tasks it names,
@@ -29,7 +32,9 @@ from rhtc.broker.wire import protocol
 from rhtc.broker.wire.merge import MergePlan, Noted, decode_partial, is_partial_id, partial_id, unnoted
 from rhtc.broker.wire.messages import ResultMeta, decode_result
 from rhtc.client.reduce import Reducer
+from rhtc.broker.wire.protocol import TaskRef
 from rhtc.worker.merge import Partials
+from tests.readonlykit import add_in_place
 
 KEY, OTHER_KEY = b"k" * 32, b"o" * 32
 MAP, OTHER_MAP = "0123456789abcdef", "fedcba9876543210"
@@ -284,3 +289,17 @@ def test_a_partial_whose_blob_is_gone_is_dropped_not_folded():
     p.fold(PLAN, protocol.TaskRef(MAP, 0), Counter({0: 1}), META)
     assert p.absorb(MAP, [(partial_id(MAP, 1), b"stub")], read=lambda item: None) == ([], [partial_id(MAP, 1)])
     assert p.open[MAP].value == Counter({0: 1})
+
+
+# -- a partial's value is its own -------------------------------------------------------------
+
+def test_a_partial_never_folds_into_what_a_task_returned():
+    served = np.arange(4.0)                # e.g. an array a cache serves, or the task keeps
+    before = served.copy()
+    p = Partials(b"k" * 32, room=100)
+    plan = MergePlan(abs, add_in_place, 10, 60.0)
+    meta = ResultMeta(worker="w1", host="n1", pid=7, start=1.0, stop=2.0)
+    assert p.fold(plan, TaskRef("0123456789abcdef", 0), served, meta)
+    assert p.fold(plan, TaskRef("0123456789abcdef", 1), np.ones(4), meta)
+    assert served.tolist() == before.tolist()
+    assert p.open["0123456789abcdef"].value.tolist() == (before + 1).tolist()

@@ -1,14 +1,14 @@
 """NanoAOD over root:// from a real xrootd server (Debian's xrootd-server, installed with
-apt-get by the fixture when missing), started on a free port as an unprivileged user and
-stopped by its pid."""
+apt-get by the fixture when missing: tests/xrootdkit.py), started on a free port as an
+unprivileged user and stopped by its pid: the same histograms as from the local files, a
+rerun routed home that reads nothing from the server, a server killed mid-map or down
+while a map is retried, bad URLs and a file changed on the server named before any task."""
 from __future__ import annotations
 
 import functools
 import os
 import shutil
-import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,46 +18,12 @@ from rhtc.client import imap_unordered, make_chunks, remote_map
 from rhtc.client.data.chunks import ChunkFileError
 from rhtc.client.errors import RemoteError
 from rhtc.examples.dimuon import dimuon
-from tests.conftest import NANOAOD, map_keys, needs_nanoaod
+from tests.conftest import map_keys, needs_nanoaod
 from tests.helpers import wait_until
-from tests.pools.common import PoolUnavailable, ensure_debian_packages
-from tests.pools.fixtures import pools_required
+from tests.xrootdkit import REAL, served, server  # noqa: F401  (fixtures)
 
 pytest.importorskip("XRootD.client", reason="the [xrootd] extra is not installed")
 pytestmark = [needs_nanoaod, pytest.mark.timeout(300)]
-REAL = ["nano_dimuon.root", "nano_dy.root", "nanoAOD_2015_CMS_Open_Data_ttbar.root"]
-
-
-@pytest.fixture(scope="module")
-def served():
-    """A world-readable temporary directory: copies of the real samples and a generated file."""
-    try:
-        ensure_debian_packages(["xrootd-server"], ["xrootd"])
-    except PoolUnavailable as err:
-        if pools_required():
-            pytest.fail(f"xrootd-server required in CI but unavailable: {err}", pytrace=False)
-        pytest.skip(str(err))
-    from rhtc.client.synthetic import make_data
-    root = Path(tempfile.mkdtemp(prefix="rhtc-served-"))
-    for name in REAL:
-        shutil.copy(NANOAOD / name, root / name)
-    make_data(root / "gen", files=1, events=6000, compression="LZ4", progress=False)
-    for path in [root, *root.rglob("*")]:
-        path.chmod(0o755 if path.is_dir() else 0o644)
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
-
-
-@pytest.fixture
-def server(served):
-    s = XRootDServer(served)
-    try:
-        s.start()
-    except XRootDUnavailable as err:
-        s.close()
-        pytest.fail(str(err))
-    yield s
-    s.close()
 
 
 def test_dimuon_over_root_equals_the_local_files(server, served, broker, workers):

@@ -1,12 +1,17 @@
-"""Issue 22, cases 1, 2, 6 and 7: no hang on a bad fold, coffea's options as in coffea's own
-executors, the imports users type, every attempt on the run record and the timeline.
+"""coffea's options behave with ``RedisExecutor`` as with coffea's own IterativeExecutor:
+an ``accumulate`` that fails raises as there (it used to wait out the map's timeout, a
+TimeoutError after 240 s), ``skipbadfiles`` warns on the client, ``use_result_type`` gives
+an ``Err``, ``retries`` and ``retry_on`` run a failing item again, ``savemetrics`` and
+``maxchunks`` give coffea's metrics (a warm rerun reads 0 bytes), and a wrong tree name in
+a fileset names the trees there are. The imports users type work, and ``import rhtc`` (its
+errors included) does not import coffea.
 
 Real parts: a real redis-server and real worker processes (conftest), coffea's
-IterativeExecutor as the reference, the real CMS NanoAOD samples.
+IterativeExecutor as the reference, the real CMS NanoAOD samples, a fresh interpreter for
+the imports.
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import subprocess
 import sys
@@ -14,64 +19,19 @@ import warnings
 
 import pytest
 
-from rhtc.broker.wire.config import settings as process_settings
-from rhtc.broker.storage import Storage
 from tests.conftest import NANOAOD, ROOT, map_keys, needs_nanoaod
 from tests.helpers import poll_until
+from tests.nanoaodkit import DY
+
+coffea_processor = pytest.importorskip("coffea.processor")
+from coffea.nanoevents import NanoAODSchema  # noqa: E402
+from coffea.processor.executor import Err  # noqa: E402
+from coffea.util import _exception_chain  # noqa: E402
+
+from tests.coffeakit import count_processor  # noqa: E402
 
 
-def _slow_square(x):
-    import time as _t
-    _t.sleep(0.2)
-    return x * x
-
-
-def _refuse_fold(a, b):
-    raise ValueError("cannot fold these two")
-
-
-# -- case 1: an error while folding or collecting ends the map and is raised -------------------
-
-def test_remote_map_reduce_error_names_the_task_and_removes_the_keys(broker, storage, workers):
-    from rhtc import remote_map
-    workers.start(1)
-    with pytest.raises(ValueError, match="cannot fold") as info:
-        remote_map(_slow_square, range(6), broker=broker.config, reduce=_refuse_fold, progress=False)
-    notes = "\n".join(getattr(info.value, "__notes__", []))
-    assert "while folding the result of task" in notes and "argument:" in notes
-    assert poll_until(lambda: map_keys(storage) == [], 30), map_keys(storage)
-
-
-def test_submit_reduce_error_ends_the_map_at_once(broker, storage, workers):
-    from rhtc import submit
-    workers.start(1)
-    handle = submit(_slow_square, range(30), broker=broker.config, reduce=_refuse_fold)
-    assert poll_until(handle.done, 90), "the map never reported done after its fold failed"
-    assert handle.received < 30              # ended at the error, not after every task
-    with pytest.raises(ValueError, match="cannot fold") as info:
-        handle.wait(5)
-    assert "while folding the result of task" in "\n".join(info.value.__notes__)
-    assert poll_until(lambda: map_keys(storage) == [], 30), map_keys(storage)
-
-
-def test_broker_lost_while_collecting_in_the_background_ends_the_map(broker, workers):
-    from rhtc.client.api import MapHandle
-    from rhtc.client.errors import BrokerLost
-    from rhtc.client.engine.maprun import MapRun
-    workers.start(1)
-    impatient = dataclasses.replace(process_settings(), broker_patience=2.0)
-    run = MapRun(Storage(broker.config, settings=impatient), _slow_square, list(range(200)))
-    run.submit()
-    handle = MapHandle(run).start_background()
-    assert poll_until(lambda: handle.received > 0, 60)
-    workers.stop_all()
-    broker.stop()
-    assert poll_until(handle.done, 90), "the map never reported done after its broker went away"
-    with pytest.raises(BrokerLost):
-        handle.wait(5)
-
-
-# -- case 6: the imports users type ------------------------------------------------------------
+# -- the imports users type ----------------------------------------------------------------------
 
 def test_imports_users_type_work_and_import_rhtc_stays_without_coffea():
     code = ("import sys, rhtc\n"
@@ -88,24 +48,7 @@ def test_imports_users_type_work_and_import_rhtc_stays_without_coffea():
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
 
 
-@pytest.mark.parametrize("option", ["--workers", "--dask-workers"])
-def test_bench_dimuon_refuses_zero_workers(tmp_path, option):
-    from click.testing import CliRunner
-    from rhtc.bench.dimuon import dimuon_command
-    result = CliRunner().invoke(dimuon_command, [option, "0", "--files", "1", "--events", "100", "--no-dask",
-                                                 "--repeats", "1", "--data-dir", str(tmp_path / "data"),
-                                                 "--json", str(tmp_path / "b.json"), "--no-progress"])
-    assert result.exit_code == 2, result.output + repr(result.exception)
-    assert option in result.output and "0" in result.output
-    assert not isinstance(result.exception, ZeroDivisionError)
-
-
-# -- cases 1 and 2 with coffea: ours beside IterativeExecutor on the real samples -------------
-
-coffea_processor = pytest.importorskip("coffea.processor")
-from coffea.nanoevents import NanoAODSchema  # noqa: E402
-from coffea.processor.executor import Err  # noqa: E402
-from coffea.util import _exception_chain  # noqa: E402
+# -- ours beside IterativeExecutor on the real samples ---------------------------------------------
 
 SAMPLES = {"ttbar2015": [str(NANOAOD / "nanoAOD_2015_CMS_Open_Data_ttbar.root")],
            "dy2018": [str(NANOAOD / "nano_dy.root")],
@@ -264,81 +207,18 @@ def test_savemetrics_and_maxchunks_as_with_iterative_and_per_item_bytes(broker, 
     assert warm_metrics["bytesread"] == 0, "a warm rerun read nothing from the files"
 
 
-# -- case 7: every attempt on the run record and the timeline ------------------------------------
-
-def _raise_or_crash(i):
-    import os as _os
-    import time as _t
-    if i == 3:
-        raise ValueError(f"task {i} always raises")
-    if i == 5:
-        _t.sleep(0.3)
-        _os._exit(1)                  # kills its task process: the worker restarts it
-    _t.sleep(0.3)
-    return i
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(240)
-def test_failed_attempts_retries_and_lost_runs_are_on_the_record_and_timeline(broker, workers, tmp_path):
-    import rhtc
-    from rhtc.client.reports.efficiency import efficiency
-    from rhtc.client.reports.record import RunRecord
-    from rhtc.client.reports.timeline import plot_timeline
-    (name,) = workers.start(1)
-    out = rhtc.remote_map(_raise_or_crash, range(12), broker=broker.config, retries=2, errors="return",
-                          progress=False, timeout=200)
-    assert [type(v).__name__ for v in out].count("RemoteError") == 2
-    assert out[5].remote_type == "WorkerLost"
-    record = rhtc.last_map().record()
-    assert len(record.tasks) == record.n_tasks == 12, "every task has a row, the WorkerLost one too"
-    lost_row = next(t for t in record.tasks if t.index == 5)
-    assert lost_row.worker == name and lost_row.stop > lost_row.start and "WorkerLost" in lost_row.error
-    numbers = efficiency(record)
-    assert numbers["errors"] == 2, "two tasks failed"
-
-    retried = [a for a in record.attempts if a.index == 3]
-    assert len(retried) == 2 and all(a.outcome == "retried" and a.timed and a.worker == name for a in retried)
-    assert all("ValueError: task 3 always raises" in a.error and a.backoff > 0 for a in retried)
-    lost = [a for a in record.attempts if a.index == 5]
-    assert len(lost) == process_settings().max_attempts - 1
-    assert all(a.outcome == "lost" and a.timed and a.worker == name and "exit code 1" in a.error for a in lost)
-    assert numbers["failed_attempts"] == len(retried) + len(lost) and numbers["lost_attempts"] == len(lost)
-    assert numbers["backoff"] == pytest.approx(sum(a.backoff for a in retried))
-
-    without = RunRecord.from_dict({**record.to_dict(), "attempts": []})
-    assert numbers["busy"] > efficiency(without)["busy"], "a failed attempt kept its worker busy"
-
-    saved = RunRecord.load(record.save(tmp_path / "run.json"))
-    assert saved.attempts == record.attempts
-    png = tmp_path / "timeline.png"
-    figure = plot_timeline(saved, path=png)
-    title = figure._suptitle.get_text()
-    assert "12/12 tasks" in title and "2 failed tasks" in title and "failed attempts" in title
-    legend = [t.get_text() for ax in figure.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
-    assert any("failed attempt, retried (2)" in t for t in legend)
-    assert any(f"attempt lost with its process ({len(lost)})" in t for t in legend)
-    assert png.stat().st_size > 0
-
-
-def _crash_first_time(marker):
-    import os as _os
-    if not _os.path.exists(marker):
-        open(marker, "w").close()
-        _os._exit(1)
-    return "ok"
-
-
-@pytest.mark.timeout(120)
-def test_a_task_process_restart_is_on_the_record_of_a_map_that_succeeded(broker, workers, tmp_path):
-    import rhtc
-    from rhtc.client.reports.efficiency import efficiency
-    (name,) = workers.start(1)
-    marker = str(tmp_path / "crashed")
-    assert rhtc.remote_map(_crash_first_time, [marker], broker=broker.config, progress=False,
-                           timeout=100) == ["ok"]
-    record = rhtc.last_map().record()
-    (lost,) = record.attempts
-    assert lost.outcome == "lost" and lost.worker == name and lost.timed and "exit code 1" in lost.error
-    numbers = efficiency(record)
-    assert numbers["errors"] == 0 and numbers["failed_attempts"] == numbers["lost_attempts"] == 1
+@needs_nanoaod
+def test_a_wrong_tree_name_in_a_coffea_fileset_names_the_trees(broker, workers):
+    pytest.importorskip("coffea")
+    from coffea import processor
+    from coffea.nanoevents import NanoAODSchema
+    from coffea.processor.executor import UprootMissTreeError
+    from rhtc.client.coffea import RedisExecutor
+    workers.start(1)
+    run = processor.Runner(executor=RedisExecutor(broker=broker.config, status=False),
+                           schema=NanoAODSchema, chunksize=100)
+    with pytest.raises(UprootMissTreeError) as info:      # as IterativeExecutor raises it
+        run({"dy": [DY]}, processor_instance=count_processor(), treename="Evnts")
+    head = "\n".join(info.value.__notes__)                   # the note naming the item, and what to do
+    assert "no tree 'Evnts'" in head and "Events" in head.split("no tree 'Evnts'")[1], head
+    assert "pass skipbadfiles=True" not in head and "skipbadfiles=True cannot help" in head, head

@@ -1,22 +1,31 @@
-"""Issue 33, second and third points: on the worker that holds a chunk, what NanoEvents
-construction produced from it is kept (client/data/coffea_events.py), so a warm rerun pays
-only the processing; it counts against the cache's byte cap, is keyed by everything that
-changes it, and a warm answer is still the cold answer.
+"""NanoEvents kept on the worker that holds a chunk (client/data/coffea_events.py), so a
+warm rerun pays only the processing: coffea builds NanoEvents for every item (the tree's
+base form, the schema's collections and cross-references, an awkward array of virtual
+buffers), and once the branches come from the worker's cache that construction is the
+largest cost of a warm AGC item. What is kept counts against the cache's byte cap, is
+keyed by everything that changes it, and a warm answer is still the cold answer.
 
-Two tiers. The first runs coffea's own Runner in this process through what a worker's task
-process runs for an item (``_RunItem`` with a worker's context and a real ``BranchCache``):
-it counts NanoEvents constructions, watches the cache's bytes, and measures what a kept
-chunk holds. The second runs ``RedisExecutor`` with real worker processes on a real
-redis-server (conftest): a processor that changes its events, a file rewritten with its
-UUID, a cache too small to keep anything. tests/test_warm_equals_cold.py compares the AGC
-histograms with IterativeExecutor's cold, warm and after every worker is replaced.
-Real parts: coffea, uproot reads of files written here and of the real 2015 AGC sample.
+A cold item's construction keeps the base form across files too (``branch_signature`` and
+``_from_root_kept_form``): working out a NanoAOD tree's base form (each branch's
+interpretation, type name and form) is most of what a cold item spends building
+NanoEvents; files of one production have the same branches, so a worker keeps the form (in
+its byte-capped cache, under the tree's branch signature) and builds the next file's events
+from it. What it builds must be what coffea builds: the same schema form, partition key and
+answers, on files written here and on every real NanoAOD sample; a file whose branches
+differ in anything that makes the form (a type, a title) gets its own.
+
+In this process: coffea's own Runner through what a worker's task process runs for an item
+(``_RunItem`` with a worker's context and a real ``BranchCache``), counting NanoEvents
+constructions and base forms, watching the cache's bytes, measuring what a kept chunk
+holds. With real workers: tests/scenarios/test_kept_nanoevents_on_workers.py; the AGC
+histograms against IterativeExecutor's, cold, warm and after every worker is replaced:
+tests/scenarios/test_a_warm_answer_is_the_cold_answer.py. Real parts: coffea, uproot
+reads of files written here and of the real CMS NanoAOD samples.
 """
 from __future__ import annotations
 
 import dataclasses
 import gc
-import os
 import tracemalloc
 import uuid as uuidlib
 import warnings
@@ -29,90 +38,19 @@ import uproot
 pytest.importorskip("coffea")
 from coffea import processor  # noqa: E402
 from coffea.nanoevents import BaseSchema, NanoAODSchema, NanoEventsFactory  # noqa: E402
+from coffea.nanoevents.mapping import UprootSourceMapping  # noqa: E402
 from coffea.processor import accumulate  # noqa: E402
 from coffea.processor.executor import ExecutorBase  # noqa: E402
 
 from rhtc import context  # noqa: E402
 from rhtc.client.data import coffea_events  # noqa: E402
-from rhtc.client.data.coffea_events import NODE_BYTES, KeptEvents  # noqa: E402
-from rhtc.client.data.coffea_items import CoffeaTask, _RunItem, routing_key, worker_cache  # noqa: E402
+from rhtc.client.data.coffea_events import (NODE_BYTES, KeptEvents, _from_root_kept_form,  # noqa: E402
+                                            branch_signature)
+from rhtc.client.data.coffea_items import CoffeaTask, _RunItem, routing_key  # noqa: E402
 from rhtc.worker.cache import BranchCache  # noqa: E402
+from tests.coffeakit import (ENTRIES, Meddler, assert_same_sums, iterative, nano, run,  # noqa: E402,F401  (nano: a fixture)
+                             write_nano)
 from tests.conftest import NANOAOD, needs_nanoaod  # noqa: E402
-from tests.helpers import register_by_value  # noqa: E402
-
-register_by_value(__name__)   # the processors travel by value
-
-ENTRIES = 2_000
-
-
-# -- files: a small NanoAOD written here, rewritten in place with its UUID ----------------------
-
-def write_nano(path: str, scale: float, uuid: uuidlib.UUID, entries: int = ENTRIES) -> None:
-    """Muons (pt x ``scale``, eta, phi, mass, charge) and the event ids; an existing file is
-    rewritten in place (same inode, its mtime set back) and keeps ``uuid``."""
-    before = os.stat(path) if os.path.exists(path) else None
-    rng = np.random.default_rng(33)
-    counts = rng.integers(0, 4, entries)
-    m = int(counts.sum())
-    muon = ak.unflatten(ak.zip({"pt": (rng.uniform(5, 100, m) * scale).astype(np.float32),
-                                "eta": rng.uniform(-2.5, 2.5, m).astype(np.float32),
-                                "phi": rng.uniform(-3, 3, m).astype(np.float32),
-                                "mass": np.full(m, 0.105, np.float32),
-                                "charge": rng.choice([-1, 1], m).astype(np.int32)}), counts)
-    data = {"Muon": muon, "run": np.ones(entries, np.uint32), "event": np.arange(entries, dtype=np.uint64),
-            "luminosityBlock": np.ones(entries, np.uint32)}
-    with uproot.recreate(path, uuid_function=lambda: uuid) as f:
-        tree = f.mktree("Events", {k: v.type if isinstance(v, ak.Array) else v.dtype for k, v in data.items()},
-                        field_name=lambda outer, inner: f"{outer}_{inner}", counter_name=lambda c: f"n{c}")
-        tree.extend(data)
-    if before is not None:
-        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
-        assert os.stat(path).st_ino == before.st_ino
-
-
-@pytest.fixture
-def nano(tmp_path) -> str:
-    path = str(tmp_path / "nano.root")
-    write_nano(path, 1.0, uuidlib.uuid4())
-    return path
-
-
-# -- processors ---------------------------------------------------------------------------------
-
-class MuonSums(processor.ProcessorABC):
-    """Muon pt sums and counts (exact checks), and a histogram."""
-
-    def process(self, events):
-        import hist
-        pt = events.Muon.pt
-        h = hist.Hist(hist.axis.Regular(20, 0, 200, name="pt"))
-        h.fill(pt=ak.flatten(pt))
-        return {"pt": float(ak.sum(pt)), "muons": int(ak.sum(ak.num(pt))), "events": len(events), "hist": h}
-
-    def postprocess(self, accumulator):
-        return accumulator
-
-
-class Meddler(processor.ProcessorABC):
-    """Changes everything a processor can reach of its events (a field, a nested field,
-    the metadata, the attrs) and counts what it found already changed on arrival."""
-
-    def process(self, events):
-        factory = events.attrs["@events_factory"]
-        found = {"field": "doubled" in events.fields, "muon field": "pt2" in events.Muon.fields,
-                 "metadata": "touched" in events.metadata, "attrs": "touched" in events.attrs}
-        own = {"events() is events": factory.events() is events, "file handle": factory.file_handle is not None,
-               "schema version": events.metadata.get("version") == "latest"}
-        events["doubled"] = events.Muon.pt * 2
-        events["Muon", "pt2"] = events.Muon.pt ** 2
-        events.metadata["touched"] = True
-        events.attrs["touched"] = True
-        return {"found changed": {k: int(v) for k, v in found.items()}, "own": {k: int(v) for k, v in own.items()},
-                "pt": float(ak.sum(events.Muon.pt)), "doubled": float(ak.sum(events.doubled)),
-                "pt2": float(ak.sum(events.Muon.pt2)), "items": 1}
-
-    def postprocess(self, accumulator):
-        return accumulator
 
 
 # -- in this process, as a worker's task process runs an item -----------------------------------
@@ -152,28 +90,11 @@ def constructions(monkeypatch) -> list:
     return calls
 
 
-def run(executor, fileset, make=MuonSums, chunksize: int = 700, cachestrategy=worker_cache, schema=NanoAODSchema,
-        **options):
-    runner = processor.Runner(executor=executor, schema=schema, chunksize=chunksize, cachestrategy=cachestrategy,
-                              **options)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")              # NanoAODSchema's missing cross-references
-        return runner(fileset, processor_instance=make(), treename="Events")
-
-
-def iterative(fileset, make=MuonSums, chunksize: int = 700, **options):
-    return run(processor.IterativeExecutor(status=False), fileset, make, chunksize, cachestrategy=None, **options)
-
-
 def kept_entries(cache: BranchCache) -> dict:
     return {k: v for k, v in cache._data.items() if isinstance(v[0], KeptEvents)}
 
 
-def assert_same_sums(got: dict, want: dict, what: str) -> None:
-    assert (got["muons"], got["events"]) == (want["muons"], want["events"]), what
-    np.testing.assert_allclose(got["pt"], want["pt"], rtol=1e-9, err_msg=what)
-    np.testing.assert_array_equal(got["hist"].values(flow=True), want["hist"].values(flow=True), err_msg=what)
-
+# -- kept NanoEvents ----------------------------------------------------------------------------
 
 def test_a_warm_item_builds_no_nanoevents_and_gives_the_cold_answer(nano, on_a_worker, constructions):
     fileset = {"nano": [nano]}
@@ -353,87 +274,117 @@ def test_what_a_kept_chunk_is_charged_is_what_it_holds(path, schema):
     assert held > 0 and 1.0 <= kept.nbytes / held <= 1.6, (kept.nbytes, held)
 
 
-# -- through real workers ----------------------------------------------------------------------
+# -- the base form kept across files ----------------------------------------------------------------
 
-class Served(processor.ProcessorABC):
-    """The muon sums, and how many items had the kept events before this one (0: built for
-    this item)."""
-
-    def process(self, events):
-        out = MuonSums().process(events)
-        out["served before"] = events.attrs["@events_factory"].kept.items_served - 1
-        return out
-
-    def postprocess(self, accumulator):
-        return accumulator
+def forms_kept(cache: BranchCache) -> dict:
+    return {k: v for k, v in cache._data.items() if k.startswith("nanoevents-form|")}
 
 
-def _ours(broker, **options):
-    from rhtc.coffea import RedisExecutor
-    return RedisExecutor(broker=broker.config, status=False, stragglers=None, **options)
+@pytest.fixture
+def base_forms(monkeypatch) -> list:
+    """Every base form worked out from a tree (coffea's or ours)."""
+    calls = []
+    real = UprootSourceMapping._extract_base_form.__func__
+
+    def counting(cls, tree, iteritems_options={}):
+        calls.append(tree.file.file_path)
+        return real(cls, tree, iteritems_options)
+
+    monkeypatch.setattr(UprootSourceMapping, "_extract_base_form", classmethod(counting))
+    return calls
 
 
-def test_on_a_worker_reruns_reuse_the_kept_events_and_a_meddler_changes_nothing(broker, workers, tmp_path):
-    path, same = str(tmp_path / "skim.root"), uuidlib.uuid4()
-    write_nano(path, 1.0, same)
-    fileset = {"skim": [path]}
-    workers.start(1)
-    ours = _ours(broker)
-    cold, warm = run(ours, fileset, make=Served), run(ours, fileset, make=Served)
-    assert (cold["served before"], warm["served before"]) == (0, 3), "a warm item built its events again"
-    for what, got in (("cold", cold), ("warm", warm)):
-        assert_same_sums(got, iterative(fileset), what)
-    want = iterative(fileset, make=Meddler)
-    for i in range(2):
-        got = run(ours, fileset, make=Meddler)
-        assert got["found changed"] == {"field": 0, "muon field": 0, "metadata": 0, "attrs": 0}, f"run {i}"
-        assert got["own"] == {"events() is events": 3, "file handle": 3, "schema version": 3}, f"run {i}"
-        np.testing.assert_allclose(got["doubled"], want["doubled"], rtol=1e-9)
-    write_nano(path, 2.0, same)                       # rewritten in place, same UUID: same items
-    after = run(ours, fileset, make=Served)
-    assert after["served before"] == 0, "the old file's events were served"
-    np.testing.assert_allclose(after["pt"], 2 * cold["pt"], rtol=1e-6)
-    assert_same_sums(after, iterative(fileset), "after the rewrite")
+def _assert_built_as_coffea_builds(path, schema, cache: BranchCache, what: str) -> None:
+    """Our factory for the whole tree of ``path`` against coffea's: the same schema form,
+    partition key, metadata, type and muon pts."""
+    args = dict(treepath="Events", schemaclass=schema, metadata={"dataset": "d"}, mode="virtual", buffer_cache={})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with uproot.open(path) as f:
+            ours = _from_root_kept_form(f, dict(args, metadata={"dataset": "d"}), cache)
+            theirs = NanoEventsFactory.from_root(f, **args)
+            assert ours._schema.form == theirs._schema.form, what
+            assert ours._partition_key == theirs._partition_key, what
+            mine, coffeas = ours.events(), theirs.events()
+            assert mine.metadata == coffeas.metadata and len(mine) == len(coffeas), what
+            assert str(ak.type(mine)) == str(ak.type(coffeas)), what
+            column = ("Muon", "pt") if "Muon" in mine.fields else "event" if "event" in mine.fields else "Muon_pt"
+            assert ak.array_equal(mine[column], coffeas[column]), what
 
 
-def test_a_worker_whose_cache_cannot_hold_the_events_builds_them_and_answers_the_same(broker, workers, nano):
-    fileset = {"nano": [nano]}
-    workers.start(1, extra=("--cache-size", "20kB"))
-    ours = _ours(broker)
-    cold, warm = run(ours, fileset, make=Served), run(ours, fileset, make=Served)
-    assert (cold["served before"], warm["served before"]) == (0, 0), "kept beyond the cache's cap"
-    for what, got in (("cold", cold), ("warm", warm)):
-        assert_same_sums(got, iterative(fileset), what)
+def test_files_with_the_same_branches_share_one_form_and_answer_as_coffea(tmp_path, on_a_worker, base_forms):
+    paths = [str(tmp_path / f"nano{k}.root") for k in range(3)]
+    for k, path in enumerate(paths):
+        write_nano(path, 1.0 + k, uuidlib.uuid4())
+    assert len({branch_signature(uproot.open(p)["Events"]) for p in paths}) == 1
+    fileset = {"nano": paths}
+    want, want_300 = iterative(fileset), iterative(fileset, chunksize=300)
+    base_forms.clear()
+    cache = on_a_worker()
+    cold = run(AsOnAWorker(), fileset)
+    assert_same_sums(cold, want, "cold, one form for three files")
+    assert base_forms == [paths[0]], "the form of the first file serves the other two"
+    assert len(forms_kept(cache)) == 1
+    (value, size, tag), = forms_kept(cache).values()
+    assert tag is None and size >= len(value) > 1000, "a kept form counts its bytes against the cap"
+    assert_same_sums(run(AsOnAWorker(), fileset), want, "warm")
+    assert_same_sums(run(AsOnAWorker(), fileset, chunksize=300), want_300, "other chunks")
+    assert base_forms == [paths[0]]
 
 
-# -- bench agc: the warm breakdown and the histogram check --------------------------------------
+def _write(path: str, pt_dtype, title: str = "", max_muons: int = 3) -> None:
+    """Muons (pt in ``pt_dtype``, eta, phi, mass, charge) and the event ids, tree title ``title``."""
+    rng = np.random.default_rng(5)
+    counts = rng.integers(0, max_muons + 1, 600)
+    m = int(counts.sum())
+    muon = ak.unflatten(ak.zip({"pt": rng.uniform(5, 100, m).astype(pt_dtype),
+                                "eta": rng.uniform(-2.5, 2.5, m).astype(np.float32),
+                                "phi": rng.uniform(-3, 3, m).astype(np.float32),
+                                "mass": np.full(m, 0.105, np.float32),
+                                "charge": rng.choice([-1, 1], m).astype(np.int32)}), counts)
+    data = {"Muon": muon, "run": np.ones(600, np.uint32), "event": np.arange(600, dtype=np.uint64),
+            "luminosityBlock": np.ones(600, np.uint32)}
+    with uproot.recreate(path) as f:
+        tree = f.mktree("Events", {k: v.type if isinstance(v, ak.Array) else v.dtype for k, v in data.items()},
+                        title=title, field_name=lambda outer, inner: f"{outer}_{inner}", counter_name=lambda c: f"n{c}")
+        tree.extend(data)
 
-@pytest.mark.heavy            # writes the AGC samples
-def test_bench_agc_breaks_a_chunk_down_cold_and_warm_and_compares_every_histogram(tmp_path):
-    from rhtc.bench.agc import _hist_views, _same_hists
-    from rhtc.bench.agcchunk import describe, one_chunk
-    from rhtc.bench.agcgen import make_agc_data
-    from rhtc.examples.agc_ttbar import TtbarAnalysis, agc_fileset
-    make_agc_data(tmp_path, events=2_000, min_events=200, lean=True, progress=False, workers=1,
-                  samples=[("ttbar", "nominal"), ("wjets", "nominal")])
-    fileset = agc_fileset(str(tmp_path))
-    items = list(processor.Runner(executor=processor.IterativeExecutor(status=False), chunksize=600)
-                 .preprocess(fileset, treename="Events"))
-    chunk = max(items, key=len)
-    t = one_chunk(chunk, systematics=True, before=next(i for i in items if i.filename != chunk.filename))
-    warm, again = t["warm"], t["warm_built_again"]
-    assert set(warm) >= {"file_s", "nanoevents_s", "processing_s", "rest_s", "item_s"}
-    assert warm["nanoevents_s"] < again["nanoevents_s"], "kept NanoEvents cost what building them costs"
-    assert 0 < warm["processing_s"] <= warm["item_s"]
-    lines = describe("a.root", t, 22)
-    assert len(lines) == 3 and "NanoEvents kept" in lines[1] and "as before" in lines[1]
-    ours_cold = warm["cold"]
-    assert "after an item of another file" in lines[2] and "kept from that file" in lines[2]
-    assert ours_cold["file_s"] > warm["file_s"] and ours_cold["item_s"] > warm["item_s"]
 
-    out = iterative(fileset, make=lambda: TtbarAnalysis(True), chunksize=600)
-    views = _hist_views(out)
-    assert len(views) > 20 and _same_hists(views, _hist_views(out))
-    key = next(iter(views))
-    changed = {**views, key: (views[key][0] + 1e-3, views[key][1])}
-    assert not _same_hists(changed, views)
+def test_a_branch_of_another_type_or_title_makes_another_form(tmp_path, on_a_worker, base_forms):
+    paths = [str(tmp_path / f"{n}.root") for n in ("float32", "float64", "titled")]
+    _write(paths[0], np.float32)
+    _write(paths[1], np.float64)
+    _write(paths[2], np.float32, title="another title")
+    assert len({branch_signature(uproot.open(p)["Events"]) for p in paths}) == 3, "types and titles make the form"
+    fileset = {"a": paths[:1], "b": paths[1:2], "c": paths[2:]}
+    want = iterative(fileset)
+    base_forms.clear()
+    cache = on_a_worker()
+    got = run(AsOnAWorker(), fileset)
+    assert_same_sums(got, want, "three forms")
+    assert len(forms_kept(cache)) == 3 and sorted(base_forms) == sorted(paths)
+
+
+def test_the_value_range_of_a_leaf_is_no_part_of_the_signature(tmp_path):
+    """nMuon's largest value differs from file to file (its leaf's fMaximum): same form."""
+    a, b = str(tmp_path / "a.root"), str(tmp_path / "b.root")
+    _write(a, np.float32)
+    _write(b, np.float32, max_muons=9)
+    leaf = lambda p: uproot.open(p)["Events"]["nMuon"].member("fLeaves")[0].member("fMaximum")  # noqa: E731
+    assert leaf(a) != leaf(b)
+    assert branch_signature(uproot.open(a)["Events"]) == branch_signature(uproot.open(b)["Events"])
+
+
+@needs_nanoaod
+@pytest.mark.heavy     # ~20 s: five real samples, two schemas, built twice each way
+@pytest.mark.parametrize("name", ["nanoAOD_2015_CMS_Open_Data_ttbar.root", "nano_dy.root", "nano_dimuon.root",
+                                  "EGamma_2022E_v13.root", "scouting_nano.root"])
+def test_on_the_real_samples_the_kept_form_builds_what_coffea_builds(name):
+    path = NANOAOD / name
+    if not path.exists():
+        pytest.skip(f"{path} not found")
+    for schema in (NanoAODSchema, BaseSchema):
+        cache = BranchCache(1 << 30)
+        for attempt in ("worked out", "kept"):
+            _assert_built_as_coffea_builds(path, schema, cache, f"{name} {schema.__name__} {attempt}")
+        assert len(forms_kept(cache)) == 1

@@ -1,10 +1,14 @@
-"""Over an analyst's day, input files change between maps (issue 16, scenario 3): a skim is
-re-run and rewrites its output in place (same path, new content). A worker keeps files open
-and caches their branches; neither may ever serve the old file. Real parts: ROOT files
-written here with uproot, real workers on a real redis-server, a real xrootd server.
+"""Input files change between maps over an analyst's day: a skim is re-run and rewrites
+its output in place (same path, new content). A worker keeps files open and caches their
+branches; neither may ever serve the old file: old chunks fail as ``changed`` (make the
+chunks again), a rewrite that keeps the UUID (ROOT's UPDATE mode) gives the new numbers,
+a file that shrank under a worker does not crash its task process, and coffea's items and
+a file on an xrootd server are never read stale either.
 
-Every rewrite keeps the file's mtime (set back with os.utime, as a rewrite within the same
-second would), so the checks cannot rely on mtime alone.
+Real parts: ROOT files written here with uproot (tests/rewritekit.py: every rewrite keeps
+the file's inode and mtime, so the checks cannot rely on mtime alone), real workers on a
+real redis-server, a real xrootd server. The client's own reads, in this process:
+tests/unit/client/data/test_openfiles.py.
 """
 from __future__ import annotations
 
@@ -22,23 +26,9 @@ import uproot
 from rhtc.client import make_chunks, remote_map
 from rhtc.client.data.chunks import ChunkFileError
 from rhtc.client.errors import RemoteError
+from tests.rewritekit import close_files_after, write  # noqa: F401  (an autouse fixture)
 
 STEP = 10_000
-
-
-def write(path: str, entries: int, value: float, compression=None, uuid: uuidlib.UUID | None = None) -> None:
-    """(Re)write ``path`` in place with branches x = value and y = 10 * value; an existing
-    file keeps its inode and its mtime."""
-    before = os.stat(path) if os.path.exists(path) else None
-    options = {"compression": compression}
-    if uuid is not None:
-        options["uuid_function"] = lambda: uuid
-    with uproot.recreate(path, **options) as f:
-        f["Events"] = {"x": np.full(entries, value), "y": np.full(entries, 10 * value)}
-    if before is not None:
-        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
-        after = os.stat(path)
-        assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
 
 
 def read_sum(branch: str, chunk):
@@ -123,20 +113,6 @@ def test_a_file_that_shrank_under_a_worker_does_not_crash_its_task_process(broke
     assert again[0][:2] == (3000.0, 100) and again[0][2] == pid
 
 
-def test_a_file_read_by_the_client_itself_is_reopened_when_rewritten(tmp_path):
-    """Outside a worker (a notebook reading a chunk, make_chunks) the same holds."""
-    path = str(tmp_path / "local.root")
-    write(path, 2 * STEP, 1.0, uproot.LZ4(1))
-    old = make_chunks(path, step=STEP)
-    assert old[0].arrays(["x"], library="np")["x"].sum() == STEP
-    write(path, 2 * STEP, 5.0, uproot.LZ4(1))
-    with pytest.raises(ChunkFileError, match="make_chunks again") as info:
-        old[0].arrays(["x"], library="np")
-    assert info.value.reason == "changed" and path in str(info.value)
-    new = make_chunks(path, step=STEP)
-    assert new[0].uuid != old[0].uuid and new[0].arrays(["x"], library="np")["x"].sum() == 5 * STEP
-
-
 def test_coffea_never_serves_a_rewritten_file_from_the_worker(broker, workers, tmp_path):
     """coffea's items get the file from the worker's open files and their buffers from its
     branch cache: a rewrite with the same UUID must still give the new numbers."""
@@ -211,11 +187,3 @@ def test_a_file_rewritten_on_an_xrootd_server_is_never_read_stale(xrootd_server)
     new = make_chunks(url, step=STEP)
     assert new[0].uuid != old[0].uuid
     assert new[1].arrays(["x"], library="np")["x"].sum() == 4 * STEP
-
-
-@pytest.fixture(autouse=True)
-def _close_files_after():
-    """This process's open files (make_chunks, chunks read here) do not outlive the test."""
-    yield
-    from rhtc.client.data.chunks import close_files
-    close_files()

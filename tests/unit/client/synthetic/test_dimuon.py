@@ -1,15 +1,15 @@
-"""Tests of the NanoAOD-schema generator (client/synthetic) and its command (bench.datagen) and the compression benchmark.
+"""The NanoAOD-schema generator (client/synthetic/dimuon.py) and its command (bench.datagen),
+writing one file at a time in this process.
 
 The generated files are checked against a real CMS NanoAODv6 file
 (/work/shared/data/nanoaod/nano_dimuon.root): same branch names, types and counters.
 Everything else is computed from the files written here: compression codecs from the
 raw basket headers, the Z peak from a dimuon mass calculation, byte fractions from
-uproot's per-branch byte counts.
+uproot's per-branch byte counts. Several files written by parallel processes, and the
+compression benchmark: tests/scenarios/test_data_written_in_parallel.py.
 """
 from __future__ import annotations
 
-import os
-import time
 from pathlib import Path
 
 import awkward as ak
@@ -18,7 +18,6 @@ import pytest
 import uproot
 from click.testing import CliRunner
 
-from rhtc.bench.compression import compression_benchmark
 from rhtc.bench.datagen import make_data_command
 from rhtc.client.synthetic.dimuon import COMPRESSIONS, DIMUON_BRANCHES, dimuon_fraction, make_data, parse_compression
 
@@ -147,28 +146,6 @@ def test_dimuon_branches_are_a_small_fraction(generated):
     assert dimuon_fraction(generated) == pytest.approx(dimuon / total)
 
 
-def test_reuse_and_determinism(tmp_path):
-    kwargs = dict(files=2, events=3_000, compression="ZSTD", progress=False)
-    first = make_data(tmp_path / "a", seed=5, **kwargs)
-    stamps = [os.stat(p).st_mtime_ns for p in first]
-    time.sleep(0.01)
-    again = make_data(tmp_path / "a", seed=5, **kwargs)
-    assert again == first
-    assert [os.stat(p).st_mtime_ns for p in again] == stamps, "same parameters must reuse files"
-
-    def muons(path):
-        with uproot.open(path) as file:
-            return file["Events"].arrays(["Muon_pt", "event"])
-
-    other = make_data(tmp_path / "b", seed=5, workers=1, **kwargs)
-    assert ak.array_equal(muons(other[0]), muons(first[0]))  # parallel == serial, same seed
-    changed = make_data(tmp_path / "a", seed=6, **kwargs)
-    assert [os.stat(p).st_mtime_ns for p in changed] != stamps, "a new seed must rewrite"
-    assert not ak.array_equal(muons(changed[0]).Muon_pt, muons(other[0]).Muon_pt)
-    # event numbers continue across files
-    assert muons(other[1]).event[0] == muons(other[0]).event[-1] + 1
-
-
 def test_make_data_command(tmp_path):
     runner = CliRunner()
     result = runner.invoke(make_data_command, ["--out", str(tmp_path), "--files", "1",
@@ -178,16 +155,3 @@ def test_make_data_command(tmp_path):
     assert (tmp_path / "nano_gen_000.root").exists()
     bad = runner.invoke(make_data_command, ["--out", str(tmp_path), "--compression", "brotli"])
     assert bad.exit_code != 0 and "LZMA" in bad.output
-
-
-def test_compression_benchmark_reads_the_same_events(tmp_path):
-    result = compression_benchmark(tmp_path, events=3_000, repeats=1, progress=False)
-    rows = {row["codec"]: row for row in result["rows"]}
-    assert list(rows) == ["LZMA", "ZLIB", "LZ4", "ZSTD"]
-    assert rows["LZMA"]["speed_vs_lzma"] == 1.0
-    # same events in every file: identical uncompressed bytes, different compressed ones
-    assert len({round(row["uncompressed_mb"], 9) for row in rows.values()}) == 1
-    assert len({row["file_mb"] for row in rows.values()}) == 4
-    assert rows["LZ4"]["file_mb"] > rows["LZMA"]["file_mb"]
-    for row in rows.values():
-        assert row["read_s"] > 0 and row["mhz"] == pytest.approx(3_000 / row["read_s"] / 1e6)

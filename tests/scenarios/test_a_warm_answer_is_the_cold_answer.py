@@ -1,4 +1,4 @@
-"""A warm answer is the cold answer (issue 28): a standing differential test.
+"""A warm answer is the cold answer: a standing differential test.
 
 Random chunkings (files, step, which chunks) of the real CMS NanoAOD samples and of small
 generated NanoAOD go through ``remote_map`` with analyses drawn from tests/warmcold.py
@@ -232,7 +232,7 @@ def test_a_coffea_processor_writing_into_its_columns_is_refused_on_every_tier(no
         try:
             outcomes[phase] = _coffea_run(ours, fileset, chunksize, cachestrategy=worker_cache,
                                           make=raw_muon_processor)
-        except ReadOnlyArrayError as err:       # the item's own error reaches the caller (issue 33)
+        except ReadOnlyArrayError as err:       # the item's own error, as coffea's executors raise it
             outcomes[phase] = err
 
     def returned(output: dict) -> str:

@@ -1,12 +1,12 @@
 """A worker that replaced another on the node serves a chunk whose branches are all in the
-node's disk tier without opening its file (client/data/cachedchunks.py), exactly as uproot would
-have returned it, and never from an old version of the file: a file rewritten under the
-same path (same UUID or not) gives the new numbers or ChunkFileError ``changed``; a corrupt
-entry is dropped and the chunk read from the file again. Real parts: ROOT files written
-here with uproot, real workers on a real redis-server, a real disk tier directory."""
+node's disk tier without opening its file (client/data/cachedchunks.py), and never from an
+old version of the file: a file rewritten under the same path (same UUID or not) gives the
+new numbers or ChunkFileError ``changed``; a corrupt entry is dropped and the chunk read
+from the file again. Real parts: ROOT files written here with uproot, real workers on a
+real redis-server, a real disk tier directory. That what is served is exactly what uproot
+returns, in this process: tests/unit/client/data/test_cachedchunks.py."""
 from __future__ import annotations
 
-import functools
 import os
 import uuid as uuidlib
 
@@ -15,15 +15,13 @@ import numpy as np
 import pytest
 import uproot
 
-from rhtc import context, last_map
+from rhtc import last_map
 from rhtc.client import make_chunks, remote_map
 from rhtc.client.data.chunks import ChunkFileError
 from rhtc.client.errors import RemoteError
-from rhtc.client.data.openfiles import close_files
-from rhtc.worker.cache import BranchCache
 from rhtc.worker.disk import DiskTier
-from tests.conftest import NANOAOD, needs_nanoaod
 from tests.helpers import wait_until
+
 
 STEP = 10_000
 
@@ -132,67 +130,3 @@ def test_a_corrupt_entry_is_dropped_and_the_chunk_read_from_the_file(broker, wor
     workers.start(1, env=env)                        # written again: the next worker opens nothing
     assert run(chunks, broker) == pytest.approx(expected(1.0))
     assert [(t.files_opened, t.bytes_file) for t in tasks()] == [(0, 0)] * len(chunks)
-
-
-@needs_nanoaod
-@pytest.mark.parametrize("how", [dict, tuple, list, None], ids=["dict", "tuple", "list", "None"])
-@pytest.mark.parametrize("library", ["ak", "np"])
-def test_a_chunk_served_without_its_file_is_what_uproot_returns(tmp_path, how, library):
-    chunk = make_chunks(str(NANOAOD / "nano_dy.root"), step=20)[1]
-    branches = ["Muon_pt", "nMuon", "Muon_charge"]
-    kwargs = {"library": library} | ({"how": how} if how is not None else {})
-    saved = context.current
-
-    def read(worker: str):
-        close_files()                                # a new process: nothing open
-        context.current = context.TaskContext(worker=worker, cache=BranchCache(
-            10**9, disk=DiskTier(tmp_path, size_limit=10**9, min_free=0)))
-        out = chunk.arrays(branches, **kwargs)
-        context.current.cache.disk.flush()
-        return out, context.current
-
-    try:
-        close_files()
-        direct = chunk.arrays(branches, **kwargs)
-        read("first")
-        served, ctx = read("replaced")
-    finally:
-        context.current = saved
-        close_files()
-    assert type(served) is type(direct)
-    if library == "ak":                               # np's jagged arrays hold objects: not kept
-        assert (ctx.files_opened, ctx.bytes_from_file) == (0, 0) and ctx.bytes_from_disk > 0
-    if how is None and library == "ak":
-        assert served.type == direct.type and ak.array_equal(served, direct)
-        return
-    pairs = zip(served.values(), direct.values()) if isinstance(direct, dict) else zip(served, direct)
-    if isinstance(direct, dict):
-        assert list(served) == list(direct)
-    for a, b in pairs:
-        assert type(a) is type(b)
-        if library == "ak":
-            assert a.type == b.type and ak.array_equal(a, b)
-        else:
-            assert a.dtype == b.dtype and all(np.array_equal(x, y) for x, y in zip(a, b))
-
-
-def test_a_corrupt_or_truncated_mapped_entry_is_a_miss(tmp_path):
-    """Entries of MAP_FROM bytes and more are memory-mapped: damage is still a miss."""
-    from rhtc.worker.disk import MAP_FROM
-    d = DiskTier(tmp_path, size_limit=10**9, min_free=0)
-    value = np.arange(MAP_FROM // 4 + 10, dtype=np.float64)
-    for damage in ("flip", "truncate"):
-        assert d.put("v|big", value)
-        (f,) = list(tmp_path.rglob("*.val"))
-        assert f.stat().st_size >= MAP_FROM
-        assert np.array_equal(d.get("v|big"), value)
-        raw = bytearray(f.read_bytes())
-        if damage == "flip":
-            raw[len(raw) * 2 // 3] ^= 0x01
-        else:
-            del raw[len(raw) - 100:]
-        f.write_bytes(bytes(raw))
-        dropped = d.dropped
-        assert d.get("v|big") is None and d.dropped == dropped + 1
-        assert not list(tmp_path.rglob("*.val"))          # dropped: the next worker reads the file
-    d.close()

@@ -1,8 +1,20 @@
-"""Chunks of real NanoAOD, the worker's branch cache, sticky routing and reduction."""
+"""Chunks of real NanoAOD on real workers: the worker's branch cache, sticky routing and
+reduction.
+
+A rerun reads nothing from the files and each chunk goes back to the worker that holds it
+(an idle worker may take from the tail of a backed-up one; the routing survives a client
+restart; a dead worker's chunks go to the living); a worker whose cache is too small reads
+again and withdraws the chunks it let go of; a worker keeps at most ``RHTC_OPEN_FILES``
+files open. What a file or a branch lacks comes back named, as a ``RemoteError`` or a
+``ChunkFileError`` raised by ``make_chunks(remote=True)``. ``reduce=`` combines histograms,
+counts and dicts as the same chunks one by one would.
+
+Real parts: a real redis-server and worker processes (conftest), the real CMS NanoAOD
+samples. The chunks and the cache in this process: tests/unit/client/test_chunking.py,
+tests/unit/worker/test_cache.py."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -13,56 +25,16 @@ import numpy as np
 import pytest
 
 from rhtc.client import RemoteError, imap_unordered, make_chunks, remote_map
-from rhtc.client.data.chunks import BranchNotFound, ChunkFileError
+from rhtc.client.data.chunks import ChunkFileError
 from rhtc.client.reduce import combine
-from rhtc.examples.dimuon import BRANCHES, dimuon
+from rhtc.examples.dimuon import dimuon
 from tests.conftest import NANOAOD, ROOT, needs_nanoaod
+from tests.nanoaodkit import DY, REAL, muon_pt_sum
 
-REAL = [str(NANOAOD / "nano_dimuon.root"), str(NANOAOD / "nano_dy.root")]
 pytestmark = needs_nanoaod
 
 
-def muon_pt_sum(chunk):
-    import awkward as ak
-    a = chunk.arrays(["Muon_pt"], how=dict)
-    return float(ak.sum(a["Muon_pt"]))
-
-
-def test_make_chunks_covers_every_entry_once():
-    chunks = make_chunks(REAL, step=7)
-    import uproot
-    for path in REAL:
-        mine = [c for c in chunks if c.file == path]
-        n = uproot.open(path)["Events"].num_entries
-        assert mine[0].entry_start == 0 and mine[-1].entry_stop == n
-        assert all(a.entry_stop == b.entry_start for a, b in zip(mine, mine[1:]))
-        assert all(c.num_entries <= 7 for c in mine)
-        assert len({c.uuid for c in mine}) == 1
-    assert chunks[0].uuid != [c for c in chunks if c.file == REAL[1]][0].uuid
-
-
-@pytest.mark.parametrize("bad, message", [
-    ("/no/such/file.root", "no such file"),
-    (__file__, "is not a ROOT file"),
-])
-def test_bad_files_are_named(bad, message):
-    with pytest.raises(ChunkFileError, match=message) as info:
-        make_chunks([REAL[0], bad])
-    assert bad in str(info.value)
-
-
-def test_missing_tree_lists_the_trees():
-    with pytest.raises(ChunkFileError, match=r"has no tree 'Evnts'.*Events"):
-        make_chunks(REAL[0], tree="Evnts")
-
-
-def test_missing_branch_names_branch_file_and_similar_ones():
-    chunk = make_chunks(str(NANOAOD / "scouting_nano.root"), step=100)[0]
-    with pytest.raises(BranchNotFound) as info:
-        chunk.arrays(["Muon_pt"])
-    text = str(info.value)
-    assert "'Muon_pt'" in text and "scouting_nano.root" in text and "ScoutingMuon_pt" in text
-
+# -- a branch or a file that is not there, on a worker -----------------------------------------
 
 def test_missing_branch_on_a_worker_comes_back_as_remote_error(broker, workers):
     workers.start(1)
@@ -73,6 +45,23 @@ def test_missing_branch_on_a_worker_comes_back_as_remote_error(broker, workers):
     assert isinstance(err, RemoteError) and err.remote_type == "BranchNotFound"
     assert "scouting_nano.root" in str(err) and "ScoutingMuon_pt" in str(err)
 
+
+@needs_nanoaod
+def test_make_chunks_on_the_workers_raises_chunk_file_error(broker, workers, tmp_path):
+    workers.start(1)
+    good = DY
+    (tmp_path / "text.root").write_text("not a ROOT file\n")
+    for bad, reason in [(str(tmp_path / "gone.root"), "no such file"),
+                        (str(tmp_path / "text.root"), "not ROOT")]:
+        with pytest.raises(ChunkFileError) as info:           # was RemoteError, missed by except ChunkFileError
+            make_chunks([good, bad], remote=True, broker=broker.config)
+        assert info.value.reason == reason and bad in str(info.value), str(info.value)
+        assert "on worker tw" in str(info.value)
+        assert isinstance(info.value.__cause__, RemoteError)
+    assert len(make_chunks(good, remote=True, broker=broker.config, step=10)) == 4
+
+
+# -- the cache and the routing ----------------------------------------------------------------
 
 @pytest.mark.quick  # smoke: the cache and routing
 def test_rerun_reads_nothing_from_files_and_stays_on_the_same_worker(broker, workers):
@@ -147,7 +136,7 @@ def test_routing_survives_a_client_restart(broker, workers):
     workers.start(2)
     script = textwrap.dedent(f"""
         from rhtc.client import imap_unordered, make_chunks
-        from tests.test_nanoaod import muon_pt_sum, REAL
+        from tests.nanoaodkit import muon_pt_sum, REAL
         rs = list(imap_unordered(muon_pt_sum, make_chunks(REAL, step=10)))
         print(sum(r.meta['bytes_file'] for r in rs), sum(r.meta['bytes_cache'] for r in rs))
     """)
@@ -177,6 +166,46 @@ def test_dead_workers_chunks_go_to_the_living(broker, workers):
     assert all(r.meta["bytes_file"] == 0 for r in second.values() if first[r.index].meta["worker"] == survivor)
 
 
+@needs_nanoaod
+def test_a_worker_with_a_tiny_cache_reads_again_and_withdraws_its_chunks(broker, workers, storage):
+    name = workers.start(1, extra=("--cache-size", "400"))[0]
+    chunks = make_chunks(REAL, step=20)
+    list(imap_unordered(muon_pt_sum, chunks, broker=broker))
+    again = list(imap_unordered(muon_pt_sum, chunks, broker=broker))
+    assert sum(r.meta["bytes_file"] for r in again) > 0          # evicted, so read again
+    held = {k.decode() for k in storage.r.smembers(storage.keys.holds(name))}
+    assert len(held) < len(chunks)                                # evicted chunks withdrawn
+
+
+def muon_eta_sum(chunk):
+    import awkward as ak
+    return float(ak.sum(chunk.arrays(["Muon_eta"], how=dict)["Muon_eta"]))
+
+
+@needs_nanoaod
+@pytest.mark.parametrize("limit, reopened", [(2, 4), (16, 0)])
+def test_a_worker_keeps_at_most_rhtc_open_files_open(broker, workers, tmp_path, limit, reopened):
+    """Four files, one chunk each, through one worker: with room for 16 open files a second
+    branch opens none; with room for 2, cycling through 4 files opens each one again. A
+    chunk whose branches are all in the cache needs no open file (its stamp is checked)."""
+    import shutil
+    from rhtc import last_map, remote_map
+    paths = []
+    for i in range(4):
+        paths.append(str(tmp_path / f"dy{i}.root"))
+        shutil.copy(NANOAOD / "nano_dy.root", paths[-1])
+    workers.start(1, env={"RHTC_OPEN_FILES": str(limit)})
+    chunks = make_chunks(paths, step=10 ** 6)
+    assert len(chunks) == 4
+    opened = []
+    for fn in (muon_pt_sum, muon_eta_sum, muon_pt_sum):
+        remote_map(fn, chunks, broker=broker, progress=False, routing=False, timeout=60)
+        opened.append(sum(t.files_opened for t in last_map().record().tasks))
+    assert opened == [4, reopened, 0]
+
+
+# -- reduction ----------------------------------------------------------------------------------
+
 @pytest.mark.quick  # smoke: a reduce over chunks of real NanoAOD
 def test_reduce_combines_histograms_counts_and_dicts(broker, workers):
     workers.start(2)
@@ -199,20 +228,3 @@ def test_reduce_with_custom_function_and_nested_values(broker, workers):
     assert combine({"a": 1}, {"b": 2}) == {"a": 1, "b": 2}
     with pytest.raises(TypeError, match="cannot combine"):
         combine("x", 1)
-
-
-def test_changed_file_is_detected(tmp_path):
-    path = tmp_path / "f.root"
-    shutil.copy(REAL[0], path)
-    chunk = make_chunks(str(path), step=100)[0]
-    shutil.copy(REAL[1], path)                              # same name, another file
-    from rhtc.client.data import chunks as chunks_module
-    chunks_module.close_files()                             # as a fresh process would
-    with pytest.raises(ChunkFileError, match="has changed since the chunks were made"):
-        chunk.arrays(["Muon_pt"])
-
-
-def test_branches_match_what_the_example_reads():
-    chunk = make_chunks(REAL[1], step=100)[0]
-    arrays = chunk.arrays(BRANCHES, how=dict)
-    assert set(arrays) == set(BRANCHES)

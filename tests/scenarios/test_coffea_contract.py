@@ -1,4 +1,4 @@
-"""coffea's contract, checked by coffea's own tests (issue 33): its executor tests pass with
+"""coffea's contract, checked by coffea's own tests: its executor tests pass with
 ``RedisExecutor``, and its ``Runner(checkpointer=...)`` resumes an interrupted run.
 
 ``test_coffea_executor_tests_pass_on_redis_executor`` downloads the source distribution of
@@ -54,7 +54,7 @@ register_by_value(__name__)   # the processors below reach workers in any cwd
 pytestmark = pytest.mark.heavy          # starts its own broker and workers (LocalCluster), once for the module
 
 COFFEA_VERSION = importlib.metadata.version("coffea")
-PLUGIN = Path(__file__).with_name("coffea_contract_plugin.py")
+PLUGIN = Path(__file__).parents[1] / "coffea_contract_plugin.py"      # tests/coffea_contract_plugin.py
 #: the test file of coffea's source distribution that holds its executor tests
 EXECUTOR_TESTS = "tests/test_local_executors.py"
 FILETYPES = ("ttree", "rntuple", "parquet")

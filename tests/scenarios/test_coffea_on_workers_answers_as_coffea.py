@@ -1,6 +1,9 @@
 """coffea processors on our workers: the same histograms as coffea's own executors, warm
 reruns served from the workers' caches, errors that name the WorkItem, skipbadfiles.
 
+A killed worker is not a failed item; the AGC notebook runs headless. Outside a worker:
+tests/unit/client/test_coffea.py.
+
 Real parts: a real redis-server and worker processes (conftest), coffea's Iterative,
 Futures (2 processes) and Dask (a LocalCluster of 2 single-threaded processes) executors,
 real uproot reads of the real 2015 AGC sample and of small generated AGC files.
@@ -144,7 +147,7 @@ def test_failing_item_names_file_entries_worker_and_traceback(broker, workers):
         warnings.simplefilter("ignore", RuntimeWarning)
         with pytest.raises(Exception) as info:
             run({"ttbar": [str(REAL)]}, processor_instance=_FailsOnSecondChunk(), treename="Events")
-    # what IterativeExecutor raises: coffea's wrapper from the processor's own exception (issue 33),
+    # what IterativeExecutor raises: coffea's wrapper from the processor's own exception,
     # here with a note naming the item and the worker, and the RemoteError at the chain's end
     raised = info.value
     assert type(raised) is Exception and "Failed processing file" in str(raised)
@@ -186,11 +189,6 @@ class _CountEvents(processor.ProcessorABC):
 
     def postprocess(self, accumulator):
         return accumulator
-
-
-def test_worker_cache_is_none_outside_a_worker_and_rhtc_coffea_resolves():
-    assert worker_cache() is None
-    assert rhtc.coffea.RedisExecutor is RedisExecutor
 
 
 @pytest.mark.heavy  # runs a notebook

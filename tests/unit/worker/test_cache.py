@@ -1,14 +1,14 @@
-"""The worker's branch cache: capped in bytes, least recently used out first, and what it
-holds is what the worker advertises for routing."""
+"""The worker's branch cache (worker/cache.py): capped in bytes, least recently used out
+first, the chunks it lets go of reported (the worker withdraws them from routing), and
+the branches of one collection sharing their offsets. In this process, no worker: the
+worker's side of it is in tests/scenarios/test_nanoaod_chunks_cached_routed_and_reduced.py."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
-from rhtc.client import imap_unordered, make_chunks
-from tests.conftest import NANOAOD, needs_nanoaod
-from tests.test_nanoaod import REAL, muon_pt_sum
+from rhtc.client import make_chunks
 from rhtc.worker.cache import BranchCache
+from tests.conftest import NANOAOD, needs_nanoaod
 
 
 def test_lru_by_bytes_and_evicted_chunks_are_reported():
@@ -36,17 +36,6 @@ def test_restoring_an_entry_does_not_count_twice():
 
 
 @needs_nanoaod
-def test_a_worker_with_a_tiny_cache_reads_again_and_withdraws_its_chunks(broker, workers, storage):
-    name = workers.start(1, extra=("--cache-size", "400"))[0]
-    chunks = make_chunks(REAL, step=20)
-    list(imap_unordered(muon_pt_sum, chunks, broker=broker))
-    again = list(imap_unordered(muon_pt_sum, chunks, broker=broker))
-    assert sum(r.meta["bytes_file"] for r in again) > 0          # evicted, so read again
-    held = {k.decode() for k in storage.r.smembers(storage.keys.holds(name))}
-    assert len(held) < len(chunks)                                # evicted chunks withdrawn
-
-
-@needs_nanoaod
 def test_branches_of_one_collection_share_their_offsets_in_the_cache():
     import awkward as ak
     from rhtc import context
@@ -65,30 +54,3 @@ def test_branches_of_one_collection_share_their_offsets_in_the_cache():
     unshared = sum(direct[b].nbytes for b in direct)
     offsets = direct["Muon_pt"].layout.offsets.data.nbytes
     assert cache.nbytes == unshared - 2 * offsets      # three branches, one offsets array
-
-
-def muon_eta_sum(chunk):
-    import awkward as ak
-    return float(ak.sum(chunk.arrays(["Muon_eta"], how=dict)["Muon_eta"]))
-
-
-@needs_nanoaod
-@pytest.mark.parametrize("limit, reopened", [(2, 4), (16, 0)])
-def test_a_worker_keeps_at_most_rhtc_open_files_open(broker, workers, tmp_path, limit, reopened):
-    """Four files, one chunk each, through one worker: with room for 16 open files a second
-    branch opens none; with room for 2, cycling through 4 files opens each one again. A
-    chunk whose branches are all in the cache needs no open file (its stamp is checked)."""
-    import shutil
-    from rhtc import last_map, remote_map
-    paths = []
-    for i in range(4):
-        paths.append(str(tmp_path / f"dy{i}.root"))
-        shutil.copy(NANOAOD / "nano_dy.root", paths[-1])
-    workers.start(1, env={"RHTC_OPEN_FILES": str(limit)})
-    chunks = make_chunks(paths, step=10 ** 6)
-    assert len(chunks) == 4
-    opened = []
-    for fn in (muon_pt_sum, muon_eta_sum, muon_pt_sum):
-        remote_map(fn, chunks, broker=broker, progress=False, routing=False, timeout=60)
-        opened.append(sum(t.files_opened for t in last_map().record().tasks))
-    assert opened == [4, reopened, 0]

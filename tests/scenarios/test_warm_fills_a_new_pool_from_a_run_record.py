@@ -7,7 +7,8 @@ warm RECORD``) reads those branches into the new pool, and the next run of the a
 reads 0 bytes from the files and gives the cold run's answer: on a fresh node disk tier
 (where only the warm can make it so: the same run without it reads the files) and on the
 same tier. A warm that cannot read a file says which; one that is cancelled (its handle,
-Ctrl-C) leaves no map behind; a record without the list says which run and what to do.
+Ctrl-C) leaves no map behind. A record without the list, and what a task read on the wire
+and in the record: tests/unit/client/test_warm.py, tests/unit/broker/wire/test_reads.py.
 
 Real parts: a redis-server and ``python -m rhtc.worker --disk-cache DIR`` processes
 (tests/conftest.py), the real CMS NanoAOD samples.
@@ -15,24 +16,18 @@ Real parts: a redis-server and ``python -m rhtc.worker --disk-cache DIR`` proces
 from __future__ import annotations
 
 import _thread
-import json
 import shutil
 import threading
 
-import hypothesis.strategies as st
 import pytest
 from click.testing import CliRunner
-from hypothesis import given, settings
 
 import rhtc
 from rhtc import MapCancelled
-from rhtc.broker.wire.reads import MAX_CHARS, TOO_MANY, decode_reads, encode_reads
 from rhtc.client import make_chunks
-from rhtc.client.data.chunks import Chunk
 from rhtc.client.ops.cli import main as cli
-from rhtc.client.reports.reads import ChunkReads
 from rhtc.client.reports.record import RunRecord
-from rhtc.client.warm import WarmFailed, WarmRefused, submit_warm, warm, warm_plan
+from rhtc.client.warm import WarmFailed, submit_warm, warm
 from tests.conftest import NANOAOD, needs_nanoaod
 
 FILES = [NANOAOD / "nano_dy.root", NANOAOD / "nano_dimuon.root"]
@@ -45,78 +40,6 @@ def muon_sums(chunk):
     n = chunk.arrays(["nMuon"], library="np")["nMuon"]
     return int(n.sum()), float(ak.sum(muons["Muon_pt"])), float(ak.sum(abs(muons["Muon_eta"])))
 
-
-# -- what a task read, on the wire and in the record (no processes) -------------------------
-
-names = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=12)
-libraries = st.sampled_from(["ak", "np", "pd", "a@b", "x,y"])
-
-
-@settings(max_examples=200, deadline=None)
-@given(own=st.lists(st.tuples(names, libraries), unique=True, max_size=6),
-       other=st.lists(st.tuples(names, libraries), unique=True, max_size=6))
-def test_what_a_task_read_travels_whole_and_bounded(own, other):
-    """Any branch names and libraries: the text decodes to what was read (the task's own chunk
-    as None when its names are plain), or is TOO_MANY, never longer than MAX_CHARS."""
-    mine, theirs = Chunk("/d/a.root", "Events", 0, 10, "u1"), Chunk("/d/b,c.root", "T\tx", 5, 9, "u2")
-    reads = {}
-    if own:
-        reads[mine.routing_key] = (mine, dict.fromkeys(own))
-    if other:
-        reads[theirs.routing_key] = (theirs, dict.fromkeys(other))
-    text = encode_reads(reads, mine)
-    assert len(text) <= MAX_CHARS
-    want = [(("/d/a.root", "Events", 0, 10, "u1"), tuple(own))] if own else []
-    if other:
-        want.append((("/d/b,c.root", "T\tx", 5, 9, "u2"), tuple(other)))
-    got = [(chunk or ("/d/a.root", "Events", 0, 10, "u1"), branches) for chunk, branches in decode_reads(text)]
-    assert text == TOO_MANY or got == want
-
-
-def test_a_task_that_read_too_much_says_so_and_is_noted():
-    chunk = Chunk("/d/a.root", "Events", 0, 10, "u1")
-    text = encode_reads({chunk.routing_key: (chunk, {(f"Branch_{i:05d}", "ak"): None for i in range(5000)})}, chunk)
-    assert text == TOO_MANY
-    table = ChunkReads()
-    table.add(3, text, chunk)
-    assert table.unlisted == [3] and len(table) == 0
-
-
-def test_a_million_task_record_holds_each_branch_list_once():
-    """What a big map costs in its record: a few dozen characters a task, the branch list
-    and the file once, however many tasks read them."""
-    chunks = [Chunk("/store/x/nano.root", "Events", i * 100, i * 100 + 100, "u1") for i in range(20_000)]
-    rec = RunRecord(map_id="big", function="f", n_tasks=len(chunks))
-    rec.use_arguments(chunks)
-    text = "Muon_pt,Muon_eta,Muon_phi,Muon_mass,Muon_charge,nMuon,Jet_pt@np"
-    for i in range(len(chunks)):
-        rec.add_task({"index": i, "worker": "w", "start": 0, "stop": 1, "reads": text})
-    reads = rec.to_dict()["reads"]
-    assert len(reads["files"]) == 1 and len(reads["branch_lists"]) == 1
-    assert len(json.dumps(reads)) / len(chunks) < 40
-    again = RunRecord.from_dict(json.loads(json.dumps(rec.to_dict())))
-    assert again.reads == rec.reads
-    plan = warm_plan(again)
-    assert [c.routing_key for c in plan] == [c.routing_key for c in chunks]
-    assert plan[0].branches[-1] == ("Jet_pt", "np")
-
-
-def test_a_record_without_the_list_is_refused_naming_the_run_and_what_to_do(tmp_path):
-    rec = RunRecord(map_id="ab12cd", function="dimuon", n_tasks=4)
-    rec.add_task({"index": 0, "worker": "w", "start": 0, "stop": 1, "bytes_file": 10})
-    path = rec.save(tmp_path / "old.json")
-    assert "reads" not in json.loads(path.read_text())         # as an older redis-htcondor wrote it
-    with pytest.raises(WarmRefused, match="map ab12cd \\(dimuon\\) does not say which branches.*run the analysis once"):
-        warm(path)
-    out = CliRunner().invoke(cli, ["warm", str(path)])
-    assert out.exit_code == 1 and "map ab12cd (dimuon) does not say which branches" in out.output
-    out = CliRunner().invoke(cli, ["warm"])
-    assert out.exit_code == 1 and "rhtc warm run.json" in out.output
-    with pytest.raises(WarmRefused, match="no run record at"):
-        warm(tmp_path / "missing.json")
-
-
-# -- end to end: real broker, workers and files -----------------------------------------------
 
 def _replace_pool(workers, tier, n: int = 2) -> list[str]:
     """Every worker stopped (SIGTERM, by pid: its disk writes finish), new ones with new
