@@ -1,7 +1,9 @@
 """``make_chunks`` and the chunks it makes (client/chunking.py, client/data/chunks.py), in
 this process: every entry once, in chunks that carry their file's UUID; a bad file, a
 missing tree or branch named with what there is instead; a file changed since the chunks
-were made refused; the branches the dimuon example reads all there. On the real CMS
+were made refused; the branches the dimuon example reads all there; bad input refused at the call, naming
+what to write instead (a step that is not a whole number above 0, a tree that is not a
+name, a directory: glob it; files that are not paths). On the real CMS
 NanoAOD samples. On workers: tests/scenarios/test_nanoaod_chunks_cached_routed_and_reduced.py."""
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from rhtc.examples.dimuon import BRANCHES
 from tests.conftest import NANOAOD, needs_nanoaod
 from tests.nanoaodkit import REAL
 
-pytestmark = needs_nanoaod
+pytestmark = [needs_nanoaod, pytest.mark.timeout(90)]   # a refused call that was not refused would wait forever
 
 
 def test_make_chunks_covers_every_entry_once():
@@ -69,3 +71,30 @@ def test_branches_match_what_the_example_reads():
     chunk = make_chunks(REAL[1], step=100)[0]
     arrays = chunk.arrays(BRANCHES, how=dict)
     assert set(arrays) == set(BRANCHES)
+
+
+# -- bad input, refused at the call ----------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"step": 2.5}, TypeError, r"step must be a whole number > 0.*not float 2.5"),
+    ({"step": "5"}, TypeError, r"step must be a whole number > 0.*not str '5'"),
+    ({"step": 0}, ValueError, r"step must be > 0"),
+    ({"tree": 3}, TypeError, r"tree must be the name"),
+], ids=["step-float", "step-str", "step-zero", "tree-int"])
+def test_make_chunks_bad_step_named(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        make_chunks(str(NANOAOD / "nano_dy.root"), **kwargs)
+
+
+def test_make_chunks_of_a_directory_says_to_glob():
+    folder = str(NANOAOD)
+    with pytest.raises(ChunkFileError, match=r"is a directory.*make_chunks\('.*\*\.root'\)") as info:
+        make_chunks(folder)
+    assert info.value.reason == "is a directory"
+
+
+@pytest.mark.parametrize("files, match", [(5, r"files must be a path.*not int 5"),
+                                          ([5], r"files holds int 5.*make_chunks\('data/\*\.root'\)")])
+def test_make_chunks_files_that_are_not_paths_named(files, match):
+    with pytest.raises(TypeError, match=match):
+        make_chunks(files)
