@@ -51,7 +51,7 @@ def _task_pid(storage: Storage, name: str) -> int:
                       10, f"{name}'s task process")
 
 
-# -- C1, C2: one live process per name; a new incarnation takes over at once -----------------
+# -- one live process per name; a new incarnation takes over at once -------------------------
 def test_second_live_process_with_the_same_name_is_refused(broker, workers, storage):
     (name,) = workers.start(names=["dup-1"], env=FAST)
     holder = _status(storage, name)
@@ -88,7 +88,7 @@ def test_restart_under_the_same_name_requeues_the_predecessors_tasks_at_once(bro
     assert [a["index"] for a in lost] == [0] and "restarted" in lost[0]["error"], lost
 
 
-# -- C3: nothing stays leased that nobody runs --------------------------------------------------
+# -- nothing stays leased that nobody runs ------------------------------------------------------
 def test_lease_entry_nobody_runs_is_requeued(broker, workers, storage):
     h = submit(square, [7], broker=broker)               # nobody serves yet
     frame = wait_until(lambda: storage.r.rpop(storage.keys.shared_queue), 5, "the task frame")
@@ -104,7 +104,7 @@ def test_lease_entry_nobody_runs_is_requeued(broker, workers, storage):
     assert storage.r.hlen(storage.keys.lease(name)) == 0
 
 
-# -- C6: a task that holds the GIL for three leases ---------------------------------------------
+# -- a task that holds the GIL for three leases -------------------------------------------------
 def test_task_holding_the_gil_for_three_leases_is_not_declared_dead(broker, workers, storage):
     (name,) = workers.start(env=FAST)
     inc = _status(storage, name).incarnation
@@ -130,7 +130,7 @@ def test_task_holding_the_gil_for_three_leases_is_not_declared_dead(broker, work
     assert [a for a in h.run.ledger.attempts if a["outcome"] == "lost"] == []   # (the map's record)
 
 
-# -- C7: the task process dies; the worker lives on ----------------------------------------------
+# -- the task process dies; the worker lives on --------------------------------------------------
 def test_task_process_crash_is_requeued_and_a_fresh_process_serves(broker, workers, storage, tmp_path):
     (name,) = workers.start(env=FAST)
     supervisor = workers.procs[name].pid
@@ -152,7 +152,7 @@ def test_task_that_segfaults_every_time_fails_naming_the_signal(broker, workers,
     assert remote_map(square, [3], broker=broker, progress=False, timeout=30) == [9]
 
 
-# -- C8: broker errors never kill a worker ----------------------------------------------------------
+# -- broker errors never kill a worker --------------------------------------------------------------
 def test_busy_and_readonly_broker_make_the_worker_wait(broker, workers, storage):
     (name,) = workers.start(env=FAST, extra=("-v",))
     storage.r.config_set("busy-reply-threshold", 100)
@@ -169,7 +169,7 @@ def test_busy_and_readonly_broker_make_the_worker_wait(broker, workers, storage)
     assert remote_map(square, [2, 3], broker=broker, progress=False, timeout=30) == [4, 9]
 
 
-# -- C9: no script call does work proportional to the queue length -----------------------------------
+# -- no script call does work proportional to the queue length ---------------------------------------
 def test_scripts_work_in_bounded_steps(broker, storage):
     """Every script call looks at a bounded number of items: a 300,000-task map is queued,
     audited, reaped around and cancelled in calls of a few thousand items each, so the
@@ -193,7 +193,7 @@ def test_scripts_work_in_bounded_steps(broker, storage):
     assert stats["usec_per_call"] < 50_000
 
 
-# -- C13, C15: names, and keys with an owner ------------------------------------------------------
+# -- names, and keys with an owner ----------------------------------------------------------------
 def test_bad_names_are_refused_and_a_worker_named_DEL_works(broker, workers, storage):
     for bad in ("", "x" * 129, "a b", "-lead", "semi;colon"):
         with pytest.raises(ValueError):
@@ -245,7 +245,7 @@ def test_keys_left_after_workers_stop_have_an_owner_or_an_expiry(broker, workers
     assert storage.r.smembers(k.workers) == set()
 
 
-# -- C4: signed means bound -------------------------------------------------------------------------
+# -- signed means bound -----------------------------------------------------------------------------
 def test_swapped_function_blob_and_replayed_frame_are_refused(broker, workers, storage):
     workers.start(env=FAST)
     key = broker.config.key
@@ -270,7 +270,7 @@ def test_swapped_function_blob_and_replayed_frame_are_refused(broker, workers, s
     assert "nonce" in fault.message
 
 
-# -- C11 (worker side): what a worker publishes ------------------------------------------------------
+# -- what a worker publishes (the worker's side) ----------------------------------------------------
 def test_heartbeat_publishes_incarnation_key_fingerprint_and_versions(broker, workers, storage):
     (name,) = workers.start()
     _task_pid(storage, name)

@@ -1,14 +1,10 @@
 """``bench dimuon``'s guards: a peer that cannot start within its bound is reported in one
-line and leaves no process behind; figures reach the JSON as soon as they are measured."""
+line and leaves no process behind (tests/scenarios/test_bench_peer_that_cannot_start.py);
+figures reach the JSON as soon as they are measured, and the chunk size follows the workers."""
 from __future__ import annotations
-
-import psutil
-import pytest
 
 from rhtc.bench import results
 from rhtc.bench.dimuon_runs import Report, auto_chunk_size, row
-from rhtc.client import make_chunks
-from tests.conftest import NANOAOD, needs_nanoaod
 
 
 def test_chunk_size_follows_the_workers():
@@ -30,19 +26,3 @@ def test_figures_are_saved_as_soon_as_measured(tmp_path, capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[-1].startswith("dask (150)") and out[-1].endswith("dask did not start within 360 s")
     assert "4.0x" in row("x", {"cold_s": 2.0, "warm_s": 0.5}, 100)
-
-
-@pytest.mark.heavy  # starts a dask cluster
-@needs_nanoaod
-@pytest.mark.timeout(120)
-def test_a_dask_that_cannot_start_in_time_is_one_line_and_leaves_nothing():
-    pytest.importorskip("dask.distributed")
-    from rhtc.bench.dimuon_dask import run_dask
-    before = {p.pid for p in psutil.Process().children(recursive=True)}
-    chunks = make_chunks(str(NANOAOD / "nano_dy.root"), step=20)
-    out = run_dask(chunks, chunks[:1], workers=2, cache_bytes=10**8, start_bound=0.5, progress=False)
-    assert "dask did not start within" in out.get("error", ""), out
-    assert "cold_s" not in out
-    assert "--dask-workers" in out["error"] and "\n" not in out["error"]
-    left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
-    assert not [p for p in left if p.is_running() and p.status() != psutil.STATUS_ZOMBIE], left

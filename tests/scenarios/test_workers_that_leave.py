@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import pytest
 
 from rhtc import remote_map
 from rhtc.broker.storage import Storage
 
-from .pools.common import wait_for
+from tests.pools.common import wait_for
 
 
 def _runs_logged(log: str):

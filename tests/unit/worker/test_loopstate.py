@@ -13,7 +13,7 @@ twice. At the end (the worker stops): every task taken was handed in or handed b
 Which examples a derandomized run draws depends on more than the seed: hypothesis mixes
 in constants it finds in every local module imported so far (its "local constants", read
 from ``sys.modules`` and cached at first use), so the same test draws other interleavings
-after another test module was imported (tests/test_warm.py, say). Run after it, this test
+after another test module was imported (the warm cache's tests, say). Run after it, this test
 once found two bugs the run alone missed (see the two regression tests at the end); its
 settings are its own (not the loaded profile's), and it must pass on whatever it draws.
 

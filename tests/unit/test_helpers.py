@@ -1,18 +1,15 @@
 """tests/helpers.py itself: a wait that times out fails, naming what it waited for, and the
-task functions defined there reach a process that cannot import ``tests``."""
+examples in its docstrings run. (Its task functions reaching a process that cannot import
+``tests``: tests/scenarios/test_task_functions_travel_by_value.py.)"""
 from __future__ import annotations
 
 import doctest
-import os
-import subprocess
-import sys
 import time
 
-import cloudpickle
 import pytest
 
 from tests import helpers
-from tests.helpers import poll_until, square, wait_until
+from tests.helpers import poll_until, wait_until
 
 
 def test_wait_until_returns_the_first_true_value():
@@ -48,12 +45,3 @@ def test_poll_until_returns_the_last_value_without_raising():
 def test_the_examples_in_the_helpers_run():
     failed, attempted = doctest.testmod(helpers, optionflags=doctest.ELLIPSIS)
     assert attempted and not failed
-
-
-def test_the_task_functions_travel_by_value(tmp_path):
-    """A process whose path has no ``tests`` package (a worker outside the checkout) runs them."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    got = subprocess.run([sys.executable, "-c", "import pickle, sys; print(pickle.load(sys.stdin.buffer)(7))"],
-                         input=cloudpickle.dumps(square), capture_output=True, cwd=tmp_path, env=env, timeout=60)
-    assert got.returncode == 0, got.stderr.decode()
-    assert got.stdout.decode().strip() == "49"

@@ -3,7 +3,8 @@
 The cluster is Debian bookworm's slurm-wlm with munge, single node, started privately by
 tests/pools/slurm_pool.py. Its jobs run on this machine, which plays a node that shares
 the submitter's filesystem: the workers use this Python (``--python``), and the analyst's
-side runs in a child process with the same Python.
+side runs in a child process with the same Python. (The pure part of condor/slurm.py:
+tests/unit/condor/test_slurm.py.)
 """
 from __future__ import annotations
 
@@ -16,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import wait_until
-from .samples import DIMUON_FILES
-from .pools.fixtures import (REPO, assert_no_secrets_in_jobs, job_logs,  # noqa: F401
-                             python_cmd, rhtc_env, wait_workers)
+from tests.helpers import wait_until
+from tests.samples import DIMUON_FILES
+from tests.pools.fixtures import (REPO, assert_no_secrets_in_jobs, job_logs,  # noqa: F401
+                                  python_cmd, rhtc_env, wait_workers)
 
 SBATCH = REPO / "condor" / "workers.sbatch"
 ANALYST = REPO / "tests" / "pools" / "analyst.py"
@@ -59,11 +60,6 @@ def test_slurm_unreachable_says_what_to_set(tmp_path, pool_broker):
                           capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path)
     assert proc.returncode == 1
     assert "SLURM_CONF" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
-
-
-def test_memory_for_slurm():
-    from rhtc.condor.slurm import memory_mb
-    assert memory_mb("2GB") == 2048 and memory_mb("1.5G") == 1536 and memory_mb("700MB") == 700
 
 
 @pytest.mark.pool

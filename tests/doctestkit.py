@@ -1,18 +1,20 @@
-"""The examples in the docstrings run (issue 17): every module of the package, imported by
-its real name (``rhtc.broker.wire.config``), with doctest, in the README's test command.
+"""The docstring examples' runner, shared by the two halves of the test that runs them:
+tests/unit/test_docstring_examples.py (the modules whose examples need no broker, and the
+check that no example is left out) and tests/integration/test_docstring_examples_with_a_broker.py.
 
-An example that needs a broker gets one: ``broker`` and ``RHTC_BROKER`` are set to a
-private redis-server for the module's examples. A module whose examples name nothing that
-needs one (:data:`NEEDS_BROKER`) runs them without, in the quick tier too (tests/conftest.py);
-one misjudged so would fail there naming the fix. An example that cannot run here (a real
-site's HTCondor pool, CERN's XRootD) is marked ``# doctest: +SKIP`` in its module, with
-the reason beside it."""
+Every module of the package is imported by its real name (``rhtc.broker.wire.config``) and its
+examples run with doctest. An example that needs a broker gets one: ``broker`` and
+``RHTC_BROKER`` are set to a private redis-server for the module's examples. A module whose
+examples name nothing that needs one (:data:`NEEDS_BROKER`) runs them without, in the quick
+tier too (tests/conftest.py); one misjudged so would fail there naming the fix. Each module's
+examples run once: :func:`needs_broker` puts it in exactly one of the two halves. An example
+that cannot run here (a real site's HTCondor pool, CERN's XRootD) is marked
+``# doctest: +SKIP`` in its module, with the reason beside it."""
 from __future__ import annotations
 
 import doctest
 import importlib
 import importlib.util
-import os
 import pkgutil
 import re
 from pathlib import Path
@@ -48,7 +50,7 @@ def _modules() -> list[str]:
 MODULES = _modules()
 
 
-def _examples(module) -> list[doctest.DocTest]:
+def examples_of(module) -> list[doctest.DocTest]:
     return [t for t in doctest.DocTestFinder().find(module, module.__name__) if t.examples]
 
 
@@ -58,7 +60,7 @@ NEEDS_BROKER = re.compile(r"(?<![\w.])(broker|RHTC_BROKER|EmbeddedBroker|Storage
                           r"imap_unordered|live_workers|last_map|LocalCluster|MapRun|redis)(?!\w)")
 
 
-def _needs_broker(name: str) -> bool:
+def needs_broker(name: str) -> bool:
     """Whether the examples of module ``name`` need a broker (read from its source, not imported)."""
     if name in NEEDS_WORKERS:
         return True
@@ -67,21 +69,11 @@ def _needs_broker(name: str) -> bool:
     return bool(NEEDS_BROKER.search(examples))
 
 
-@pytest.mark.parametrize("name", [m for m in MODULES if _needs_broker(m)])
-def test_the_examples_of_a_module_run(name, broker, tmp_path, monkeypatch, request):
-    _run_examples(name, tmp_path, monkeypatch, request, broker)
-
-
-@pytest.mark.parametrize("name", [m for m in MODULES if not _needs_broker(m)])
-def test_the_examples_of_a_module_run_without_a_broker(name, tmp_path, monkeypatch, request):
-    _run_examples(name, tmp_path, monkeypatch, request, None)
-
-
-def _run_examples(name, tmp_path, monkeypatch, request, broker) -> None:
+def run_examples(name, tmp_path, monkeypatch, request, broker) -> None:
     if name in OPTIONAL:
         pytest.importorskip(OPTIONAL[name])
     module = importlib.import_module(name)
-    tests = _examples(module)
+    tests = examples_of(module)
     if not tests:
         return
     work = tmp_path / "work"                         # examples that write files write here,
@@ -104,22 +96,3 @@ def _run_examples(name, tmp_path, monkeypatch, request, broker) -> None:
         if result.failed:
             failures.append("".join(out))
     assert not failures, "\n".join(failures)
-
-
-def test_the_examples_are_not_silently_left_out():
-    """Every module with ``>>>`` in its source is found by the runner above, and the
-    examples add up to what the sources hold (so a module that stops importing, or a
-    change of collection, cannot make them stop running unseen)."""
-    root = Path(rhtc.__file__).resolve().parent.parent
-    found = 0
-    for name in MODULES:
-        if name in OPTIONAL:
-            continue
-        module = importlib.import_module(name)
-        source = Path(module.__file__).read_text()
-        n = sum(len(t.examples) for t in _examples(module))
-        if ">>>" in source:
-            assert n, f"{name} has >>> lines but no example is collected"
-        found += n
-    total = sum(p.read_text().count(">>>") for f in (*FOLDERS, "rhtc") for p in (root / f).glob("*.py"))
-    assert found >= 0.8 * total, f"{found} examples collected of about {total} >>> lines"

@@ -1,4 +1,4 @@
-"""Issue 29, item 9: multiprocessing inside a task. The analyst's script defines ``square``
+"""Multiprocessing inside a task. The analyst's script defines ``square``
 in ``__main__`` and maps a function that hands it to ``multiprocessing.Pool(2).map``: that
 works in the client's process, so it must work on the workers too (the task process's
 ``__main__`` is the worker's, where ``square`` cannot be found by name).
@@ -13,8 +13,6 @@ import subprocess
 import sys
 
 import pytest
-
-from tests.conftest import ROOT
 
 SCRIPT = '''
 import json, multiprocessing, sys

@@ -1,4 +1,5 @@
-"""What the task process tells its supervisor (worker/shared.py) is never guessed.
+"""What the task process tells its supervisor (worker/shared.py) is never guessed: the
+supervisor's reconcile (worker/supervisor.py), in this process, against a real redis-server.
 
 The supervisor reads what the task process holds through a seqlock. It used to give up
 after a fraction of a second of a write in progress and read "nothing held"; its reconcile
@@ -7,18 +8,16 @@ ran again elsewhere, and the partial that already covered them was refused whole
 map's end. ``bench scale`` saw it at 1,000 light workers x 2 MB (a hundred task loops per
 process wait for the GIL inside their writes): 7-10 workers a run "took part in
 nothing" and the map ended 20-30 s late. A task process frozen inside a write (SIGSTOP,
-a task's own thread holding the GIL) does the same to a real worker."""
+a task's own thread holding the GIL) does the same to a real worker. The seqlock's reads
+alone: tests/unit/worker/test_shared.py."""
 from __future__ import annotations
 
 import threading
 
 import pytest
 
-from hypothesis import given, settings, strategies as st
-
 from rhtc.broker.wire import keys, protocol
-from rhtc.worker.shared import SharedState
-
+from tests.workerkit import frozen_inside_a_write
 
 
 def _supervisor_holding(storage, name: str):
@@ -35,31 +34,6 @@ def _supervisor_holding(storage, name: str):
     return sup, lease, tids, lambda tid: storage.r.hset(lease, tid, old + "a frame")
 
 
-def _frozen_inside_a_write(shared: SharedState) -> None:
-    """The block as a writer leaves it when it stops between its two ``seq`` bumps."""
-    shared.b.seq += 1
-
-
-def test_a_write_in_progress_reads_as_unknown_never_as_nothing_held():
-    s = SharedState.create()
-    tid = protocol.TaskRef("0123456789abcdef", 3).task_id
-    s.set_held([tid])
-    assert s.held() == [tid]
-    _frozen_inside_a_write(s)
-    assert s.held() is None, "a write in progress was read as a list"
-    s.b.seq += 1                                     # the write ends
-    assert s.held() == [tid]
-
-
-def test_the_task_running_is_the_last_one_read_while_a_write_is_in_progress():
-    s = SharedState.create()
-    s.set_task(protocol.TaskRef("0123456789abcdef", 4))
-    assert s.current()[0].index == 4
-    _frozen_inside_a_write(s)
-    assert s.current()[0].index == 4                 # (the status would have said "idle")
-    assert s.current(settled=True)[0].index == 4     # a dead writer's block is read as it is
-
-
 def test_a_supervisor_does_not_requeue_what_a_frozen_writer_holds(storage):
     """The lease holds a task of this incarnation, older than one lease, that the task
     process holds (in its partial). With the writer frozen inside a write, the reconcile
@@ -68,7 +42,7 @@ def test_a_supervisor_does_not_requeue_what_a_frozen_writer_holds(storage):
     sup, lease, (held, stray), lease_old = _supervisor_holding(storage, "frozen-writer")
     lease_old(held)
     sup.shared.set_held([held])
-    _frozen_inside_a_write(sup.shared)
+    frozen_inside_a_write(sup.shared)
     assert sup.beat()
     assert storage.r.hexists(lease, held), "the reconcile requeued a task its task process holds"
     assert sup._next_reconcile == 0.0, "the skipped reconcile was not left for the next beat"
@@ -95,33 +69,6 @@ def test_a_supervisor_does_not_judge_its_lease_while_a_lease_is_in_flight(storag
     sup.shared.set_held([own])                       # its reply lost: the task loop holds only its own
     assert sup.beat()
     assert storage.r.hexists(lease, own) and not storage.r.hexists(lease, given)
-
-
-@settings(max_examples=30, deadline=None, derandomize=True)
-@given(st.lists(st.lists(st.integers(0, 10_000), max_size=40), min_size=1, max_size=30))
-def test_a_reader_sees_only_whole_lists_that_were_written(lists):
-    """Whatever the interleaving of a writer and a reader, the reader gets one of the
-    lists written (the one before the first write included) or "unknown"."""
-    s = SharedState.create()
-    ids = [[protocol.TaskRef("0123456789abcdef", i).task_id for i in one] for one in lists]
-    written = {()} | {tuple(one) for one in ids}
-    done = threading.Event()
-
-    def write():
-        for _ in range(20):
-            for one in ids:
-                s.set_held(one)
-        done.set()
-
-    seen = []
-    writer = threading.Thread(target=write)
-    writer.start()
-    while not done.is_set():
-        got = s.held()
-        seen.append(None if got is None else tuple(got))
-    writer.join()
-    assert all(got is None or got in written for got in seen), \
-        [got for got in seen if got is not None and got not in written][:1]
 
 
 @pytest.mark.timeout(60)

@@ -23,7 +23,8 @@ import pytest
 
 from rhtc.broker.storage import Storage
 
-from .pools.fixtures import job_logs, make_owned_dir, python_cmd, rhtc_env, write_pool_config
+from tests.credentialskit import make_proxy, make_token
+from tests.pools.fixtures import job_logs, make_owned_dir, python_cmd, rhtc_env, write_pool_config
 
 pytestmark = pytest.mark.pool
 REPLACED_WITHIN = 120.0
@@ -190,7 +191,7 @@ def test_a_job_idle_in_the_queue_past_the_limit_is_replaced(condor_pool, pool_br
 
 def test_a_job_held_after_its_first_task_between_two_looks_is_replaced_as_no_failed_start(
         condor_pool, pool_broker, condor_env_pack, pool_analyst, monkeypatch):
-    """Issue 29: whether a job served comes from the broker, not from the keeper's looks. The
+    """Whether a job served comes from the broker, not from the keeper's looks. The
     keeper is paused (SIGSTOP) from the moment it has submitted its job until that job's
     worker has served a task, been held (condor_hold) and left the broker: its next look
     finds a held job and no heartbeat. With ``--max-failures 1``, one start-up failure would
@@ -272,8 +273,7 @@ def test_the_analysts_proxy_and_token_reach_the_job_with_mode_0600(condor_pool, 
     (use_x509userproxy), the token is transferred; the worker finds both, 0600, with their
     expiry; the token's text is in no job ad, argv, environment or log."""
     from rhtc.condor import submit_workers
-    from .pools.common import pids_with_env
-    from .test_credentials import make_proxy, make_token
+    from tests.pools.common import pids_with_env
     work = condor_pool.workdir("credentials")
     cfg = write_pool_config(pool_broker, work)
     logs = make_owned_dir(work / "logs")

@@ -1,4 +1,4 @@
-"""The wall-clock efficiency of a real map (issue 32): a map on a LocalCluster (a private
+"""The wall-clock efficiency of a real map: a map on a LocalCluster (a private
 redis-server and worker processes) reads lower by the wall clock than per worker, and its
 figure is the tasks' busy time over (the workers that ran them x the map's submission to
 its last result), worked out here from the record's rows."""

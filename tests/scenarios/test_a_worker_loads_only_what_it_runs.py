@@ -6,23 +6,19 @@ back up to the API (``make_chunks(remote=True)`` lives in ``client/chunking.py``
 that reason).
 
 A real worker process runs a real chunk task over the NanoAOD sample, and reports the
-``rhtc`` modules loaded in it."""
+``rhtc`` modules loaded in it; a bare interpreter imports the chunk code. The list of what
+must never load (:data:`tests.workerkit.NEVER`) names only modules that exist:
+tests/unit/test_worker_imports.py."""
 from __future__ import annotations
 
 import sys
 
-import pytest
-
 from rhtc.client import make_chunks, remote_map
 from tests.conftest import NANOAOD, needs_nanoaod
 from tests.helpers import register_by_value
+from tests.workerkit import NEVER
 
 register_by_value(__name__)
-
-#: what a worker that reads chunks must never load (DESIGN.md: the client's engine,
-#: the analyst's API on top of it, handles and the operator's tools)
-NEVER = ("rhtc.client.engine", "rhtc.client.api", "rhtc.client.handle", "rhtc.client.handleview",
-         "rhtc.client.ops", "rhtc.client.local", "rhtc.client.chunking", "rhtc.client.warm")
 
 
 def read_then_list_modules(chunk):
@@ -60,9 +56,3 @@ def test_importing_the_chunk_code_loads_no_engine():
     wrong = loaded_by_mistake(out.stdout.split())
     assert not wrong, f"importing the chunk code loaded: {wrong}"
     assert "rhtc.client.data.chunks" in out.stdout.split()
-
-
-@pytest.mark.parametrize("name", NEVER)
-def test_every_name_the_check_forbids_exists(name):
-    import importlib.util
-    assert importlib.util.find_spec(name) is not None, f"{name} is listed in NEVER but is no module of rhtc"

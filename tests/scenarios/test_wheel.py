@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.samples import ROOT as REPO
+
 pytestmark = pytest.mark.slow
 
 # What the project reads from its own package at run time, beside the Python modules.

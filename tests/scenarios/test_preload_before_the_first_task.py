@@ -1,6 +1,8 @@
-"""Issue 29, item 13: an idle worker imports the analysis stack before its first task
-(``RHTC_PRELOAD``), in its task process, so that a fresh worker's first chunk does not pay
-the imports; with ``RHTC_PRELOAD=none`` it imports nothing. Real redis-server, real workers."""
+"""An idle worker imports the analysis stack before its first task (``RHTC_PRELOAD``), in
+its task process, so that a fresh worker's first chunk does not pay the imports; with
+``RHTC_PRELOAD=none`` it imports nothing; a preload held in its import delays only the task
+that imports what it preloads. Real redis-server, real workers. (The gate between a task and
+a preload in flight, in one process: tests/unit/worker/test_importgate.py.)"""
 from __future__ import annotations
 
 import time

@@ -3,7 +3,9 @@
 The pool is Debian trixie's minicondor in a chroot (tests/pools/condor_pool.py); jobs run
 as an ordinary user with the chroot's Python 3.13 and only the `rhtc pack` tarball, the
 broker config and the executable transferred to them. The offline checks at the top need
-no pool.
+no pool (they run the validation in a child interpreter, the executable with a stand-in
+Python, and the submit code against the pool's broker); the description's defaults and
+knobs, with no process, are in tests/unit/condor/test_submit.py.
 """
 from __future__ import annotations
 
@@ -18,38 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import wait_until
-from .pools.common import wait_for
-from .samples import DIMUON_FILES
-from .pools.fixtures import (REPO, assert_no_secrets_in_jobs, broker_secrets, job_logs, make_owned_dir,  # noqa: F401
-                             python_cmd, rhtc_env, wait_workers, write_pool_config)
-
-WORKERS_SUB = REPO / "condor" / "workers.sub"
-EXECUTABLE = REPO / "condor" / "rhtc_worker.sh"
+from tests.condorkit import EXECUTABLE, WORKERS_SUB
+from tests.helpers import wait_until
+from tests.pools.common import wait_for
+from tests.samples import DIMUON_FILES
+from tests.pools.fixtures import (REPO, assert_no_secrets_in_jobs, broker_secrets, job_logs, make_owned_dir,  # noqa: F401
+                                  python_cmd, rhtc_env, wait_workers, write_pool_config)
 
 
-# --- offline: the description, the validation, the executable ---------------------
-def test_workers_sub_defaults_and_knobs():
-    from rhtc.condor.submit import build_condor_description
-    from rhtc.condor.validate import check_description
-    default = check_description(WORKERS_SUB.read_text())
-    assert default.count == 3
-    assert default["request_cpus"] == "1" and default["request_memory"] == "2GB"
-    assert default["MY.RhtcWorker"] == "true"
-    assert "--env rhtc-env.tar.gz" in default["arguments"]
-    text = build_condor_description({"workers": 150, "memory": "4GB", "broker_config": "/x/b.json",
-                                     "worker_python": "/cvmfs/py/bin/python3",
-                                     "worker_sh": EXECUTABLE},
-                                    append=['+JobFlavour = "workday"'])
-    big = check_description(text)
-    assert big.count == 150 and big["request_memory"] == "4GB"
-    assert big["transfer_input_files"].strip() == "/x/b.json"          # no pack with worker_python
-    assert "--python /cvmfs/py/bin/python3" in big["arguments"]
-    assert "--config b.json" in big["arguments"]
-    assert big["MY.JobFlavour"] == '"workday"'
-    assert big["executable"] == str(EXECUTABLE)
-
-
+# --- offline: the validation, the executable, the submit code -----------------------
 @pytest.mark.parametrize("text, message", [
     ("a = $(b)\nb = x$(a)\nexecutable = /bin/true\nqueue\n", "a -> b -> a"),
     ("executable = /bin/true\nqueue 2\nqueue 3\n", "2 queue statements"),
@@ -73,13 +52,6 @@ def test_validation_catches_what_the_bindings_would_not(text, message):
                           env=rhtc_env())
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("INVALID") and message in proc.stdout, proc.stdout
-
-
-def test_append_cannot_add_a_queue_statement():
-    from rhtc.condor.submit import build_condor_description
-    from rhtc.condor.validate import InvalidDescription
-    with pytest.raises(InvalidDescription, match="--workers"):
-        build_condor_description({}, append=["queue 150"])
 
 
 def test_submit_without_schedd_says_what_to_set(tmp_path, pool_broker):
@@ -393,7 +365,7 @@ def test_submit_workers_python_api(condor_pool, pool_broker, condor_env_pack, mo
     _wait_gone(condor_pool, pool_broker.config, int(jobs.job_id), names)
 
 
-# --- issue 19: the node's disk tier on the pool -------------------------------------------
+# --- the node's disk tier on the pool: a replaced worker comes back warm ----------------
 
 
 def _submit_with_disk(pool, work, env_pack, disk, n: int) -> int:

@@ -1,37 +1,39 @@
-"""The live dashboard (issue 21): a real broker, real workers, real NanoAOD files, the
-dashboard server in this process, and Debian's headless Chromium driven by selenium.
-Also ``/metrics`` scraped and checked against the maps that ran, the token, and the
-address shown by ``LocalCluster`` and ``MapHandle``."""
+"""The live dashboard: a real broker, real workers, real NanoAOD files, the dashboard
+server in this process, and Debian's headless Chromium driven by selenium (the browser and
+the page's readers: tests/dashboardkit.py). Also ``/metrics`` scraped and checked against
+the maps that ran, the token, and the address shown by ``LocalCluster`` and ``MapHandle``.
+
+And three cases of its use: a script whose short map ends and exits before the page is
+opened still shows on it (from the feed); the broker announces the dashboard's address to
+anyone with the Redis password, never its token (another process reads the address alone);
+a malformed heartbeat, written with the password alone, is named on the page."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 
 from rhtc.client import make_chunks, submit
 from tests.conftest import needs_nanoaod
+from tests.dashboardkit import LOOK, get, read, scrape
+from tests.dashboardkit import chrome as chrome_fixture
 from tests.helpers import wait_until
 from tests.samples import NANOAOD
 
 pytest.importorskip("tornado")
 pytest.importorskip("prometheus_client")
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from rhtc.broker import feed  # noqa: E402
 from rhtc.broker.storage import Storage  # noqa: E402
 from rhtc.client.ops.dashboard import Dashboard  # noqa: E402
 
+chrome = chrome_fixture            # the fixture of tests/dashboardkit.py (headless Chromium), by its name
+
 REAL = [str(NANOAOD / "nano_dimuon.root"), str(NANOAOD / "nano_dy.root")]
-CHROME_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--disable-dev-shm-usage", "--window-size=1400,1000")
 
 
 def muon_pt_sum(chunk):
@@ -46,68 +48,8 @@ def boom_on_two(x):
     return x
 
 
-#: seconds between two looks at the page (each runs a script in the browser) or at the metrics
-LOOK = 0.25
-
-
-def _read(chrome, selector, attr=None):
-    """Every element matching ``selector``: its ``attr`` (or its text), read in one call in
-    the page. The page redraws its tables every second; an element found in one WebDriver
-    call may be replaced before the next (a stale reference), so tests read here."""
-    return chrome.execute_script(
-        "return Array.from(document.querySelectorAll(arguments[0]))"
-        ".map(e => arguments[1] ? e.getAttribute(arguments[1]) : e.innerText)", selector, attr)
-
-
-def _get(url, headers=None):
-    req = urllib.request.Request(url, headers=headers or {})
-    try:
-        with urllib.request.urlopen(req, timeout=10) as r:
-            return r.status, r.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
-
-
-def _scrape(d: Dashboard) -> dict:
-    """/metrics as {(name, frozenset(labels)): value}."""
-    status, text = _get(d.url.split("?")[0] + "metrics", {"Authorization": f"Bearer {d.token}"})
-    assert status == 200, text
-    out = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out[(s.name, frozenset(s.labels.items()))] = s.value
-    return out
-
-
 def _total(m: dict, name: str) -> float:
     return sum(v for (n, _), v in m.items() if n == name)
-
-
-@pytest.fixture
-def chrome(tmp_path):
-    """Debian's headless chromium through chromium-driver; quit and its driver stopped by pid."""
-    if shutil.which("chromedriver") is None or shutil.which("chromium") is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium and chromium-driver are missing: apt-get install -y chromium chromium-driver")
-        pytest.skip("chromium / chromium-driver not installed (apt-get install -y chromium chromium-driver)")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = shutil.which("chromium")
-    for flag in CHROME_FLAGS:
-        opts.add_argument(flag)
-    opts.add_argument(f"--user-data-dir={tmp_path / 'chromium-profile'}")
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    service = Service(shutil.which("chromedriver"), log_output=str(tmp_path / "chromedriver.log"))
-    driver = webdriver.Chrome(options=opts, service=service)
-    try:
-        yield driver
-    finally:
-        pid = service.process.pid if service.process else None
-        driver.quit()
-        if service.process is not None and service.process.poll() is None:
-            os.kill(pid, signal.SIGKILL)
-            service.process.wait(10)
 
 
 @needs_nanoaod
@@ -116,21 +58,21 @@ def test_the_page_shows_workers_the_map_its_tasks_and_a_killed_worker(broker, wo
     chunks = make_chunks(REAL, step=8)
     with Dashboard(broker.config) as d:
         chrome.get(d.url)
-        rows = lambda: set(_read(chrome, "#workers tbody tr[data-name]", "data-name"))  # noqa: E731
+        rows = lambda: set(read(chrome, "#workers tbody tr[data-name]", "data-name"))  # noqa: E731
         wait_until(lambda: set(names) <= rows(), 60, "the three live workers in the table", interval=LOOK)
 
         h = submit(muon_pt_sum, chunks, broker=broker.config, label="muon_pt_sum")
         assert len(h.wait(120)) == len(chunks)
         bar = f'#maps tr[data-map="{h.map_id}"]'
-        wait_until(lambda: _read(chrome, bar, "data-progress") == ["100.0"], 60, "the map at 100 %", interval=LOOK)
-        assert "muon_pt_sum" in _read(chrome, bar)[0]
+        wait_until(lambda: read(chrome, bar, "data-progress") == ["100.0"], 60, "the map at 100 %", interval=LOOK)
+        assert "muon_pt_sum" in read(chrome, bar)[0]
         streamed = lambda: chrome.execute_script("return window.rhtc.streamTasks(arguments[0])", h.map_id)  # noqa: E731
         wait_until(lambda: streamed() == len(chunks), 60, "every task of the map in the task stream", interval=LOOK)
-        assert int(_read(chrome, "#stream-count")[0]) >= len(chunks)
+        assert int(read(chrome, "#stream-count")[0]) >= len(chunks)
 
         workers.signal(names[0], signal.SIGKILL)
         workers.procs[names[0]].wait(10)
-        wait_until(lambda: _read(chrome, f'#workers tr.gone[data-name="{names[0]}"]'), 40,
+        wait_until(lambda: read(chrome, f'#workers tr.gone[data-name="{names[0]}"]'), 40,
                    f"the killed worker {names[0]} shown as gone", interval=LOOK)
         assert {n for n in names[1:]} <= set(chrome.execute_script("return window.rhtc.workers()"))
 
@@ -145,12 +87,12 @@ def test_a_wrong_or_missing_token_is_refused(broker):
     with Dashboard(broker.config) as d:
         base = d.url.split("?")[0]
         for path in ("", "api/state", "metrics", "static/dashboard.js"):
-            assert _get(base + path)[0] == 403, path
-            assert _get(base + path + "?token=wrong")[0] == 403, path
-            assert _get(base + path, {"Authorization": "Bearer wrong"})[0] == 403, path
-        status, body = _get(base + "?token=" + d.token)
+            assert get(base + path)[0] == 403, path
+            assert get(base + path + "?token=wrong")[0] == 403, path
+            assert get(base + path, {"Authorization": "Bearer wrong"})[0] == 403, path
+        status, body = get(base + "?token=" + d.token)
         assert status == 200 and "static/dashboard.js" in body
-        assert _get(base + "static/dashboard.js", {"Authorization": f"Bearer {d.token}"})[0] == 200
+        assert get(base + "static/dashboard.js", {"Authorization": f"Bearer {d.token}"})[0] == 200
         assert d.url.startswith("http://127.0.0.1:")
 
 
@@ -159,12 +101,12 @@ def test_metrics_match_the_maps_that_ran(broker, workers, storage):
     names = workers.start(2)
     chunks = make_chunks(REAL, step=8)
     with Dashboard(broker.config) as d:
-        m = _scrape(d)
+        m = scrape(d)
         assert m[("rhtc_workers", frozenset({("state", "idle")}))] == 2
         # a map in flight: both workers busy on it
         slow = submit(time.sleep, [3, 3], broker=broker.config)
         wait_until(lambda: (lambda m: m[("rhtc_workers", frozenset({("state", "busy")}))] == 2
-                            and m[("rhtc_maps_in_flight", frozenset())] == 1)(_scrape(d)),
+                            and m[("rhtc_maps_in_flight", frozenset())] == 1)(scrape(d)),
                    30, "two busy workers and one map in flight", interval=LOOK)
         slow.wait(60)
         # the workers' counters count every run, a straggler's backup copy too: a cold read
@@ -181,7 +123,7 @@ def test_metrics_match_the_maps_that_ran(broker, workers, storage):
         assert finished == 2 + 2 * len(chunks) + 2
         seen: list = []
         m = wait_until(lambda: (lambda m: m if seen.append(
-            _total(m, "rhtc_worker_tasks_finished_total")) or seen[-1] == finished else None)(_scrape(d)), 30,
+            _total(m, "rhtc_worker_tasks_finished_total")) or seen[-1] == finished else None)(scrape(d)), 30,
             lambda: f"the workers' counters of every task ({finished}); the last totals scraped: {seen[-5:]}",
             interval=LOOK)
         assert _total(m, "rhtc_worker_tasks_failed_total") == 1
@@ -216,7 +158,7 @@ def test_local_cluster_and_map_handle_show_the_dashboard():
         from rhtc.broker.storage import Storage
         other = Storage(c.config)
         try:
-            assert feed.dashboard_address(other) == link.split("?")[0]   # another process: no token (issue 29)
+            assert feed.dashboard_address(other) == link.split("?")[0]   # another process: no token
         finally:
             other.r.close()
         h = submit(abs, [-1, -2, -4, -8, -16], broker=c)
@@ -257,18 +199,18 @@ def test_a_thousand_workers_with_their_problems_sortable(broker, chrome):
         with Dashboard(broker.config) as d:
             chrome.get(d.url)
             table = "#workers tbody tr[data-name]"
-            wait_until(lambda: len(_read(chrome, table, "data-name")) == 1000, 60, "1,000 rows in the workers table",
+            wait_until(lambda: len(read(chrome, table, "data-name")) == 1000, 60, "1,000 rows in the workers table",
                        interval=LOOK)
 
             def problems(name):
-                return _read(chrome, f'{table}[data-name="{name}"] td.problems')[0]
+                return read(chrome, f'{table}[data-name="{name}"] td.problems')[0]
             assert "another signing key" in problems("sim0001")
             assert "numpy 0.0.1" in problems("sim0002")
-            assert "stalled" in _read(chrome, f'{table}[data-name="sim0003"]', "class")[0]
+            assert "stalled" in read(chrome, f'{table}[data-name="sim0003"]', "class")[0]
             assert "forged" in problems("sim0004")
             assert problems("sim0005") == ""
             header = '#workers th[data-k="tasks_done"]'
-            first = lambda: (_read(chrome, table, "data-name") or [None])[0]  # noqa: E731
+            first = lambda: (read(chrome, table, "data-name") or [None])[0]  # noqa: E731
             chrome.find_element("css selector", header).click()
             wait_until(lambda: first() == "sim0000", 60, "sorted by tasks, fewest first", interval=LOOK)
             chrome.find_element("css selector", header).click()
@@ -295,8 +237,8 @@ def test_rhtc_dashboard_prints_its_address_and_serves_until_stopped(broker, tmp_
                           and (tmp_path / "dashboard.out").read_text(), 60, "the printed address", interval=LOOK)
         url = next(w for w in text.split() if "?token=" in w)
         assert url.startswith("http://127.0.0.1:")
-        assert _get(url)[0] == 200
-        assert _get(url.split("?")[0] + "metrics")[0] == 403
+        assert get(url)[0] == 200
+        assert get(url.split("?")[0] + "metrics")[0] == 403
         assert "ssh -L" in text and "metrics" in text
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -348,8 +290,8 @@ print(h.map_id, flush=True)
 
 
 def test_a_short_map_of_a_script_that_exits_at_once_shows_on_the_page(broker, workers, chrome, tmp_path):
-    """Issue 29, item 4: a script whose 20-task map ends within a second and exits. The
-    page is opened only after the script has exited, so what it shows came from the feed."""
+    """A script whose 20-task map ends within a second and exits. The page is opened only
+    after the script has exited, so what it shows came from the feed."""
     workers.start(2)
     with Dashboard(broker.config) as d:
         env = dict(os.environ, **broker.config.env())
@@ -359,15 +301,15 @@ def test_a_short_map_of_a_script_that_exits_at_once_shows_on_the_page(broker, wo
         map_id = done.stdout.split()[-1]
         chrome.get(d.url)
         row = f'#maps tr[data-map="{map_id}"]'
-        wait_until(lambda: _read(chrome, row, "data-progress") == ["100.0"], 60, "the script's ended map at 100 %",
+        wait_until(lambda: read(chrome, row, "data-progress") == ["100.0"], 60, "the script's ended map at 100 %",
                    interval=LOOK)
-        text = _read(chrome, row)[0]
+        text = read(chrome, row)[0]
         assert "short-script" in text and "20 / 20" in text, text
 
 
 def test_the_broker_holds_the_dashboards_address_without_its_token(broker, storage):
-    """Issue 29, item 7: anyone with the Redis password reads the announced address; the
-    token stays in the analyst's process (and in the browser that opened its URL)."""
+    """Anyone with the Redis password reads the announced address; the token stays in the
+    analyst's process (and in the browser that opened its URL)."""
     from rhtc.client.ops.dashboard import address_for
     with Dashboard(broker.config) as d:
         stored = storage.r.get(storage.keys.dashboard).decode()
@@ -381,9 +323,9 @@ def test_the_broker_holds_the_dashboards_address_without_its_token(broker, stora
 def test_the_access_log_never_prints_the_token(broker, caplog):
     import logging
     with Dashboard(broker.config) as d, caplog.at_level(logging.INFO, logger="tornado.access"):
-        assert _get(d.url)[0] == 200
-        assert _get(d.url.split("?")[0] + f"api/state?since=0&token={d.token}")[0] == 200
-        assert _get(d.url.split("?")[0] + "?token=wrong-token-123")[0] == 403
+        assert get(d.url)[0] == 200
+        assert get(d.url.split("?")[0] + f"api/state?since=0&token={d.token}")[0] == 200
+        assert get(d.url.split("?")[0] + "?token=wrong-token-123")[0] == 403
         access = lambda: [r.getMessage() for r in caplog.records if r.name == "tornado.access"]  # noqa: E731
         wait_until(lambda: len(access()) >= 3, 10, lambda: f"three lines in the access log: {access()}")
     lines = access()
@@ -392,7 +334,7 @@ def test_the_access_log_never_prints_the_token(broker, caplog):
 
 
 def test_the_page_names_a_malformed_record(broker, workers, storage, chrome):
-    """Issue 29, item 3, on the page: a heartbeat written with the password alone."""
+    """A malformed record, on the page: a heartbeat written with the password alone."""
     workers.start(1)
     r = storage.r
     r.sadd(storage.keys.workers, "ghost-1")
@@ -400,11 +342,11 @@ def test_the_page_names_a_malformed_record(broker, workers, storage, chrome):
     r.set(storage.keys.heartbeat("ghost-1"), '{"name": "ghost-1", "task": ["x"]}', ex=600)
     with Dashboard(broker.config) as d:
         chrome.get(d.url)
-        wait_until(lambda: "field 'task'" in "".join(_read(chrome, "#malformed")), 60,
+        wait_until(lambda: "field 'task'" in "".join(read(chrome, "#malformed")), 60,
                    "the malformed heartbeat named on the page", interval=LOOK)
-        assert storage.keys.heartbeat("ghost-1") in _read(chrome, "#malformed")[0]
+        assert storage.keys.heartbeat("ghost-1") in read(chrome, "#malformed")[0]
         assert chrome.find_element("id", "malformed-box").is_displayed()
-        wait_until(lambda: _read(chrome, "#workers tbody tr[data-name]", "data-name"), 60,
+        wait_until(lambda: read(chrome, "#workers tbody tr[data-name]", "data-name"), 60,
                    "the live worker in the table", interval=LOOK)
         errors = [e for e in chrome.get_log("browser") if e["level"] == "SEVERE"]
         assert errors == [], f"the page logged errors in the browser: {errors}"
