@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup example test test-quick docs clean
+.PHONY: setup example test test-quick coverage coverage-report docs clean
 
 setup: $(VENV)/.installed
 
@@ -23,12 +23,29 @@ example: setup
 
 # Both test targets run in pytest-xdist workers (pyproject.toml's addopts: -n N --dist loadgroup;
 # tests/parallel.py keeps the pool tests in one worker). In one process: make test PYTEST_ARGS='-n 0'
+# COVERAGE=1 (CI; `make coverage`): the same run under coverage.py, the processes the tests start
+# included (pyproject.toml's [tool.coverage.run]); then the summary: the total and every module
+# under 80 % (the whole report: .coverage-data/report.txt, by line: .coverage-data/html)
+COVERAGE ?=
 test: setup
-	$(PY) -m pytest -q --durations=25 $(PYTEST_ARGS)
+	@$(if $(COVERAGE),rm -rf .coverage-data && mkdir -p .coverage-data,true)
+	@status=0; $(PY) -m $(if $(COVERAGE),coverage run -m )pytest -q --durations=25 $(PYTEST_ARGS) || status=$$?; \
+	  $(if $(COVERAGE),$(MAKE) --no-print-directory coverage-report || true;) exit $$status
 
-# the fast tier (tests/conftest.py): the pure tests and a few smoke tests on a real broker
+coverage:
+	@$(MAKE) --no-print-directory test COVERAGE=1
+
+coverage-report:
+	@$(PY) -m coverage combine -q || true
+	@$(PY) -m coverage report > .coverage-data/report.txt || true
+	@$(PY) -m coverage html -q -d .coverage-data/html || true
+	@echo "coverage by module (under 80 %; all: .coverage-data/report.txt, by line: .coverage-data/html/index.html):"
+	@awk 'NR <= 2 || /^TOTAL/ || ($$NF + 0 < 80 && $$NF ~ /%$$/)' .coverage-data/report.txt
+
+# the fast tier: tests/unit/ and the smoke tests marked quick by hand (tests/README.md); only
+# those files are collected
 test-quick: setup
-	$(PY) -m pytest -q -m quick $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m quick tests/unit $$(grep -rl --include='test_*.py' 'mark.quick' tests/integration tests/scenarios) $(PYTEST_ARGS)
 
 # the documentation site (docs/, Sphinx + MyST) into docs/_build/html; strict: a broken link or
 # reference, a missing heading anchor or a page outside the toctree fails it. Needs the [docs]
@@ -41,4 +58,4 @@ docs: setup
 	@echo "docs: docs/_build/html/index.html"
 
 clean:
-	rm -rf $(VENV) data/generated *.egg-info docs/_build
+	rm -rf $(VENV) data/generated *.egg-info docs/_build .coverage-data

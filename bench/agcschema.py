@@ -1,7 +1,7 @@
 """Every branch of the real 2015 CMS Open Data NanoAOD sample (the AGC input format),
 by collection and type, for ``bench make-data --agc`` (:mod:`bench.agcgen`).
 
-Written from ``nanoAOD_2015_CMS_Open_Data_ttbar.root`` (947 branches); tests/test_agcgen.py
+Written from ``nanoAOD_2015_CMS_Open_Data_ttbar.root`` (947 branches); tests/unit/bench/test_agcgen.py
 checks the generated files against that file. Types: f float32, i int32, u uint8, b bool,
 I uint32, L uint64. A collection ``Jet`` with fields ``pt`` is written as ``nJet`` (uint32)
 and ``Jet_pt``; a field ``-`` is the collection itself (``LHEPdfWeight``, a float array)."""

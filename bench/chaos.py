@@ -9,13 +9,13 @@ the map's last task waits until the whole plan has fired, so every planned fault
 running map. One task holds the GIL for three leases. Every result is checked: correct, delivered exactly
 once, in order. Then a day of short maps (:mod:`bench.chaosday`): connections killed,
 the broker out of memory for a while, the input file rewritten, between and during maps.
-``tests/test_chaos.py`` runs the same scenarios and asserts on them.
+``tests/scenarios/test_exactly_once_under_chaos.py`` runs the same scenarios and asserts on them.
 
     bench chaos --tasks 5000 --workers 4 --repeats 3 --day-maps 12
 
 Example::
 
-    (not run by the tests: minutes of faults; tests/test_chaos.py runs it)
+    (not run by the tests: minutes of faults; tests/scenarios/test_exactly_once_under_chaos.py runs it)
     >>> run_chaos(tasks=500, workers=2, seed=1).ok                  # doctest: +SKIP
     True
 """

@@ -1,4 +1,4 @@
-"""The faults of ``bench chaos`` and tests/test_chaos.py, scheduled on the map's progress.
+"""The faults of ``bench chaos`` and tests/scenarios/test_exactly_once_under_chaos.py, scheduled on the map's progress.
 
 A seed gives a plan (:func:`plan_faults`): one fault of each kind first, in a random order,
 then more at random; each fault names the number of results the map must have received

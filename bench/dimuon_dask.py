@@ -8,7 +8,7 @@ worker-global branch cache of the same size as ours, and prints one JSON line pe
 bars, keeps each phase within its bound, and on overrun stops the child's whole process
 group by the child's pid and returns one line saying what failed and what to try.
 
-    (not run by the tests: a minute of dask; tests/test_bench_dimuon.py runs it)
+    (not run by the tests: a minute of dask; tests/scenarios/test_bench_peer_that_cannot_start.py runs it)
     >>> out = run_dask(chunks, warm, workers=2, cache_bytes=2**30)     # doctest: +SKIP
     >>> out["cold_s"], out["warm_s"]                                     # doctest: +SKIP
 """

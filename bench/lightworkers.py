@@ -23,7 +23,7 @@ supervisors, the broker and the client (their heartbeats missed, the map's token
 Killing the process kills its workers as a lost node would: their names expire and their
 tasks run again elsewhere.
 
-    (starts processes: see tests/test_bench_scale.py)
+    (starts processes: see tests/scenarios/test_bench_scale.py)
     >>> with LightPool(config, workers=200, processes=2) as pool:      # doctest: +SKIP
     ...     remote_map(light_task, [(1.0, 10_000)] * 400, broker=config)
 """

@@ -7,7 +7,7 @@ must be readable by that user.
 
 Example::
 
-    (not run by the tests: it needs the xrootd binary; tests/test_xrootd.py runs it)
+    (not run by the tests: it needs the xrootd binary; tests/scenarios/test_nanoaod_over_xrootd.py runs it)
     >>> with XRootDServer("/tmp/served") as server:                  # doctest: +SKIP
     ...     make_chunks(server.url("*.root"))
 """

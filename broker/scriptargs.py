@@ -3,7 +3,7 @@ mode of a script) that builds its ``ARGV`` in the one order the script reads it.
 
 No script takes ``KEYS``: each builds its keys from the namespace, ``ARGV[1]``
 (:func:`broker.scripts.body`). Each script names its arguments on a header line at its top,
-in a fixed format that ``tests/test_script_args.py`` checks every wrapper against, name
+in a fixed format that ``tests/unit/broker/test_scriptargs.py`` checks every wrapper against, name
 by name and in order::
 
     -- ARGV: ns, worker, incarnation, watch#, results...

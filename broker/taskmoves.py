@@ -3,7 +3,7 @@ it, and which script (``broker/lua/``) or plain command moves it, and why.
 
 The client's side of the same life (what a map knows of each task) is
 :data:`rhtc.client.engine.tasks.TRANSITIONS`; the keys are in :mod:`broker.wire.keys`.
-``tests/test_task_moves.py`` checks that every script named here exists, that every script
+``tests/unit/broker/test_taskmoves.py`` checks that every script named here exists, that every script
 of :data:`broker.scripts.NAMES` is either here or in :data:`STILL` (it moves no task), and
 that each move a script makes through the shared steps of ``lua/lib.lua`` (requeue,
 refill, deliver, ...) is listed for it.

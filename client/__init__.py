@@ -4,7 +4,7 @@
 
 Each name loads its module on first use, as at the package's top (``rhtc``): a worker
 that imports :mod:`client.data` to read a chunk runs this file, and must not load the map
-engine with it (``tests/test_worker_imports.py``).
+engine with it (``tests/scenarios/test_a_worker_loads_only_what_it_runs.py``).
 """
 from __future__ import annotations
 

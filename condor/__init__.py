@@ -12,7 +12,7 @@ The pieces:
 
 Example::
 
-    (not run by the tests: they need a site's pool and packing downloads wheels; tests/test_condor.py runs them on the test pool)
+    (not run by the tests: they need a site's pool and packing downloads wheels; tests/scenarios/test_condor.py runs them on the test pool)
     >>> from rhtc.condor import pack_environment, submit_workers        # doctest: +SKIP
     >>> pack_environment("rhtc-env.tar.gz", python_version="3.9")   # doctest: +SKIP
     >>> jobs = submit_workers(20, env_pack="rhtc-env.tar.gz")        # doctest: +SKIP

@@ -21,7 +21,7 @@ wanted and actual size and the last replacements with their reasons). It sets th
 floor in the broker, so idle workers never leave under the minimum. ``rhtc pool stop``,
 Ctrl-C, or ``stop_when_idle`` stop it; stopping removes its jobs.
 
-    (not run by the tests: it needs a batch system; tests/test_condor.py runs it on the test pool)
+    (not run by the tests: it needs a batch system; tests/scenarios/test_condor.py runs it on the test pool)
     >>> from rhtc.condor import PoolKeeper, KeeperPlan                  # doctest: +SKIP
     >>> keeper = PoolKeeper(KeeperPlan(minimum=2, maximum=50), env_pack="rhtc-env.tar.gz").start()  # doctest: +SKIP
     >>> keeper.stop()                                                    # doctest: +SKIP

@@ -29,7 +29,7 @@ instant, and a change to the project's sources alone reuses the installed depend
 
 Example::
 
-    (not run by the tests: packing downloads wheels; tests/test_condor.py packs for the test pool)
+    (not run by the tests: packing downloads wheels; tests/scenarios/test_condor.py packs for the test pool)
     >>> from rhtc.condor.pack import pack_environment                  # doctest: +SKIP
     >>> pack_environment("rhtc-env.tar.gz", python_version="3.11")  # doctest: +SKIP
     PosixPath('rhtc-env.tar.gz')

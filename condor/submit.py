@@ -6,7 +6,7 @@ Slurm gets ``condor/workers.sbatch`` as an array; both start ``condor/rhtc_worke
 
 Example::
 
-    (not run by the tests: they need an HTCondor pool; tests/test_condor.py runs them on the test pool)
+    (not run by the tests: they need an HTCondor pool; tests/scenarios/test_condor.py runs them on the test pool)
     >>> from rhtc.condor import submit_workers, list_workers, remove_workers   # doctest: +SKIP
     >>> jobs = submit_workers(50, env_pack="rhtc-env.tar.gz")             # doctest: +SKIP
     >>> jobs.job_id, jobs.count                                           # doctest: +SKIP

@@ -144,7 +144,7 @@ class TtbarAnalysis(processor.ProcessorABC):
     The leptons and jets are taken out of NanoEvents once as flat numpy arrays (one value
     per object, event after event) and the selection runs on those: each awkward call costs
     ~0.5 ms whatever the number of events, and the jagged version of this analysis makes
-    ~170 of them per chunk. The numbers are the jagged version's (tests/test_agc_processor.py).
+    ~170 of them per chunk. The numbers are the jagged version's (tests/unit/examples/test_agc_ttbar.py).
     """
 
     def __init__(self, systematics: bool = True):

@@ -1,6 +1,6 @@
 """coffea processors on redis-htcondor workers (needs ``pip install 'redis-htcondor[coffea]'``)::
 
-    (a fragment: ``processor`` and a fileset are yours; tests/test_coffea.py runs the executor)
+    (a fragment: ``processor`` and a fileset are yours; tests/scenarios/test_coffea_on_workers_answers_as_coffea.py runs the executor)
     >>> from rhtc.coffea import RedisExecutor, worker_cache          # doctest: +SKIP
     >>> run = processor.Runner(executor=RedisExecutor(), cachestrategy=worker_cache)  # doctest: +SKIP
 

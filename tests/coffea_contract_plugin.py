@@ -1,7 +1,7 @@
 """A pytest plugin for coffea's own test suite: its executor tests run with rhtc's
 ``RedisExecutor`` where they run ``FuturesExecutor``, beside ``IterativeExecutor``.
 
-tests/test_coffea_contract.py copies this file next to the unpacked source distribution
+tests/scenarios/test_coffea_contract.py copies this file next to the unpacked source distribution
 of the installed coffea and runs ``pytest -p rhtc_contract_plugin
 tests/test_local_executors.py`` there, in a subprocess whose environment names the
 test's broker (``RHTC_BROKER``, ``RHTC_KEY``, ``RHTC_NAMESPACE``), whose workers it
@@ -31,7 +31,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if missing:
         raise pytest.UsageError(
             f"rhtc_contract_plugin: {', '.join(missing)} not set. This plugin runs coffea's executor tests on "
-            "a running rhtc broker and its workers: run it through tests/test_coffea_contract.py, which "
+            "a running rhtc broker and its workers: run it through tests/scenarios/test_coffea_contract.py, which "
             "starts them and sets the environment.")
 
 

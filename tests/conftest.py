@@ -2,15 +2,16 @@
 
 Nothing here is mocked; every process a test starts is stopped by pid.
 
-Two tiers (the Makefile's targets, the README's "Testing"):
+Two tiers (the Makefile's targets; tests/README.md says where a test goes):
 
-* ``make test-quick`` (``pytest -m quick``): the pure tests and a few end-to-end smoke
-  tests, in well under two minutes. A test is in it **automatically** when it requests
-  none of :data:`PROCESS_FIXTURES` (directly or through another fixture) and is not
-  marked ``slow``, ``pool`` or ``heavy``; a smoke test that uses a broker is put in it by
-  hand with ``@pytest.mark.quick``. A test that starts a redis-server or a worker itself
-  without such a fixture fails in the quick run (:func:`_quick_tier_guard`) naming the fix:
-  mark it ``@pytest.mark.heavy`` (so is a test that builds data or runs a notebook for seconds).
+* ``make test-quick`` (``pytest -m quick``): **the tests under tests/unit/**, which need no
+  process, and a few end-to-end smoke tests marked ``@pytest.mark.quick`` by hand. The tier
+  is the folder (:func:`pytest_collection_modifyitems`): a unit test that requests one of
+  :data:`PROCESS_FIXTURES` is refused at collection, and one that starts a redis-server or a
+  worker itself fails (:func:`_unit_guard`); a unit test that builds data for seconds is
+  marked ``heavy`` and runs in the full suite only. Outside tests/unit/ (and tests/docs/), a
+  test that requests none of those fixtures is refused too: move it to tests/unit/, or,
+  when it starts processes itself, mark it ``heavy``.
 * ``make test`` (``pytest -q``, what CI runs): everything, the pools and chaos included.
 
 Both run in three pytest-xdist workers (pyproject's ``addopts``; ``-n 0``: in this process
@@ -57,36 +58,59 @@ PROCESS_FIXTURES = frozenset({
 })
 #: markers that keep a test out of the quick tier (pytest.ini_options.markers says what each means)
 FULL_ONLY = ("slow", "pool", "heavy")
-_AUTO_QUICK = pytest.StashKey[bool]()
+_UNIT = pytest.StashKey[bool]()
 #: the machine's one HTCondor pool and one Slurm cluster: session fixtures that the tests
 #: using them share in one xdist worker (tests/parallel.py's ``pools`` group)
 POOL_FIXTURES = frozenset({"condor_pool", "slurm_pool"})
 
 
+#: where the tests that need no process live (the quick tier, by location), and the folders
+#: whose tests are exempt from the location rule (the documentation's examples)
+UNIT, FREE = "tests/unit/", ("tests/docs/",)
+
+
+def _where(item) -> str:
+    """The test's path from the repository root, with forward slashes (``tests/unit/...``)."""
+    return item.nodeid.split("::", 1)[0]
+
+
 @pytest.hookimpl(tryfirst=True)        # before ``-m`` deselects: the marker must be there by then
 def pytest_collection_modifyitems(config, items):
-    """Put every test that needs no broker, worker or pool in the quick tier; refuse a test
-    that needs a pool outside the modules of the ``pools`` group."""
+    """The tier is the folder: every test under tests/unit/ is in the quick tier (unless it is
+    ``heavy``), and needs no process; a test elsewhere needs one. Refuse a test that needs a
+    pool outside the modules of the ``pools`` group."""
+    wrong = []
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
+        where = _where(item)
         if not POOL_FIXTURES.isdisjoint(fixtures) and group_of(item.nodeid) != POOL_GROUP:
             raise pytest.UsageError(
                 f"{item.nodeid} uses the HTCondor pool or the Slurm cluster: add its module to "
                 "POOL_MODULES in tests/parallel.py, so that it runs in the worker that holds them")
-        if item.get_closest_marker("quick") or any(item.get_closest_marker(m) for m in FULL_ONLY):
-            continue
-        if PROCESS_FIXTURES.isdisjoint(fixtures):
-            item.add_marker(pytest.mark.quick)
-            item.stash[_AUTO_QUICK] = True
+        needs = sorted(PROCESS_FIXTURES.intersection(fixtures))
+        if where.startswith(UNIT):
+            if needs or item.get_closest_marker("slow") or item.get_closest_marker("pool"):
+                wrong.append(f"{item.nodeid} is under {UNIT} but needs "
+                             f"{', '.join(needs) or 'the slow or pool tier'}: move it to tests/integration/ "
+                             "(a real redis-server) or tests/scenarios/ (workers, pools, servers)")
+            elif not item.get_closest_marker("heavy"):
+                item.add_marker(pytest.mark.quick)
+                item.stash[_UNIT] = True
+        elif not needs and not where.startswith(FREE) and not any(
+                item.get_closest_marker(m) for m in (*FULL_ONLY, "quick")):
+            wrong.append(f"{item.nodeid} needs no broker, worker, pool or server fixture: move it to "
+                         f"{UNIT}<folder>/test_<module>.py, or, if it starts processes itself, mark it "
+                         "@pytest.mark.heavy")
+    if wrong:
+        raise pytest.UsageError("tests in the wrong tier (tests/README.md):\n  " + "\n  ".join(wrong))
 
 
 class QuickTierViolation(RuntimeError):
-    """A test put in the quick tier by :func:`pytest_collection_modifyitems` started a
-    redis-server or a worker itself."""
+    """A test under tests/unit/ started a redis-server or a worker itself."""
 
 
 def _heavy_process(args) -> str | None:
-    """What a command line starts, if it is what the quick tier must not start."""
+    """What a command line starts, if it is what a unit test must not start."""
     argv = [os.fsdecode(a) for a in ([args] if isinstance(args, (str, bytes, os.PathLike)) else args)]
     if argv and argv[0].strip() and os.path.basename(argv[0].split()[0]) == "redis-server":
         return "a redis-server"
@@ -96,19 +120,19 @@ def _heavy_process(args) -> str | None:
 
 
 @pytest.fixture(autouse=True)
-def _quick_tier_guard(request, monkeypatch):
-    """In a run of the quick tier (``-m quick``), a test that is there by default (it requests no
-    broker fixture) but starts a redis-server or a worker fails at once, naming the fix."""
-    if request.node.stash.get(_AUTO_QUICK, False) and "quick" in (request.config.option.markexpr or ""):
+def _unit_guard(request, monkeypatch):
+    """A test under tests/unit/ (the quick tier) that starts a redis-server or a worker itself
+    fails at once, naming the fix, in every run."""
+    if request.node.stash.get(_UNIT, False):
         execute_child = subprocess.Popen._execute_child
 
         def guarded(self, args, *rest, **kw):
             what = _heavy_process(args)
             if what:
                 raise QuickTierViolation(
-                    f"{request.node.nodeid} requests no broker or worker fixture, so it runs in the "
-                    f"quick tier (make test-quick), but it starts {what}: use the broker/workers "
-                    "fixtures, or mark it @pytest.mark.heavy (tests/conftest.py)")
+                    f"{request.node.nodeid} is a unit test (tests/unit/: the quick tier), but it starts "
+                    f"{what}: move it to tests/integration/ or tests/scenarios/ and use the broker/workers "
+                    "fixtures (tests/README.md)")
             return execute_child(self, args, *rest, **kw)
         monkeypatch.setattr(subprocess.Popen, "_execute_child", guarded)
     yield

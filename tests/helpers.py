@@ -17,7 +17,7 @@ function (one that raises a given message, notes its runs in a file) still defin
 
 By value. A function pickled by reference makes the worker import its module. For a test
 module, that brings ``tests.conftest``, pytest and the client's engine into the worker
-(tests/test_worker_imports.py checks that a worker loads no engine). A worker started outside
+(tests/scenarios/test_a_worker_loads_only_what_it_runs.py checks that a worker loads no engine). A worker started outside
 the checkout (``LocalCluster``, the pools, an installed wheel) cannot import ``tests`` at all.
 So this module registers itself with :func:`cloudpickle.register_pickle_by_value`. A test
 module whose own functions or classes must reach workers by value says so with one line:

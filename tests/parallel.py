@@ -22,25 +22,27 @@ from __future__ import annotations
 
 import pytest
 
-#: the modules whose tests use the machine's one HTCondor pool or Slurm cluster
-POOL_MODULES = frozenset({"test_condor.py", "test_slurm.py", "test_pool_keeper.py",
-                          "test_pool_examples.py"})     # tests/docs/: the docs' pool examples
+#: the modules (their paths under tests/) whose tests use the machine's one HTCondor pool or Slurm cluster
+POOL_MODULES = frozenset({"scenarios/test_condor.py", "scenarios/test_slurm.py",
+                          "scenarios/test_pool_keeper.py",
+                          "docs/test_pool_examples.py"})     # the docs' pool examples
 POOL_GROUP = "pools"
 #: modules kept in one worker for a module-scoped fixture that is slow to build (what it builds)
 MODULE_GROUPS = {
-    "test_agcgen.py": "a ttbar file with every one of ~950 branches",
-    "test_coffea.py": "the nine AGC samples",
-    "test_coffea_contract.py": "a LocalCluster and coffea's sdist (downloaded into .pytest_cache)",
-    "test_datagen.py": "a generated NanoAOD file",
-    "test_warm_equals_cold.py": "generated files and a node of workers",
-    "test_wheel.py": "the wheel and sdist (python -m build)",
-    "test_xrootd.py": "copies of the samples and a generated file to serve",
+    "unit/bench/test_agcgen.py": "a ttbar file with every one of ~950 branches",
+    "scenarios/test_coffea_on_workers_answers_as_coffea.py": "the nine AGC samples",
+    "scenarios/test_coffea_contract.py": "a LocalCluster and coffea's sdist (downloaded into .pytest_cache)",
+    "unit/client/synthetic/test_dimuon.py": "a generated NanoAOD file",
+    "scenarios/test_a_warm_answer_is_the_cold_answer.py": "generated files and a node of workers",
+    "scenarios/test_wheel.py": "the wheel and sdist (python -m build)",
+    "scenarios/test_nanoaod_over_xrootd.py": "copies of the samples and a generated file to serve",
+    "scenarios/test_xrootd_errors_and_timeouts.py": "an xrootd server",
 }
 
 
 def group_of(nodeid: str) -> str | None:
     """The group of a test (by its node id), or None: it runs alone."""
-    module = nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+    module = nodeid.split("::", 1)[0].split("tests/", 1)[-1]      # its path under tests/
     if module in POOL_MODULES:
         return POOL_GROUP
     if module in MODULE_GROUPS:

@@ -2,7 +2,7 @@
 task comes, checked (the hash, the session's signature, the client's Python version)
 before they are unpickled, and kept for the next tasks (the 32 most recent).
 
-    (needs a broker: see tests/test_functions.py)
+    (needs a broker: see tests/integration/test_function_library.py)
     >>> fns = Functions(storage, "w1", key)                       # doctest: +SKIP
     >>> fn = fns.get(task.fn_hash, task.map_id)                    # doctest: +SKIP
 """

@@ -3,7 +3,7 @@ task's import waits for it only if it enters a package that the preload is in th
 of; every other task goes on, however long the preload takes or if it hangs.
 
 What two threads importing at once actually break (Python 3.11, measured with a package
-whose ``__init__`` the preload thread was held inside; see tests/test_preload.py):
+whose ``__init__`` the preload thread was held inside; see tests/scenarios/test_preload_before_the_first_task.py):
 
 - A task that imports the package's *top* module (``import hist``) while the preload
   executes it waits on Python's own lock of that module and gets it whole: safe.

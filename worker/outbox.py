@@ -5,7 +5,7 @@ are kept through broker trouble: a result is never dropped because the broker re
 for a while (memory, a restart); only one over 1 MiB that it keeps refusing while it
 answers becomes a ``ResultTooLarge`` error, so the worker is never wedged on it.
 
-    (needs a broker: see tests/test_big_results.py and tests/test_reliability.py)
+    (needs a broker: see tests/integration/test_big_results_waiting.py and tests/scenarios/test_lost_replies_crashes_and_refusals.py)
     >>> box = Outbox(storage, "w1", incarnation, key)                 # doctest: +SKIP
     >>> box.frames.append((map_id, task_id, frame)); box.flush()      # doctest: +SKIP
 """

@@ -6,7 +6,7 @@ here, so they go back to the pool if this worker dies), and once the pool is emp
 partial goes to the pool for the next merger, or to the client when it covers every task
 not answered yet. Nothing waits for a timer.
 
-    (needs a broker and a task process: see tests/test_merge_tree.py)
+    (needs a broker and a task process: see tests/scenarios/test_workers_merge_each_others_partials.py)
     >>> Tree(storage, partials, "w1", incarnation, hold).up(["0123456789abcdef"])   # doctest: +SKIP
 """
 from __future__ import annotations

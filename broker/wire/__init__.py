@@ -9,5 +9,5 @@ broker's address and key (:mod:`.config`).
 
 None of these modules imports ``redis``: the commands that move these bytes live in the
 Redis adapter beside this package (:mod:`broker.storage` and its roles), and a test keeps
-it so (``tests/test_layout.py``).
+it so (``tests/unit/test_layout.py``).
 """

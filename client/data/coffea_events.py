@@ -11,7 +11,7 @@ holds open, what construction produces is kept in the worker's byte-capped cache
 chunk, so it is advertised, routed to and evicted with the chunk's branches), and the next
 item on the same chunk gets it without building anything. A cold item of another file with
 the same branches builds from the tree's base form kept from an earlier file
-(:func:`branch_signature`, :func:`_from_root_kept_form`; tests/test_coffea_forms.py).
+(:func:`branch_signature`, :func:`_from_root_kept_form`; tests/unit/client/data/test_coffea_events.py).
 
 **What is kept, and why that level.** Measured on the largest AGC chunk (29,365 events,
 947 branches, buffers already in the cache, CPU seconds, medians of 7): the tree's type

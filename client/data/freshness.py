@@ -119,7 +119,7 @@ class PreadSource(uproot.source.chunk.Source):
     calling thread (no memory map, no I/O threads). Bytes that existed when the file was
     opened and are gone now raise :class:`FileShrank` naming the file, never SIGBUS.
 
-    (not run by the tests: a fragment; tests/test_day_files.py runs it)
+    (not run by the tests: a fragment; tests/scenarios/test_rewritten_files_are_never_read_stale.py runs it)
     >>> f = uproot.open(path, handler=PreadSource)     # doctest: +SKIP
     """
 

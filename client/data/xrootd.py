@@ -105,7 +105,7 @@ def request_timeout() -> int:
 def apply_settings() -> None:
     """Put :data:`SETTINGS` into this process's XRootD client (once; the environment wins).
 
-    (not run by the tests: they need an XRootD server; tests/test_xrootd.py starts one)
+    (not run by the tests: they need an XRootD server; tests/scenarios/test_nanoaod_over_xrootd.py starts one)
     >>> apply_settings()                         # doctest: +SKIP
     """
     global _applied

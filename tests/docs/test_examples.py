@@ -25,7 +25,7 @@ def _unavailable(what: str, reason: str):
 @pytest.fixture(scope="session")
 def docs_xrootd():
     """What a ``requires: xrootd`` block needs: Debian's xrootd-server (installed with apt-get
-    when missing, as tests/test_xrootd.py does) and the XRootD client of the [xrootd] extra."""
+    when missing, as tests/scenarios/test_nanoaod_over_xrootd.py does) and the XRootD client of the [xrootd] extra."""
     try:
         ensure_debian_packages(["xrootd-server"], ["xrootd"])
     except PoolUnavailable as err:

@@ -18,7 +18,7 @@ import uuid
 from rhtc.broker.wire import protocol
 from rhtc.broker.wire.merge import encode_partial, partial_id
 from rhtc.broker.wire.messages import HandedUp, ResultMeta
-from tests.brokerkit import claimed_worker, queued_map
+from tests.kits.broker import claimed_worker, queued_map
 
 
 def _partial(key: bytes, map_id: str, indices: list[int]) -> bytes:

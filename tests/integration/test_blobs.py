@@ -18,7 +18,7 @@ import pytest
 
 from rhtc.broker.wire import blobs, protocol
 from rhtc.broker.wire.messages import ResultMeta, WorkerStatus, encode_result
-from tests.blobkit import blob_keys
+from tests.kits.blob import blob_keys
 
 MAP = "0123456789abcdef"
 

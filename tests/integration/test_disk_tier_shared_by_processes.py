@@ -22,7 +22,7 @@ import pytest
 
 from rhtc.worker.disk import DiskTier
 from tests.conftest import ROOT
-from tests.diskkit import private_throughout
+from tests.kits.disk import private_throughout
 
 
 # -- writers killed, writers at once ----------------------------------------------------------
@@ -110,6 +110,7 @@ UNDER_UMASK = textwrap.dedent("""
 """)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("umask", [0o002, 0o000, 0o022, 0o277], ids=oct)
 def test_a_tier_made_under_any_umask_is_0700_and_0600_throughout(tmp_path, umask):
     top = tmp_path / "scratch"                       # the parents made on the way are the tier's too

@@ -1,13 +1,13 @@
 """The examples in the docstrings that need a broker run: ``broker`` and ``RHTC_BROKER`` are
 set to a private redis-server for the module's examples, and the modules whose examples run
-maps on the default broker (:data:`tests.doctestkit.NEEDS_WORKERS`) get one worker on it.
-The runner and the choice of which modules need a broker are in tests/doctestkit.py; the
+maps on the default broker (:data:`tests.kits.doctest.NEEDS_WORKERS`) get one worker on it.
+The runner and the choice of which modules need a broker are in tests/kits/doctest.py; the
 other modules' examples run in tests/unit/test_docstring_examples.py."""
 from __future__ import annotations
 
 import pytest
 
-from tests.doctestkit import MODULES, needs_broker, run_examples
+from tests.kits.doctest import MODULES, needs_broker, run_examples
 
 
 @pytest.mark.parametrize("name", [m for m in MODULES if needs_broker(m)])

@@ -8,7 +8,7 @@ from __future__ import annotations
 from rhtc.broker.functions import KEEP_LIBRARIES, Library
 from rhtc.broker.wire import protocol
 from rhtc.broker.wire.messages import WorkerStatus
-from tests.librarykit import libraries as _libraries
+from tests.kits.library import libraries as _libraries
 
 
 def test_other_versions_libraries_are_capped(storage):

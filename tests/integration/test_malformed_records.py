@@ -15,7 +15,7 @@ from rhtc.broker import feed
 from rhtc.broker.storage import Storage
 from rhtc.client.ops.dashstate import DashState
 from rhtc.client.ops.status import render_status
-from tests.recordkit import password_only
+from tests.kits.record import password_only
 
 
 def test_every_kind_of_record_malformed_is_named_and_skipped(broker, storage):

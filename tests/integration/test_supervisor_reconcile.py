@@ -17,7 +17,7 @@ import threading
 import pytest
 
 from rhtc.broker.wire import keys, protocol
-from tests.workerkit import frozen_inside_a_write
+from tests.kits.worker import frozen_inside_a_write
 
 
 def _supervisor_holding(storage, name: str):

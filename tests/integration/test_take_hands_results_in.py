@@ -10,7 +10,7 @@ from rhtc.broker.wire import protocol
 from rhtc.broker.wire.keys import MAP_ANSWERED
 from rhtc.broker.wire.merge import encode_partial
 from rhtc.broker.wire.messages import ResultMeta
-from tests.brokerkit import claimed_worker, queued_map
+from tests.kits.broker import claimed_worker, queued_map
 
 
 def _leased(storage, worker: str, inc: str, map_id: str, indices) -> list[bytes]:

@@ -17,7 +17,7 @@ import pytest
 from rhtc.broker.storage import Storage
 from rhtc.client import remote_map
 from rhtc.client.ops.status import render_status
-from tests.recordkit import password_only
+from tests.kits.record import password_only
 
 GHOST = "ghost-1"
 

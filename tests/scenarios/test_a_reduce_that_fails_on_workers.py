@@ -25,7 +25,7 @@ from rhtc.client.engine.options import MapOptions
 from rhtc.client.handle import MapHandle
 from rhtc.client.reduce import ReduceFailedOnWorker
 from tests.helpers import poll_until, register_by_value
-from tests.mergekit import HOLD
+from tests.kits.merge import HOLD
 
 register_by_value(__name__)
 

@@ -19,9 +19,9 @@ import time
 from rhtc.client import imap_unordered, make_chunks
 from rhtc.worker.disk import DiskTier
 from tests.conftest import ROOT, needs_nanoaod
-from tests.diskkit import pt_sum
+from tests.kits.disk import pt_sum
 from tests.helpers import wait_until
-from tests.nanoaodkit import REAL
+from tests.kits.nanoaod import REAL
 
 
 @needs_nanoaod

@@ -3,6 +3,8 @@ own top-level folders, not the installed checkout's: the layout is seen the same
 code and by an installed copy. A real ``git clone`` and a real Python process in it."""
 from __future__ import annotations
 
+import pytest
+
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +12,7 @@ from pathlib import Path
 import rhtc
 
 
+@pytest.mark.heavy
 def test_a_second_checkout_runs_its_own_folders(tmp_path):
     """A worktree (or a second clone) next to an editable install imports its own
     ``broker/``, not the installed checkout's."""

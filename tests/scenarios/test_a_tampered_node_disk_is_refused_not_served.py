@@ -21,7 +21,7 @@ import uproot
 from rhtc import last_map
 from rhtc.client import imap_unordered, make_chunks, remote_map
 from tests.conftest import NANOAOD, needs_nanoaod
-from tests.diskkit import fifo, link_to_a_fifo, link_to_a_genuine_copy, pt_sum, unblock
+from tests.kits.disk import fifo, link_to_a_fifo, link_to_a_genuine_copy, pt_sum, unblock
 from tests.helpers import wait_until
 
 

@@ -1,7 +1,7 @@
 """A warm answer is the cold answer: a standing differential test.
 
 Random chunkings (files, step, which chunks) of the real CMS NanoAOD samples and of small
-generated NanoAOD go through ``remote_map`` with analyses drawn from tests/warmcold.py
+generated NanoAOD go through ``remote_map`` with analyses drawn from tests/kits/warmcold.py
 (numpy copies changed in place, awkward slices, masks, counts, combinations, histograms),
 with and without ``reduce=`` (``True``, ``operator.add``, an add in place) and the merge
 on the workers on and off; the first run, the same map again (warm), and a rerun after
@@ -14,7 +14,7 @@ every run, cold, warm and after the replacement, with an error that names the br
 says how to copy.
 
 Real parts: a redis-server and two ``python -m rhtc.worker --disk-cache DIR`` processes
-for the module (tests/warmcold.py ``Node``), real uproot reads of the real files and of
+for the module (tests/kits/warmcold.py ``Node``), real uproot reads of the real files and of
 NanoAOD generated here (client/synthetic/dimuon.py). Every example reads copies of the files made
 for it: another version of each file, so its first run is cold on every tier and no
 example sees what another left in the caches (a failure stays with its example).
@@ -36,7 +36,7 @@ from hypothesis import HealthCheck, example, given, settings
 from rhtc import RemoteError
 from rhtc.client.synthetic import make_data
 from tests.conftest import NANOAOD, needs_nanoaod
-from tests.warmcold import (ANALYSES, ON_DISK, RAW, REDUCERS, Files, Node, PlainChunk, _plain_tree, agc_processor,
+from tests.kits.warmcold import (ANALYSES, ON_DISK, RAW, REDUCERS, Files, Node, PlainChunk, _plain_tree, agc_processor,
                             assert_same, assert_same_agc, assert_same_output, expected, muon_processor,
                             raw_muon_processor)
 

@@ -7,16 +7,18 @@ that reason).
 
 A real worker process runs a real chunk task over the NanoAOD sample, and reports the
 ``rhtc`` modules loaded in it; a bare interpreter imports the chunk code. The list of what
-must never load (:data:`tests.workerkit.NEVER`) names only modules that exist:
+must never load (:data:`tests.kits.worker.NEVER`) names only modules that exist:
 tests/unit/test_worker_imports.py."""
 from __future__ import annotations
+
+import pytest
 
 import sys
 
 from rhtc.client import make_chunks, remote_map
 from tests.conftest import NANOAOD, needs_nanoaod
 from tests.helpers import register_by_value
-from tests.workerkit import NEVER
+from tests.kits.worker import NEVER
 
 register_by_value(__name__)
 
@@ -47,6 +49,7 @@ def test_a_worker_reading_chunks_loads_no_client_engine(workers):
         assert not wrong, f"a worker reading a chunk loaded the client's engine or API: {wrong}"
 
 
+@pytest.mark.heavy
 def test_importing_the_chunk_code_loads_no_engine():
     """The same in a bare interpreter: ``import rhtc.client.data.chunks``."""
     import subprocess

@@ -13,9 +13,9 @@ import numpy as np
 from rhtc.client.handle import MapHandle
 from rhtc.client.engine.maprun import MapRun
 from rhtc.client.engine.options import MapOptions
-from tests.blobkit import blob_keys, counted_big, noise
+from tests.kits.blob import blob_keys, counted_big, noise
 from tests.helpers import register_by_value, wait_until
-from tests.mergekit import (FAST_LEASE, HOLD, everything_once, freeze_a_worker_holding_a_partial, runs, start_map,
+from tests.kits.merge import (FAST_LEASE, HOLD, everything_once, freeze_a_worker_holding_a_partial, runs, start_map,
                             task_pid)
 
 register_by_value(__name__)

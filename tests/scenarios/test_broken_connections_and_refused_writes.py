@@ -30,7 +30,7 @@ from rhtc.broker.storage import Storage
 from rhtc.client import remote_map, submit
 from rhtc.client.api import MapHandle, storage_for
 from rhtc.client.engine.maprun import MapRun
-from tests.chaoskit import Refusal, assert_every_key_owned
+from tests.kits.chaos import Refusal, assert_every_key_owned
 from tests.conftest import Workers
 from tests.helpers import wait_until
 

@@ -26,7 +26,7 @@ import pytest
 from rhtc.broker.wire import config as broker_config
 from rhtc.broker.wire.config import BrokerConfig
 from rhtc.client import remote_map
-from tests.chaoskit import read_until
+from tests.kits.chaos import read_until
 from tests.conftest import ROOT
 from tests.pools.common import free_port, terminate
 
@@ -116,6 +116,7 @@ def test_remote_map_without_broker_starts_the_local_default_past_a_stale_config(
     assert f"points at a broker that is gone (written by `rhtc broker`, pid {gone.pid}" in out.stderr, out.stderr
 
 
+@pytest.mark.heavy
 def test_rhtc_workers_on_an_unreachable_broker_says_where_its_url_came_from(tmp_path):
     config = tmp_path / "old.json"                  # written by hand (or an old version): no pid in it
     BrokerConfig(url=f"redis://:pw@127.0.0.1:{free_port()}/0", key=b"k" * 32, namespace="rhtc:x").write(config)
@@ -126,6 +127,7 @@ def test_rhtc_workers_on_an_unreachable_broker_says_where_its_url_came_from(tmp_
     assert "cannot reach the broker redis://:***@127.0.0.1" in out.stderr and f"(from {config})" in out.stderr
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("n", ["0", "-1"])
 def test_rhtc_workers_refuses_a_count_below_one(tmp_path, n):
     out = subprocess.run([sys.executable, "-m", "rhtc.client.ops.cli", "workers", "-n", n], env=_cli_env(tmp_path),
@@ -149,6 +151,7 @@ def test_local_cluster_refuses_zero_workers_and_removes_its_folder():
     assert not os.path.exists(folder), f"LocalCluster left {folder} behind"
 
 
+@pytest.mark.heavy
 def test_rhtc_broker_on_a_busy_port_says_so_in_one_line(tmp_path):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -176,6 +179,7 @@ def test_rhtc_broker_removes_its_config_when_stopped(tmp_path):
 
 # -- messages that name the field and the file ------------------------------------------------
 
+@pytest.mark.heavy
 def test_rhtc_timeline_names_the_bad_field_and_the_file(tmp_path):
     record = tmp_path / "run.json"
     record.write_text(json.dumps({"version": 1, "tasks": [

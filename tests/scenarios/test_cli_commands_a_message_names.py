@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.clikit import HINT, check_hint
+from tests.kits.cli import HINT, check_hint
 
 
 def test_rhtc_pool_stop_of_no_pool_points_to_a_command_that_exists(broker):
@@ -27,6 +27,7 @@ def test_rhtc_pool_stop_of_no_pool_points_to_a_command_that_exists(broker):
     assert "rhtc status" in said, said
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("argv", [["pool", "--help"], ["submit", "--help"], ["status", "--help"]])
 def test_the_help_of_each_command_runs(argv):
     done = subprocess.run([sys.executable, "-m", "rhtc.client.ops.cli", *argv], capture_output=True, text=True, timeout=60)

@@ -21,18 +21,19 @@ import pytest
 
 from tests.conftest import NANOAOD, ROOT, map_keys, needs_nanoaod
 from tests.helpers import poll_until
-from tests.nanoaodkit import DY
+from tests.kits.nanoaod import DY
 
 coffea_processor = pytest.importorskip("coffea.processor")
 from coffea.nanoevents import NanoAODSchema  # noqa: E402
 from coffea.processor.executor import Err  # noqa: E402
 from coffea.util import _exception_chain  # noqa: E402
 
-from tests.coffeakit import count_processor  # noqa: E402
+from tests.kits.coffea import count_processor  # noqa: E402
 
 
 # -- the imports users type ----------------------------------------------------------------------
 
+@pytest.mark.heavy
 def test_imports_users_type_work_and_import_rhtc_stays_without_coffea():
     code = ("import sys, rhtc\n"
             "from rhtc import ChunkFileError, BranchNotFound, WorkItemFailed, RemoteError, BrokerLost, "

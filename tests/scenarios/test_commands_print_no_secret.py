@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.chaoskit import read_until
+from tests.kits.chaos import read_until
 from tests.pools.common import terminate
 
 #: runs rhtc broker / rhtc workers, which start a redis-server and workers: the full suite only

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.condorkit import EXECUTABLE, WORKERS_SUB
+from tests.kits.condor import EXECUTABLE, WORKERS_SUB
 from tests.helpers import wait_until
 from tests.pools.common import wait_for
 from tests.samples import DIMUON_FILES
@@ -29,6 +29,7 @@ from tests.pools.fixtures import (REPO, assert_no_secrets_in_jobs, broker_secret
 
 
 # --- offline: the validation, the executable, the submit code -----------------------
+@pytest.mark.heavy
 @pytest.mark.parametrize("text, message", [
     ("a = $(b)\nb = x$(a)\nexecutable = /bin/true\nqueue\n", "a -> b -> a"),
     ("executable = /bin/true\nqueue 2\nqueue 3\n", "2 queue statements"),
@@ -112,6 +113,7 @@ def _fake_python(tmp_path: Path) -> Path:
     return fake
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("env, name", [
     ({"RHTC_CONDOR_JOB": "12.3"}, "condor-12.3@"),
     ({"SLURM_ARRAY_JOB_ID": "45", "SLURM_ARRAY_TASK_ID": "2", "SLURM_JOB_ID": "46"}, "slurm-45_2@"),

@@ -10,8 +10,8 @@ import pytest
 
 from rhtc.client import submit
 from rhtc.client.reports.efficiency import efficiency
-from tests.dashboardkit import LOOK, read, scrape
-from tests.dashboardkit import chrome as chrome_fixture
+from tests.kits.dashboard import LOOK, read, scrape
+from tests.kits.dashboard import chrome as chrome_fixture
 from tests.helpers import wait_until
 
 pytest.importorskip("tornado")
@@ -19,7 +19,7 @@ pytest.importorskip("prometheus_client")
 
 from rhtc.client.ops.dashboard import Dashboard  # noqa: E402 (after the optional extras are checked)
 
-chrome = chrome_fixture            # the fixture of tests/dashboardkit.py (headless Chromium), by its name
+chrome = chrome_fixture            # the fixture of tests/kits/dashboard.py (headless Chromium), by its name
 
 
 def _percent(text: str) -> float:

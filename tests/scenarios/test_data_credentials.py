@@ -9,7 +9,7 @@ import time
 from rhtc import remote_map
 from rhtc.broker.storage import Storage
 from rhtc.client.ops.status import render_status
-from tests.credentialskit import make_proxy, make_token
+from tests.kits.credentials import make_proxy, make_token
 
 
 def explain_denied(_):

@@ -19,7 +19,7 @@ import time
 import pytest
 
 from rhtc.client import imap_unordered, remote_map, submit
-from tests.blobkit import blob_keys, counted_big
+from tests.kits.blob import blob_keys, counted_big
 from tests.conftest import map_keys
 from tests.helpers import register_by_value, wait_until
 

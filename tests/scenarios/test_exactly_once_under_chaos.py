@@ -5,7 +5,7 @@ added, peers reset, workers SIGKILLed and restarted under the same names; one ta
 GIL for three leases. The map's last task waits until the whole plan has fired, so every
 planned fault hits a running map whatever the machine's speed.
 
-The seeds are fixed (``RHTC_CHAOS_SEED`` replays another; tests/chaosplankit.py); a random
+The seeds are fixed (``RHTC_CHAOS_SEED`` replays another; tests/kits/chaosplan.py); a random
 seed is a soak, run by ``bench chaos`` or by the opt-in test here (``RHTC_SOAK_SEED=random``
 or a number). The plan itself: tests/unit/bench/test_chaosfaults.py.
 
@@ -27,7 +27,7 @@ import pytest
 from rhtc.bench.chaos import FAULT_KINDS, run_chaos
 from rhtc.bench.chaosday import describe_day, run_day
 from rhtc.bench.chaospool import ChaosPool
-from tests.chaosplankit import LEASE, MAP_BOUND, SEED_DAY, SEED_MERGED, SEED_PLAIN, TASKS, WORKERS
+from tests.kits.chaosplan import LEASE, MAP_BOUND, SEED_DAY, SEED_MERGED, SEED_PLAIN, TASKS, WORKERS
 
 
 def _seed(fixed: int) -> int:

@@ -16,7 +16,7 @@ import pytest
 from rhtc.client.engine.maprun import MapRun
 from rhtc.client.engine.options import MapOptions
 from tests.helpers import poll_until, wait_until
-from tests.replaykit import client, problems, runs, touch
+from tests.kits.replay import client, problems, runs, touch
 
 TOKEN_TTL = 30.0
 

@@ -29,7 +29,7 @@ from rhtc.client.handle import MapHandle
 from rhtc.client.engine.maprun import MapRun
 from rhtc.client.engine.options import MapOptions
 from tests.helpers import poll_until, register_by_value, wait_until
-from tests.mergekit import counted, everything_once, runs, start_map
+from tests.kits.merge import counted, everything_once, runs, start_map
 
 register_by_value(__name__)
 

@@ -5,7 +5,7 @@ served its old events, and a worker whose cache cannot hold the events builds th
 time and answers the same.
 
 Real parts: a real redis-server and worker processes (conftest), coffea, files written
-here (tests/coffeakit.py). In this process, through what a worker runs for an item:
+here (tests/kits/coffea.py). In this process, through what a worker runs for an item:
 tests/unit/client/data/test_coffea_events.py.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("coffea")
 from coffea import processor  # noqa: E402
 
-from tests.coffeakit import (Meddler, MuonSums, assert_same_sums, iterative, nano, run,  # noqa: E402,F401  (nano: a fixture)
+from tests.kits.coffea import (Meddler, MuonSums, assert_same_sums, iterative, nano, run,  # noqa: E402,F401  (nano: a fixture)
                              write_nano)
 from tests.helpers import register_by_value  # noqa: E402
 

@@ -1,6 +1,6 @@
 """The live dashboard: a real broker, real workers, real NanoAOD files, the dashboard
 server in this process, and Debian's headless Chromium driven by selenium (the browser and
-the page's readers: tests/dashboardkit.py). Also ``/metrics`` scraped and checked against
+the page's readers: tests/kits/dashboard.py). Also ``/metrics`` scraped and checked against
 the maps that ran, the token, and the address shown by ``LocalCluster`` and ``MapHandle``.
 
 And three cases of its use: a script whose short map ends and exits before the page is
@@ -19,8 +19,8 @@ import pytest
 
 from rhtc.client import make_chunks, submit
 from tests.conftest import needs_nanoaod
-from tests.dashboardkit import LOOK, get, read, scrape
-from tests.dashboardkit import chrome as chrome_fixture
+from tests.kits.dashboard import LOOK, get, read, scrape
+from tests.kits.dashboard import chrome as chrome_fixture
 from tests.helpers import wait_until
 from tests.samples import NANOAOD
 
@@ -31,7 +31,7 @@ from rhtc.broker import feed  # noqa: E402
 from rhtc.broker.storage import Storage  # noqa: E402
 from rhtc.client.ops.dashboard import Dashboard  # noqa: E402
 
-chrome = chrome_fixture            # the fixture of tests/dashboardkit.py (headless Chromium), by its name
+chrome = chrome_fixture            # the fixture of tests/kits/dashboard.py (headless Chromium), by its name
 
 REAL = [str(NANOAOD / "nano_dimuon.root"), str(NANOAOD / "nano_dy.root")]
 

@@ -28,7 +28,7 @@ import pytest
 from rhtc.bench.toxiproxy import Toxiproxy
 from rhtc.broker.pool import PoolView
 from rhtc.client import RemoteError, imap_unordered, remote_map, submit
-from tests.chaoskit import NamedWorkers, Refusal, assert_every_key_owned, dead_map_entries, live_names, through
+from tests.kits.chaos import NamedWorkers, Refusal, assert_every_key_owned, dead_map_entries, live_names, through
 from tests.conftest import ROOT
 from tests.helpers import double, nap, register_by_value, square, wait_until
 

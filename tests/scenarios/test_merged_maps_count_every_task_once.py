@@ -3,7 +3,7 @@ every task still counts exactly once when a worker holding a partial is killed, 
 past its lease, backed up as a straggler, or raises; a cancelled map leaves nothing.
 
 Results are built so that double counting shows: each task returns ``Counter({index: 1})``
-(counted twice, an index reads 2) and notes each run as a file (tests/mergekit.py). Real
+(counted twice, an index reads 2) and notes each run as a file (tests/kits/merge.py). Real
 redis-server, real ``python -m rhtc.worker`` processes, stopped by pid.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from rhtc.client import RemoteError
 from rhtc.client.engine.options import MapOptions
 from tests.conftest import map_keys
 from tests.helpers import register_by_value, wait_until
-from tests.mergekit import (FAST_LEASE, HOLD, counted, everything_once, freeze_a_worker_holding_a_partial, runs,
+from tests.kits.merge import (FAST_LEASE, HOLD, counted, everything_once, freeze_a_worker_holding_a_partial, runs,
                             start_map, task_pid)
 
 register_by_value(__name__)

@@ -20,7 +20,7 @@ import pytest
 from rhtc.processes import stop_processes
 from tests.conftest import ROOT
 from tests.helpers import register_by_value, wait_until
-from tests.mergekit import counted, everything_once, runs, start_map
+from tests.kits.merge import counted, everything_once, runs, start_map
 
 register_by_value(__name__)
 

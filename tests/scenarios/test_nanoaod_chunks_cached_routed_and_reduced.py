@@ -29,7 +29,7 @@ from rhtc.client.data.chunks import ChunkFileError
 from rhtc.client.reduce import combine
 from rhtc.examples.dimuon import dimuon
 from tests.conftest import NANOAOD, ROOT, needs_nanoaod
-from tests.nanoaodkit import DY, REAL, muon_pt_sum
+from tests.kits.nanoaod import DY, REAL, muon_pt_sum
 
 pytestmark = needs_nanoaod
 
@@ -136,7 +136,7 @@ def test_routing_survives_a_client_restart(broker, workers):
     workers.start(2)
     script = textwrap.dedent(f"""
         from rhtc.client import imap_unordered, make_chunks
-        from tests.nanoaodkit import muon_pt_sum, REAL
+        from tests.kits.nanoaod import muon_pt_sum, REAL
         rs = list(imap_unordered(muon_pt_sum, make_chunks(REAL, step=10)))
         print(sum(r.meta['bytes_file'] for r in rs), sum(r.meta['bytes_cache'] for r in rs))
     """)

@@ -1,5 +1,5 @@
 """NanoAOD over root:// from a real xrootd server (Debian's xrootd-server, installed with
-apt-get by the fixture when missing: tests/xrootdkit.py), started on a free port as an
+apt-get by the fixture when missing: tests/kits/xrootd.py), started on a free port as an
 unprivileged user and stopped by its pid: the same histograms as from the local files, a
 rerun routed home that reads nothing from the server, a server killed mid-map or down
 while a map is retried, bad URLs and a file changed on the server named before any task."""
@@ -20,7 +20,7 @@ from rhtc.client.errors import RemoteError
 from rhtc.examples.dimuon import dimuon
 from tests.conftest import map_keys, needs_nanoaod
 from tests.helpers import wait_until
-from tests.xrootdkit import REAL, served, server  # noqa: F401  (fixtures)
+from tests.kits.xrootd import REAL, served, server  # noqa: F401  (fixtures)
 
 pytest.importorskip("XRootD.client", reason="the [xrootd] extra is not installed")
 pytestmark = [needs_nanoaod, pytest.mark.timeout(300)]

@@ -28,8 +28,8 @@ from rhtc.client import make_chunks, remote_map
 from rhtc.client.errors import RemoteError
 from rhtc.errors import ReadOnlyArrayError
 from tests.conftest import needs_nanoaod
-from tests.nanoaodkit import DY
-from tests.readonlykit import ROUTES, add_in_place
+from tests.kits.nanoaod import DY
+from tests.kits.readonly import ROUTES, add_in_place
 
 
 # -- an in-place write or reduce, on every tier ------------------------------------------------

@@ -23,7 +23,7 @@ import pytest
 
 from rhtc.broker.storage import Storage
 
-from tests.credentialskit import make_proxy, make_token
+from tests.kits.credentials import make_proxy, make_token
 from tests.pools.fixtures import job_logs, make_owned_dir, python_cmd, rhtc_env, write_pool_config
 
 pytestmark = pytest.mark.pool

@@ -21,7 +21,7 @@ from rhtc.client.engine import maprun
 from rhtc.client.engine.maprun import MapRun
 from rhtc.client.ops.status import render_status
 from tests.helpers import poll_until, wait_until
-from tests.replaykit import client, problems, runs, touch
+from tests.kits.replay import client, problems, runs, touch
 
 TOKEN_TTL = 2.0          # the tests' client renews short-lived tokens, so a replay waits little
 

@@ -5,7 +5,7 @@ chunks again), a rewrite that keeps the UUID (ROOT's UPDATE mode) gives the new 
 a file that shrank under a worker does not crash its task process, and coffea's items and
 a file on an xrootd server are never read stale either.
 
-Real parts: ROOT files written here with uproot (tests/rewritekit.py: every rewrite keeps
+Real parts: ROOT files written here with uproot (tests/kits/rewrite.py: every rewrite keeps
 the file's inode and mtime, so the checks cannot rely on mtime alone), real workers on a
 real redis-server, a real xrootd server. The client's own reads, in this process:
 tests/unit/client/data/test_openfiles.py.
@@ -26,7 +26,7 @@ import uproot
 from rhtc.client import make_chunks, remote_map
 from rhtc.client.data.chunks import ChunkFileError
 from rhtc.client.errors import RemoteError
-from tests.rewritekit import close_files_after, write  # noqa: F401  (an autouse fixture)
+from tests.kits.rewrite import close_files_after, write  # noqa: F401  (an autouse fixture)
 
 STEP = 10_000
 

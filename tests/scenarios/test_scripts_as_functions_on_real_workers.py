@@ -12,7 +12,7 @@ import urllib.parse
 from rhtc import remote_map
 from rhtc.broker.storage import Storage
 from tests.helpers import double, wait_until
-from tests.librarykit import libraries as _libraries
+from tests.kits.library import libraries as _libraries
 
 
 def _calls(storage, command: str) -> int:
@@ -74,7 +74,7 @@ def test_a_replaced_library_cannot_make_a_worker_run_a_map_whose_token_expired(b
     import time
     from rhtc.client.engine.maprun import MapRun
     from rhtc.client.engine.options import MapOptions
-    from tests.replaykit import client, runs, touch
+    from tests.kits.replay import client, runs, touch
 
     s = client(broker, token_ttl=2.0)
     (tmp_path / "runs").mkdir()

@@ -21,7 +21,7 @@ import pytest
 
 from rhtc.broker.wire.config import SETTINGS_FIELDS, Settings
 from rhtc.broker.wire.settings import SettingRefused, setting_range, settings
-from tests.settingskit import NUMERIC, environment  # noqa: F401  (environment: a fixture)
+from tests.kits.settings import NUMERIC, environment  # noqa: F401  (environment: a fixture)
 
 
 @pytest.mark.parametrize("variable, text", [("RHTC_LEASE", "1e17"), ("RHTC_SCAN_STEP", "1e18")])

@@ -3,6 +3,8 @@ worker outside the checkout): they travel by value. A child interpreter unpickle
 runs it."""
 from __future__ import annotations
 
+import pytest
+
 import os
 import subprocess
 import sys
@@ -12,6 +14,7 @@ import cloudpickle
 from tests.helpers import square
 
 
+@pytest.mark.heavy
 def test_the_task_functions_travel_by_value(tmp_path):
     """A process whose path has no ``tests`` package (a worker outside the checkout) runs them."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

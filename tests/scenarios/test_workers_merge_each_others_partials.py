@@ -3,7 +3,7 @@ its client reads a handful, not one per worker; a partial in flight to a merger 
 like a task (the audit sees it, a dead merger gives it back); the end waits for no timer.
 
 Results show double counting: each task returns ``Counter({index: 1})`` and notes each
-run as a file ``<index>.<pid>.<ns>`` (tests/mergekit.py). Real redis-server, real
+run as a file ``<index>.<pid>.<ns>`` (tests/kits/merge.py). Real redis-server, real
 ``python -m rhtc.worker`` processes, stopped by pid; faults are driven by the map's
 progress (files the tasks and the reduce function write), never by sleeping and hoping.
 """
@@ -20,10 +20,10 @@ import numpy as np
 
 from rhtc.broker.wire.merge import is_partial_id
 from rhtc.client.engine.options import MapOptions
-from tests.blobkit import noise
+from tests.kits.blob import noise
 from tests.conftest import map_keys
 from tests.helpers import poll_until, register_by_value, wait_until
-from tests.mergekit import FAST_LEASE, HOLD, counted, everything_once, runs, start_map, task_pid
+from tests.kits.merge import FAST_LEASE, HOLD, counted, everything_once, runs, start_map, task_pid
 
 register_by_value(__name__)
 

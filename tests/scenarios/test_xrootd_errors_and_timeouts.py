@@ -8,7 +8,7 @@ The README's "how long a stalled server takes to fail" are this module's figures
 fsspec-xrootd's fixed 60 s, a stalled read took 71-110 s with ``XRD_REQUESTTIMEOUT=5``; now
 at most three requests and the pauses between them.
 
-Real parts: a real xrootd server (bench/xrootd_server.py, the fixtures of tests/xrootdkit.py)
+Real parts: a real xrootd server (bench/xrootd_server.py, the fixtures of tests/kits/xrootd.py)
 stalled with SIGSTOP, a real redis-server and worker processes, real NanoAOD files.
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ REAL = "nano_dy.root"
 
 try:
     import XRootD.client  # noqa: F401
-    from tests.xrootdkit import served, server  # noqa: F401  (fixtures)
+    from tests.kits.xrootd import served, server  # noqa: F401  (fixtures)
 except ImportError:                                # the XRootD tests below skip themselves
     pass
 
@@ -64,6 +64,7 @@ def test_a_missing_directory_in_a_glob_has_a_documented_reason(server):
 
 # -- the timeout ---------------------------------------------------------------------------------
 
+@pytest.mark.heavy
 def test_xrd_requesttimeout_is_the_one_request_timeout():
     pytest.importorskip("XRootD.client", reason="the [xrootd] extra is not installed")
     code = ("from rhtc.client.data import xrootd; xrootd.apply_settings(); "
@@ -117,7 +118,7 @@ def test_coffea_reads_over_root_retry_in_the_task_like_chunk_arrays(server, brok
     from coffea import processor
     from coffea.nanoevents import NanoAODSchema
     from rhtc.client.coffea import RedisExecutor
-    from tests.coffeakit import count_processor
+    from tests.kits.coffea import count_processor
     workers.start(1, env={"RHTC_XROOTD_RETRIES": "5"})      # pauses 0.5, 1, 2, 4, 8 s
     url = server.url(REAL)
     server.kill()

@@ -1,6 +1,6 @@
 """The examples in the docstrings run, in the README's test command: every module of the
 package whose examples need no broker, imported by its real name (``rhtc.broker.wire.config``),
-with doctest (the runner: tests/doctestkit.py); and no module's examples are silently left out.
+with doctest (the runner: tests/kits/doctest.py); and no module's examples are silently left out.
 The modules whose examples need a broker run in
 tests/integration/test_docstring_examples_with_a_broker.py."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 import rhtc
 from rhtc._checkout import FOLDERS
-from tests.doctestkit import MODULES, OPTIONAL, examples_of, needs_broker, run_examples
+from tests.kits.doctest import MODULES, OPTIONAL, examples_of, needs_broker, run_examples
 
 
 @pytest.mark.parametrize("name", [m for m in MODULES if not needs_broker(m)])

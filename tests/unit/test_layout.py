@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import rhtc
-from tests.layoutkit import FOLDERS, _folder, _imports, modules
+from tests.kits.layout import FOLDERS, _folder, _imports, modules
 
 #: DESIGN.md's "may import" column: which folders a folder's modules may use. Every
 #: folder may use the package top (``rhtc``, ``rhtc.errors``, ``rhtc.context``...).

@@ -1,4 +1,4 @@
-"""The list of what a worker that reads chunks must never load (:data:`tests.workerkit.NEVER`:
+"""The list of what a worker that reads chunks must never load (:data:`tests.kits.worker.NEVER`:
 the client's map engine, its API, handles and operator tools) names modules that exist, so
 that the check of a real worker (tests/scenarios/test_a_worker_loads_only_what_it_runs.py)
 cannot pass by looking for a name that nothing could load."""
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.workerkit import NEVER
+from tests.kits.worker import NEVER
 
 
 @pytest.mark.parametrize("name", NEVER)

@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("coffea")
 from coffea import processor  # noqa: E402
 
-from tests.coffeakit import iterative  # noqa: E402
+from tests.kits.coffea import iterative  # noqa: E402
 
 
 @pytest.mark.heavy            # writes the AGC samples

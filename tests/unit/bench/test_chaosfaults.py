@@ -7,7 +7,7 @@ import pytest
 
 from rhtc.bench.chaos import FAULT_KINDS
 from rhtc.bench.chaosfaults import FIRST_AT, LAST_AT, MIN_TASKS, plan_faults
-from tests.chaosplankit import LEASE, SEED_MERGED, SEED_PLAIN, TASKS
+from tests.kits.chaosplan import LEASE, SEED_MERGED, SEED_PLAIN, TASKS
 
 
 def test_a_seed_plans_every_kind_of_fault_inside_the_first_half_of_the_map():

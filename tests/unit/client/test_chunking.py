@@ -15,7 +15,7 @@ from rhtc.client import make_chunks
 from rhtc.client.data.chunks import BranchNotFound, ChunkFileError
 from rhtc.examples.dimuon import BRANCHES
 from tests.conftest import NANOAOD, needs_nanoaod
-from tests.nanoaodkit import REAL
+from tests.kits.nanoaod import REAL
 
 pytestmark = [needs_nanoaod, pytest.mark.timeout(90)]   # a refused call that was not refused would wait forever
 

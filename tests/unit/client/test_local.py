@@ -10,7 +10,7 @@ import pytest
 
 from rhtc.broker.wire.settings import SettingRefused
 from rhtc.client import LocalCluster
-from tests.settingskit import environment  # noqa: F401  (a fixture)
+from tests.kits.settings import environment  # noqa: F401  (a fixture)
 
 
 @pytest.mark.timeout(90)     # a refused call that was not refused would wait forever

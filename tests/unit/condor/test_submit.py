@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.condorkit import EXECUTABLE, WORKERS_SUB
+from tests.kits.condor import EXECUTABLE, WORKERS_SUB
 
 
 def test_workers_sub_defaults_and_knobs():

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from rhtc.worker.disk import DiskTier, Seal, decode, encode
-from tests.diskkit import noise, tier
+from tests.kits.disk import noise, tier
 
 
 # -- damaged entries, the cap, a full disk -----------------------------------------------------

@@ -15,7 +15,7 @@ jagged ``library="np"`` branch or on any array of a cold read succeeded, the wri
 what later tasks read (2x), and reached the node's disk tier, written in the background
 from the same memory.
 
-Each route an analyst may take to a numpy array (tests/readonlykit.py), on a cold read, a
+Each route an analyst may take to a numpy array (tests/kits/readonly.py), on a cold read, a
 warm read (RAM) and a read from the node's disk tier (a new cache over the same directory:
 a replaced worker), is refused and leaves later reads as they were; the disk tier is
 written from the cache's own copy even when the holder of what was read changes it before
@@ -42,8 +42,8 @@ from rhtc.worker.cache import BranchCache
 from rhtc.worker.disk import DiskTier
 from rhtc.worker.frozen import buffers
 from tests.conftest import needs_nanoaod
-from tests.nanoaodkit import DY
-from tests.readonlykit import ROUTES
+from tests.kits.nanoaod import DY
+from tests.kits.readonly import ROUTES
 
 
 # -- the branch cache hands out read-only arrays ---------------------------------------------

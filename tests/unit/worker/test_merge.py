@@ -34,7 +34,7 @@ from rhtc.broker.wire.messages import ResultMeta, decode_result
 from rhtc.client.reduce import Reducer
 from rhtc.broker.wire.protocol import TaskRef
 from rhtc.worker.merge import Partials
-from tests.readonlykit import add_in_place
+from tests.kits.readonly import add_in_place
 
 KEY, OTHER_KEY = b"k" * 32, b"o" * 32
 MAP, OTHER_MAP = "0123456789abcdef", "fedcba9876543210"

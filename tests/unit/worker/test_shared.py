@@ -18,7 +18,7 @@ from hypothesis import given, settings, strategies as st
 
 from rhtc.broker.wire import protocol
 from rhtc.worker.shared import SharedState
-from tests.workerkit import frozen_inside_a_write
+from tests.kits.worker import frozen_inside_a_write
 
 
 def test_a_write_in_progress_reads_as_unknown_never_as_nothing_held():

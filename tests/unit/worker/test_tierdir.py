@@ -20,7 +20,7 @@ import pytest
 
 from rhtc.errors import RhtcError
 from rhtc.worker.disk import DiskTier, open_disk_tier
-from tests.diskkit import NOBODY, tier, walk
+from tests.kits.disk import NOBODY, tier, walk
 
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="making a directory another user owns needs root")
 

@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from rhtc.worker.disk import DiskTier
 from rhtc.worker.tierfiles import OddEntry, open_entry
-from tests.diskkit import (NOBODY, fifo, link_to_a_fifo, link_to_a_genuine_copy, noise, private_throughout, tier,
+from tests.kits.disk import (NOBODY, fifo, link_to_a_fifo, link_to_a_genuine_copy, noise, private_throughout, tier,
                            unblock, walk)
 
 

@@ -34,7 +34,7 @@ from rhtc.broker.wire.config import SETTINGS_FIELDS, Settings
 from rhtc.broker.wire.settings import (SettingRefused, parse_duration, parse_size, setting_range,
                                        settings_markdown, settings_table)
 from rhtc.errors import RhtcError
-from tests.settingskit import NUMERIC
+from tests.kits.settings import NUMERIC
 
 ROOT = Path(rhtc.__file__).resolve().parent.parent
 #: what is not a setting of a running process: where the broker is and which key signs

@@ -48,7 +48,7 @@ from rhtc.client.data.coffea_events import (NODE_BYTES, KeptEvents, _from_root_k
                                             branch_signature)
 from rhtc.client.data.coffea_items import CoffeaTask, _RunItem, routing_key  # noqa: E402
 from rhtc.worker.cache import BranchCache  # noqa: E402
-from tests.coffeakit import (ENTRIES, Meddler, assert_same_sums, iterative, nano, run,  # noqa: E402,F401  (nano: a fixture)
+from tests.kits.coffea import (ENTRIES, Meddler, assert_same_sums, iterative, nano, run,  # noqa: E402,F401  (nano: a fixture)
                              write_nano)
 from tests.conftest import NANOAOD, needs_nanoaod  # noqa: E402
 

@@ -11,7 +11,7 @@ import uproot
 
 from rhtc.client import make_chunks
 from rhtc.client.data.chunks import ChunkFileError
-from tests.rewritekit import close_files_after, write  # noqa: F401  (an autouse fixture)
+from tests.kits.rewrite import close_files_after, write  # noqa: F401  (an autouse fixture)
 
 STEP = 10_000
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from tests.layoutkit import _folder
+from tests.kits.layout import _folder
 
 
 def test_upkeep_touches_no_private_attribute_of_the_map():

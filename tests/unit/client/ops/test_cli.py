@@ -1,7 +1,7 @@
 """Every ``rhtc ...`` command that a message of the package tells the analyst to run
 exists, with the options it names. Seen: ``rhtc pool stop`` for a pool that does not exist
 pointed to ``rhtc pool status``, which is "No such command". The test reads the sources and
-walks click's command tree (tests/clikit.py): ``rhtc``'s own commands, and the ones it hands
+walks click's command tree (tests/kits/cli.py): ``rhtc``'s own commands, and the ones it hands
 on to ``python -m rhtc.worker`` and ``python -m rhtc.condor``. Running the commands
 themselves: tests/scenarios/test_cli_commands_a_message_names.py."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import rhtc
-from tests.clikit import HINT, check_hint
+from tests.kits.cli import HINT, check_hint
 
 ROOT = Path(rhtc.__file__).resolve().parent.parent
 FOLDERS = ("broker", "client", "condor", "worker", "bench", "rhtc")

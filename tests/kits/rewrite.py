@@ -7,7 +7,7 @@ within the same second would), so the checks cannot rely on mtime alone.
 
 Example::
 
-    from tests.rewritekit import close_files_after, write  # noqa: F401  (an autouse fixture)
+    from tests.kits.rewrite import close_files_after, write  # noqa: F401  (an autouse fixture)
 
     write(path, 20_000, 1.0, uproot.LZ4(1))
     chunks = make_chunks(path, step=10_000)

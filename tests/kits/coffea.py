@@ -10,7 +10,7 @@ of the tests.
 Example::
 
     pytest.importorskip("coffea")
-    from tests.coffeakit import MuonSums, assert_same_sums, iterative, run
+    from tests.kits.coffea import MuonSums, assert_same_sums, iterative, run
 
     def test_it(nano):                       # the ``nano`` fixture: a file written here
         fileset = {"nano": [nano]}

@@ -8,7 +8,7 @@ A module imports the fixtures only where the ``[xrootd]`` extra is installed::
 
     try:
         import XRootD.client  # noqa: F401
-        from tests.xrootdkit import served, server  # noqa: F401  (fixtures)
+        from tests.kits.xrootd import served, server  # noqa: F401  (fixtures)
     except ImportError:                            # the XRootD tests skip themselves
         pass
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 import numpy as np
 
 from tests.helpers import register_by_value
-from tests.mergekit import counted
+from tests.kits.merge import counted
 
 register_by_value(__name__)
 
 
 def counted_big(args):
-    """:func:`tests.mergekit.counted` with 320 kB of incompressible floats beside it."""
+    """:func:`tests.kits.merge.counted` with 320 kB of incompressible floats beside it."""
     return {"c": counted(args), "pad": np.random.default_rng(args[1]).random(40_000)}
 
 

@@ -9,7 +9,7 @@ owns; the tests run as root in CI) and named pipes.
 
 Example::
 
-    from tests.diskkit import fifo, noise, tier, unblock
+    from tests.kits.disk import fifo, noise, tier, unblock
 
     t = tier(tmp_path / "rhtc-cache")
     assert t.put("v|A", noise(1))

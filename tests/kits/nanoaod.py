@@ -4,7 +4,7 @@ pt (it reaches the workers by reference: they run in the checkout).
 
 Example::
 
-    from tests.nanoaodkit import REAL, muon_pt_sum
+    from tests.kits.nanoaod import REAL, muon_pt_sum
 
     def test_it(broker, workers):
         workers.start(1)

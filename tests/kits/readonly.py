@@ -5,7 +5,7 @@ what a task returned or a cache holds.
 
 Example::
 
-    from tests.readonlykit import ROUTES, add_in_place
+    from tests.kits.readonly import ROUTES, add_in_place
 
     x = ROUTES["numpy flat"](chunk)           # MET_pt as the chunk serves it
     remote_map(fn, chunks, reduce=add_in_place, merge=True)
