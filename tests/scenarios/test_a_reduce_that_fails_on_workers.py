@@ -36,10 +36,13 @@ SMALL = {"RHTC_TEST_SMALL_NODE": "1"}
 def one_hot(arg: tuple[int, str]) -> np.ndarray:
     """Task ``i``'s count vector, once two task processes have started one (each writes its
     pid into ``meet``): every worker's partial then covers tasks of its own, so the tree
-    has partials of several workers to fold, whichever worker took which batch."""
+    has partials of several workers to fold, whichever worker took which batch. Each task
+    process notes the tasks it ran in ``meet/ran/<pid>`` (:func:`fails_on_another_workers_partial`)."""
     i, meet = arg
     open(os.path.join(meet, str(os.getpid())), "w").close()
-    poll_until(lambda: len(os.listdir(meet)) >= 2, 20, interval=0.005)
+    poll_until(lambda: len([n for n in os.listdir(meet) if n != "ran"]) >= 2, 20, interval=0.005)
+    with open(os.path.join(meet, "ran", str(os.getpid())), "a") as noted:
+        noted.write(f"{i}\n")
     v = np.zeros(N, dtype=np.int64)
     v[i] = 1
     return v
@@ -53,12 +56,20 @@ def fails_on_odd_tasks(a, b):
     return a
 
 
-def fails_on_partials(a, b):
-    """``a += b``, then, on a small node, MemoryError when ``b`` is a partial (several tasks)."""
-    a += b
-    if os.environ.get("RHTC_TEST_SMALL_NODE") and b.sum() > 1:
-        raise MemoryError("out of memory halfway through a += b")
-    return a
+def fails_on_another_workers_partial(meet: str):
+    """A reduce that does ``a += b``, then, on a small node, raises MemoryError when ``b``
+    holds a task this process did not run: ``b`` is another worker's partial, whatever
+    number of tasks it covers (a partial of one task has the value of that task's result,
+    so only who ran it tells them apart)."""
+    def fold(a, b):
+        a += b
+        if os.environ.get("RHTC_TEST_SMALL_NODE"):
+            with open(os.path.join(meet, "ran", str(os.getpid()))) as noted:
+                mine = {int(i) for i in noted.read().split()}
+            if set(np.flatnonzero(b).tolist()) - mine:
+                raise MemoryError("out of memory halfway through a += b")
+        return a
+    return fold
 
 
 def fails_once_task_45_is_in(a, b):
@@ -74,6 +85,7 @@ def fails_once_task_45_is_in(a, b):
 def run_map(broker, meet, reduce, **tuned):
     """The map of :func:`one_hot` over 90 tasks, merged with ``reduce``, collected here
     (not in a thread): (its answer, its handle, the warnings it gave)."""
+    os.makedirs(os.path.join(meet, "ran"), exist_ok=True)
     st = Storage(broker.config, dataclasses.replace(settings(), **tuned))
     run = MapRun(st, one_hot, [(i, str(meet)) for i in range(N)], MapOptions(), reduce=reduce)
     run.submit()
@@ -103,7 +115,8 @@ def test_a_fold_that_fails_on_another_workers_partial_counts_its_tasks_once(brok
     """The reported 5,321 and 5,346: a merger's half-folded partial went up the tree while the
     partial it failed on went to the client too."""
     workers.start(3, env=SMALL)
-    got, h, said = run_map(broker, tmp_path, fails_on_partials, merge_fanin=4, **HOLD)
+    got, h, said = run_map(broker, tmp_path, fails_on_another_workers_partial(str(tmp_path)), merge_fanin=4,
+                           **HOLD)
     assert got.tolist() == [1] * N, f"tasks counted {dict(enumerate(got.tolist()))}"
     assert int(got @ np.arange(N)) == 4005
     told = h.reducer.worker_failures
