@@ -28,9 +28,11 @@ from rhtc.client.data.chunks import ChunkFileError
 from rhtc.client.errors import RemoteError
 from rhtc.examples.dimuon import dimuon
 from tests.conftest import ROOT, needs_nanoaod
-from tests.helpers import poll_until
+from tests.helpers import poll_until, register_by_value
 
 REAL = "nano_dy.root"
+
+register_by_value(__name__)       # the functions sent to workers travel by value
 
 
 try:
@@ -78,12 +80,13 @@ def test_xrd_requesttimeout_is_the_one_request_timeout():
 
 @needs_nanoaod
 @pytest.mark.slow
-@pytest.mark.parametrize("timeout, connected", [("5", True), (None, True), (None, False)])
+@pytest.mark.parametrize("timeout, connected", [("5", True), ("5", False), (None, False)])
 def test_a_stalled_server_fails_the_task_within_the_workers_request_timeout(server, broker, workers,
                                                                            timeout, connected):
-    """With XRD_REQUESTTIMEOUT=5 in the workers' environment, and with the defaults (60 s),
-    on a worker that has the file open (mid-map) or connects afresh: the README's "how long
-    a stalled server takes to fail" are this test's figures."""
+    """With XRD_REQUESTTIMEOUT=5 in the workers' environment, on a worker that has the file
+    open (mid-map) or connects afresh, and with the defaults on one that connects afresh (each
+    attempt ends at XRD_CONNECTIONWINDOW). That a worker's default request timeout is the 60 s
+    every reader uses is the next test's: waiting out three requests of 60 s here took 3 min."""
     workers.start(1, env={"XRD_REQUESTTIMEOUT": timeout} if timeout else {})
     seconds = int(timeout or xrootd_settings()["XRD_REQUESTTIMEOUT"])
     chunks = make_chunks(server.url(REAL), step=20)
@@ -105,6 +108,32 @@ def test_a_stalled_server_fails_the_task_within_the_workers_request_timeout(serv
     # at most three requests and the pauses between them; fsspec-xrootd's fixed 60 s made
     # it 71-110 s with XRD_REQUESTTIMEOUT=5
     assert took < 3 * seconds + 45, f"a stalled read took {took:.0f} s with XRD_REQUESTTIMEOUT={seconds}"
+
+
+def request_timeouts(chunk) -> dict:
+    """On a worker, after it read ``chunk`` over root://: the request timeout of each reader."""
+    from fsspec_xrootd import XRootDFileSystem
+    from XRootD import client
+
+    from rhtc.client.data import xrootd
+    chunk.arrays(["nMuon"])
+    return {"XRD_REQUESTTIMEOUT": os.environ.get("XRD_REQUESTTIMEOUT"),
+            "XrdCl": client.EnvGetInt("RequestTimeout"), "fsspec-xrootd": XRootDFileSystem.default_timeout,
+            "uproot's open": xrootd.open_options()["timeout"], "the advice": xrootd.request_timeout()}
+
+
+@needs_nanoaod
+def test_a_workers_default_request_timeout_is_every_readers(server, broker, workers, monkeypatch):
+    """A worker started without XRD_REQUESTTIMEOUT reads root:// with the default of SETTINGS
+    (60 s) in XrdCl, fsspec-xrootd, uproot's open and the advice its errors give: the bound
+    the stalled-server test shows with 5 s holds at the default."""
+    monkeypatch.delenv("XRD_REQUESTTIMEOUT", raising=False)
+    workers.start(1)
+    chunk = make_chunks(server.url(REAL), step=20)[0]
+    [got] = remote_map(request_timeouts, [chunk], broker=broker.config, progress=False)
+    default = int(xrootd_settings()["XRD_REQUESTTIMEOUT"])
+    assert got == {"XRD_REQUESTTIMEOUT": str(default), "XrdCl": default, "fsspec-xrootd": default,
+                   "uproot's open": default, "the advice": default}, got
 
 
 def xrootd_settings() -> dict:
