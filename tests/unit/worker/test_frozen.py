@@ -26,6 +26,7 @@ tests/scenarios/test_no_task_changes_what_a_cache_serves.py.
 """
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 import threading
@@ -180,10 +181,16 @@ class Node:
         return Node(self.directory)
 
 
+@functools.cache
+def _second_chunk():
+    """The chunk the tests read (made once: making it opens and reads the file's header)."""
+    return make_chunks(DY, step=20)[1]
+
+
 @pytest.fixture
 def chunk():
     close_files()                         # every test begins cold: the file not open here
-    yield make_chunks(DY, step=20)[1]
+    yield _second_chunk()
     close_files()
 
 

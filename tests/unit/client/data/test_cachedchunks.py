@@ -6,6 +6,8 @@ In this process, on the real NanoAOD sample; with real workers and files rewritt
 them: tests/scenarios/test_chunks_served_from_the_node_disk_without_their_file.py."""
 from __future__ import annotations
 
+import functools
+
 import awkward as ak
 import numpy as np
 import pytest
@@ -18,11 +20,17 @@ from rhtc.worker.disk import DiskTier
 from tests.conftest import NANOAOD, needs_nanoaod
 
 
+@functools.cache
+def _second_chunk():
+    """The chunk the test reads (made once: making it opens and reads the file's header)."""
+    return make_chunks(str(NANOAOD / "nano_dy.root"), step=20)[1]
+
+
 @needs_nanoaod
 @pytest.mark.parametrize("how", [dict, tuple, list, None], ids=["dict", "tuple", "list", "None"])
 @pytest.mark.parametrize("library", ["ak", "np"])
 def test_a_chunk_served_without_its_file_is_what_uproot_returns(tmp_path, how, library):
-    chunk = make_chunks(str(NANOAOD / "nano_dy.root"), step=20)[1]
+    chunk = _second_chunk()
     branches = ["Muon_pt", "nMuon", "Muon_charge"]
     kwargs = {"library": library} | ({"how": how} if how is not None else {})
     saved = context.current
