@@ -182,8 +182,8 @@ class Lease:
                       ) -> tuple[bool, int, list[tuple[bytes, bytes]], set[str]]:
         """:meth:`take`, also saying which maps still have tasks in their backlog, of those
         in ``watch`` (a worker's open partials) and of the tasks taken: (held, clock ms,
-        batch, those map ids). A worker hands a partial in once its map's backlog is empty
-        and its next task is another map's (:mod:`worker.merge`)."""
+        batch, those map ids). A worker whose queue ran dry hands the partials of those maps
+        in, and the others' up the tree (:mod:`worker.loopstate`)."""
         st = self.settings
         handed: list = []
         for map_id, tid, frame in results:

@@ -5,8 +5,8 @@ the state of each task leased here (:class:`WorkerTaskState`, one table of moves
 :data:`TRANSITIONS`), the batch in hand and where in it the loop is, the batch size (from
 an average of the tasks' run times), the idle and steal timing (an idle worker with
 nothing to steal only waits on its queue for a while), when partials go into the outbox
-or up the tree (before another map's task, when the queue runs dry, after each task),
-how long to back off while the broker is in trouble, and what a stop does.
+or up the tree (every other map's before a map's task, when the queue runs dry, when due
+after a task), how long to back off while the broker is in trouble, and what a stop does.
 :meth:`LoopState.handle` takes one event (:mod:`worker.loopevents`) and returns the
 instructions for its driver (:class:`worker.main.TaskProcess`), which alone talks to
 Redis, runs the user's code and folds results (:mod:`worker.merge`). No Redis, no clock,
@@ -211,24 +211,34 @@ class LoopState:
             return self._exit()
         out = []
         if self.counts[_FO] or self.counts[_A]:
-            ending = self._ending(None)
+            ending = self._ending()
             self.batch, self.next = [], 0
             out = [HandIn(), GoUp(ending, None), Hold([])] if ending else [HandIn(), Hold([])]
             out.append(FlushPartials())      # (what it gives goes in at once: see _out)
         out.append(IdleWait(IDLE_WAIT))
         return out
 
-    def _ending(self, map_id: str | None) -> list[str]:
-        """The maps whose partials go before a task of ``map_id`` (None: the queue ran dry):
-        the others whose backlog was empty at the last take."""
+    def _ending(self) -> list[str]:
+        """The maps whose partials go up the tree when the queue ran dry: those whose
+        backlog was empty at the last take (the others' go in)."""
         backlogged = self.backlogged
-        return [m for m in self.partial_maps if m != map_id and m not in backlogged]
+        return [m for m in self.partial_maps if m not in backlogged]
+
+    def _others(self, map_id: str) -> list[str]:
+        """The maps whose partials go before a task of ``map_id``: every other map's,
+        whatever its backlog. Kept open, a partial waits for that task however long it
+        runs, and its client with it: the backlog a take reported says nothing of how long
+        the next task takes, nor of who else runs the map's last tasks meanwhile (the other
+        workers' partials end in the pool, waiting for this one). Up the tree, a partial
+        whose map goes on is pooled, for the next merger to fold: the client still reads a
+        few partials, not one per turn the maps take."""
+        return [m for m in self.partial_maps if m != map_id]
 
     def _step(self, now: float) -> list:
         """The batch's next task, or (the batch done) the counters and the next take. Before
-        another map's task, the partials of maps at their end go in or up (and what is
-        ready goes in): whether the task then runs is decided when they have
-        (:meth:`_run_next`), since they may take a task of the batch with them."""
+        another map's task, the open partials go up or in (and what is ready goes in):
+        whether the task then runs is decided when they have (:meth:`_run_next`), since
+        they may take a task of the batch with them."""
         k, batch, tasks = self.next, self.batch, self.tasks
         while k < len(batch) and tasks.get(batch[k], _F) not in (_L, _FO):
             k += 1                            # (its partial left while it waited: see _run_next)
@@ -242,11 +252,11 @@ class LoopState:
             self.next = len(batch)
             return [Publish(), *self._exit()]
         if self.partial_maps or self.counts[_A]:
-            ending = self._ending(batch[k][:MAP_ID_LEN].decode("ascii", "replace"))
-            if ending or self.counts[_A]:     # another map's task next: a map near its end is not
-                self._then = _RUN             # kept waiting for it
-                out = [HandIn(), GoUp(ending, 1), Hold(batch)] if ending else []
-                out.append(Close(ending))
+            others = self._others(batch[k][:MAP_ID_LEN].decode("ascii", "replace"))
+            if others or self.counts[_A]:     # another map's task next: no other map waits for it
+                self._then = _RUN
+                out = [HandIn(), GoUp(others, 1), Hold(batch)] if others else []
+                out.append(Close(others))
                 return out
         return self._run_next(now)
 

@@ -154,7 +154,6 @@ class TaskProcess:
         if ins.n:
             self.shared.set_leasing()   # (the supervisor's reconcile waits for the batch's ids)
         holding, self._broker_ms, batch, backlogged = self.outbox.take(ins.n, self.partials.watched())
-        self.partials.backlogged = backlogged
         self._batch = batch
         return Took(holding, [protocol.task_id(f) for f, _ in batch], backlogged, time.monotonic())
 

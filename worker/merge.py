@@ -1,10 +1,10 @@
 """A worker's running partials: the OK results of each map that merges
 (:class:`~broker.wire.merge.MergePlan`), folded in as they come and handed in as one signed
 frame per map when the partial covers the plan's number of tasks, is the plan's number
-of seconds old, when the worker's queue runs dry, or as soon as its next task is another
-map's while its own map has nothing left in its backlog (the broker says which maps do at
-each take): a small map on a pool that another map keeps busy waits for one of that map's
-tasks, not for a timer, and a big map's partials are not cut short by fair turns.
+of seconds old, when the worker's queue runs dry, or (up the tree, :mod:`worker.tree`) as
+soon as its next task is another map's, whatever its map's backlog: a partial never
+waits for another map's task, however long that runs. When these happen is the loop
+state's decision (:mod:`worker.loopstate`); this module folds and packs.
 
 A worker never folds a task twice: one it already holds in a partial that comes back (a
 broker that restarted lost its lease, and its client sent it again) is not run again
@@ -33,12 +33,8 @@ traceback) riding along in a :class:`~broker.wire.merge.Noted` value; the client
     (True, 1, [])
     >>> p.fold(plan, TaskRef("fedcba9876543210", 0), 1, meta), p.holds(TaskRef("fedcba9876543210", 0))
     (True, True)
-    >>> p.backlogged = {"fedcba9876543210"}     # at the last take, its backlog held tasks
-    >>> p.switching("0123456789abcdef")         # another map's task next: the partial waits
-    []
-    >>> p.backlogged = set()                    # its backlog is empty: handed in at the switch
-    >>> len(p.switching("0123456789abcdef"))
-    1
+    >>> len(p.close(["fedcba9876543210"])), list(p.open)     # another map's task next: it goes
+    (1, [])
 """
 from __future__ import annotations
 
@@ -130,7 +126,6 @@ class Partials:
         self.max_result_bytes, self.broker_limits = max_result_bytes, broker_limits
         self.open: dict[str, Partial] = {}
         self._ready: list[Outgoing] = []
-        self.backlogged: set[str] = set()      # maps whose backlog held tasks at the last take
         self.unfolded: list[bytes] = []        # partials folded into one that could not travel
         self.taking: list[bytes] = []          # partials given to this merger, being folded in
 
@@ -252,21 +247,9 @@ class Partials:
         """The maps of the open partials (the take asks the broker about their backlogs)."""
         return list(self.open)
 
-    def ending(self, map_id: str | None) -> list[str]:
-        """The maps whose partials go before this worker runs a task of ``map_id`` (None:
-        its queue ran dry): other maps whose backlog was empty at the last take (their last
-        tasks are queued or running: holding the partial would only delay their map's end;
-        it goes up the tree of partials)."""
-        return [m for m in self.open if m != map_id and m not in self.backlogged]
-
-    def switching(self, map_id: str | None) -> list[Outgoing]:
-        """The frames to hand in before this worker runs a task of ``map_id``: the partials
-        of :meth:`ending` (those that did not go up the tree), and what is ready."""
-        return self.close(self.ending(map_id))
-
     def close(self, map_ids: list[str]) -> list[Outgoing]:
         """The frames of the open partials of ``map_ids`` (those still open) and what is
-        ready: the worker's loop state (:mod:`worker.loopstate`) says which maps end."""
+        ready: the worker's loop state (:mod:`worker.loopstate`) says which maps go."""
         for other in map_ids:
             part = self.open.pop(other, None)
             if part is not None:

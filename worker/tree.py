@@ -1,10 +1,11 @@
 """A worker's part in the tree of partials (:mod:`broker.wire.merge`): once a map has nothing
-left queued for this worker (its queue ran dry, or its next task is another map's while
-the map's backlog is empty), its partial of that map goes *up*: while the map's pool holds
-other workers' partials, the broker gives it up to the fan-in of them to fold in (leased
-here, so they go back to the pool if this worker dies), and once the pool is empty its
-partial goes to the pool for the next merger, or to the client when it covers every task
-not answered yet. Nothing waits for a timer.
+left queued for this worker (its queue ran dry while the map's backlog is empty), or its
+next task is another map's (whatever the backlog: the partial must not wait for that
+task), its partial of that map goes *up*: while the map's pool holds other workers'
+partials, the broker gives it up to the fan-in of them to fold in (leased here, so they
+go back to the pool if this worker dies), and once the pool is empty its partial goes to
+the pool for the next merger, or to the client when it covers every task not answered
+yet. Nothing waits for a timer.
 
     (needs a broker and a task process: see tests/scenarios/test_workers_merge_each_others_partials.py)
     >>> Tree(storage, partials, "w1", incarnation, hold).up(["0123456789abcdef"])   # doctest: +SKIP

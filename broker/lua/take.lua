@@ -16,8 +16,8 @@
 --       kept with the stub or deleted with it).
 -- Returns {held, broker time ms, backlogged, frame, token, frame, token, ...}; backlogged:
 -- the ids, end to end, of the maps (of the k named and of the frames taken) whose backlog
--- still holds tasks: a worker hands a partial in as soon as its next task is another map's
--- and its own map's backlog is empty (worker/merge.py). held = 0 when this
+-- still holds tasks: a worker whose queue ran dry hands the partials of those maps in, and
+-- the others up the tree (worker/loopstate.py). held = 0 when this
 -- incarnation does not hold the name (another took it over, or it expired: nothing is
 -- leased then, the supervisor claims it again or stops); token = the map's signed
 -- liveness token, judged by the worker against the broker time ('' for foreign bytes, and

@@ -5,15 +5,17 @@ one result frame (status :data:`~broker.wire.protocol.MERGED`) that stands for s
 A worker running a map whose function is a :class:`MergePlan` folds each OK result into
 a running partial of that map (with the map's reduce function) instead of sending it,
 and hands the partial in when it covers ``tasks`` tasks, is ``seconds`` old, when the
-worker's queue runs dry, or as soon as its next task is another map's while the map's
-backlog is empty (``lua/take.lua`` says which maps still have one). The tasks of a partial stay leased until it is handed in; the
+worker's queue runs dry, or as soon as its next task is another map's (whatever the
+map's backlog: a partial never waits for another map's task, however long it runs;
+``worker/loopstate.py`` decides). The tasks of a partial stay leased until it is handed in; the
 broker accepts it only while every task it covers is still leased to that worker
 (``lua/take.lua``), and the client only when none of them is counted yet. Errors always
 travel alone, one frame per task.
 
 **The tree of partials.** A worker whose map has nothing left queued for it (its queue ran
-dry, or its next task is another map's while the map's backlog is empty) hands its
-partial *up* (``lua/merge.lua``) instead of to the client. While the map's *pool* (a list
+dry while the map's backlog is empty: ``lua/take.lua`` says which maps still have one),
+or whose next task is another map's, hands its partial *up* (``lua/merge.lua``) instead
+of to the client (a map that goes on finds it in the pool). While the map's *pool* (a list
 the map owns) holds partials of other workers, it is given up to ``fanin - 1`` of them to
 fold into its own, and hands up again; once the pool is empty its partial goes to the
 pool. The last one (with the tasks answered and pooled, it covers every task: the broker

@@ -1,8 +1,9 @@
 """Fair share with a reduction: while another analyst's map keeps the workers busy, a
 small map merged on the workers waits for a few of that map's tasks, not for the
-partials' timer. A worker hands its partial in as soon as its next task is
-another map's and its own map's backlog is empty (worker/merge.py); a big map's partials
-are not cut short by the turns it takes with another map.
+partials' timer. A worker hands its partial up the tree as soon as its next task is
+another map's (worker/loopstate.py); a big map's partials are not cut short by the turns
+it takes with another map: those of a map that goes on wait in its pool for the next
+merger, not at its client.
 
 The other analyst is a real client process; real redis-server, real worker processes,
 stopped by pid. The timer is set to 60 s, so that no test here can pass by it.
@@ -84,8 +85,9 @@ def test_a_small_reduce_map_on_a_busy_pool_waits_for_a_few_tasks_not_the_timer(b
 @pytest.mark.timeout(180)
 def test_two_reduce_maps_taking_turns_keep_merging(broker, workers, tmp_path, other_analyst):
     """Both maps merge and take turns on the same two workers: a worker switching to the
-    other map hands in nothing while its map's backlog still holds tasks, so each map
-    still arrives in a few partials (one per task would be the merge switched off)."""
+    other map hands its partial up the tree, where it waits in the pool for the next
+    merger while its map's backlog still holds tasks, so each map still arrives in a few
+    partials (one per task would be the merge switched off)."""
     workers.start(2)
     other = other_analyst(400, reduce=True)
     wait_until(lambda: len(os.listdir(other)) >= 20, 60, "the other analyst's map to keep both workers busy")

@@ -8,7 +8,9 @@ user's code go through the state, driven by a model of its driver and of the bro
 After every step: the state agrees with the world (what it says waits in the outbox or
 with the partials is exactly what does), no task is held twice, nothing is run twice
 nor handed in without its lease (the broker model asserts it), no partial covers a task
-twice. At the end (the worker stops): every task taken was handed in or handed back.
+twice, and no task starts while a partial of another map is open here (whatever the
+backlogs the takes reported). At the end (the worker stops): every task taken was handed
+in or handed back.
 
 Which examples a derandomized run draws depends on more than the seed: hypothesis mixes
 in constants it finds in every local module imported so far (its "local constants", read
@@ -153,6 +155,7 @@ class LoopMachine(RuleBasedStateMachine):
             return ev.Took(holding, list(batch), set(draw(st.sets(st.sampled_from(MAPS)))), now)
         if isinstance(ins, ev.Run):
             tid = w.batch[ins.k]
+            self.starts(tid)
             assert tid in w.leased, f"task {tid!r} run without its lease"
             assert tid not in w.outbox and tid not in w.ready, f"task {tid!r} run twice"
             m = TaskRef.from_task_id(tid).map_id
@@ -231,6 +234,13 @@ class LoopMachine(RuleBasedStateMachine):
         w.taken.add(tid)
         return tid
 
+    def starts(self, tid: bytes) -> None:
+        """Task ``tid`` starts: no partial of another map is open here (one would keep its
+        client waiting for this task, however long it runs)."""
+        m = TaskRef.from_task_id(tid).map_id
+        waiting = sorted(other for other in self.w.open if other != m)
+        assert not waiting, f"task {tid!r} of map {m} starts while the partials of {waiting} are open here"
+
     def keep(self, tid: bytes, outcome: int) -> None:
         w = self.w
         if outcome in (ev.RESULT, ev.REFUSED):
@@ -276,6 +286,7 @@ class LoopMachine(RuleBasedStateMachine):
             tid = self.w.batch[ins.k]
             m = TaskRef.from_task_id(tid).map_id
             if tid not in self.w.open.get(m, ()) and tid not in self.w.absorbed.get(m, ()):
+                self.starts(tid)
                 outcome = data.draw(st.sampled_from([ev.RESULT, ev.FOLDED, ev.ALONE]))
                 self.keep(tid, outcome)
                 s.handle(ev.Ran(tid, outcome, None, self.now))          # (the driver's _settle_running)
@@ -389,8 +400,9 @@ def test_a_task_sent_again_is_not_run_once_its_partial_went_in():
     s.handle(ev.Took(True, [A], set(), 0.0))
     assert s.handle(ev.Ran(A, ev.FOLDED, None, 0.0)) == [ev.PartialsDue()]
     s.handle(ev.PartialsOut([], False, 0.0))
-    assert s.handle(ev.Took(True, [B, A], {MAPS[0]}, 0.0))[-1] == ev.Run(0)   # A sent again
-    assert s.handle(ev.Ran(B, ev.RESULT, None, 0.0)) == [ev.PartialsDue()]    # (no Run yet)
+    a3 = TaskRef(MAPS[0], 3).task_id                       # (of A's map: its partial stays open)
+    assert s.handle(ev.Took(True, [a3, A], {MAPS[0]}, 0.0))[-1] == ev.Run(0)   # A sent again
+    assert s.handle(ev.Ran(a3, ev.RESULT, None, 0.0)) == [ev.PartialsDue()]   # (no Run yet)
     out = s.handle(ev.PartialsOut([A], False, 0.0))        # A's partial was due: it went in
     assert ev.Run(1) not in out and out[0] == ev.Publish(), out
     assert s.state(A) is DONE
@@ -424,3 +436,27 @@ def test_a_task_that_a_partial_folded_in_here_covers_goes_with_it():
     assert s.state(B) is FOLDED and s.partial_maps == {MAPS[1]: 1}
     s.handle(ev.PartialsOut([B], False, 0.0))
     assert s.state(B) is DONE
+
+
+# -- a partial never waits behind another map's task -------------------------------------------
+@pytest.mark.parametrize("batches", [[[A], [B]], [[A, B]]], ids=["B taken next", "a batch of A and B"])
+def test_a_partial_goes_before_another_maps_task_whatever_its_backlog(batches):
+    """Before a task of map 1 starts, map 0's open partial goes up the tree (or in) even
+    though map 0's backlog still held tasks at the take: kept open, it waited for map 1's
+    task however long that ran, and map 0's client with it (the state used to let it wait
+    whenever the map's backlog was not empty, which it is while the maps take turns)."""
+    s = LoopState(4)
+    s.handle(ev.Start(0.0))
+    backlogged = {MAPS[0], MAPS[1]}                        # both maps' backlogs hold tasks
+    s.handle(ev.Took(True, batches[0], backlogged, 0.0))
+    assert s.handle(ev.Ran(A, ev.FOLDED, None, 0.0)) == [ev.PartialsDue()]
+    out = s.handle(ev.PartialsOut([], False, 0.0))         # (nothing was due)
+    if len(batches) > 1:
+        assert out == [ev.Publish(), ev.Take(1)]
+        out = s.handle(ev.Took(True, batches[1], backlogged, 0.0))[1:]
+    batch = batches[-1]
+    assert out == [ev.HandIn(), ev.GoUp([MAPS[0]], 1), ev.Hold(batch), ev.Close([MAPS[0]])], out
+    s.handle(ev.HandedIn(0.0))
+    s.handle(ev.WentUp([A], 0.0))                           # it went up (pooled: its map goes on)
+    assert s.handle(ev.PartialsOut([], True, 0.0)) == [ev.Run(batch.index(B))]
+    assert not s.partial_maps
