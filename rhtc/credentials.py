@@ -91,21 +91,33 @@ def _job_ad_number(environ, attr: str) -> float:
         with open(path) as fh:
             for line in fh:
                 if line.startswith(attr + " = "):
-                    return float(line.split(" = ", 1)[1])
+                    return _timestamp(line.split(" = ", 1)[1])
     except (OSError, TypeError, ValueError):
         pass
     return 0.0
 
 
+def _timestamp(value) -> float:
+    """``value`` as seconds since the epoch, or 0 (unknown) if it is no time a clock can
+    show (not a number, NaN, milliseconds, 1e300): :func:`until` must be able to say it."""
+    try:
+        seconds = float(value)
+        datetime.fromtimestamp(seconds)
+    except (TypeError, ValueError, OverflowError, OSError):
+        return 0.0
+    return seconds
+
+
 def token_expiry(path: str) -> float:
-    """A JWT's ``exp`` claim (0 if the file is not a JWT or has none)."""
+    """A JWT's ``exp`` claim (0 if the file is not a JWT or has none, or no time)."""
     try:
         with open(path) as fh:
             parts = fh.read().strip().split(".")
         payload = parts[1] + "=" * (-len(parts[1]) % 4)
-        return float(json.loads(base64.urlsafe_b64decode(payload)).get("exp", 0))
-    except (OSError, IndexError, ValueError, TypeError):
+        claims = json.loads(base64.urlsafe_b64decode(payload))
+    except (OSError, IndexError, ValueError):
         return 0.0
+    return _timestamp(claims.get("exp", 0)) if isinstance(claims, dict) else 0.0  # JSON, but no claims object
 
 
 def proxy_expiry(path: str) -> float:
