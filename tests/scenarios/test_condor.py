@@ -214,6 +214,28 @@ def test_pack_extra_packages_are_pinned_when_installed_here(tmp_path):
     assert "hepunits" in manifest["not_pinned"] and "hepunits" in site and "hepunits" not in manifest["lock"]
 
 
+@pytest.mark.heavy  # builds a worker pack
+def test_rhtc_pack_says_what_it_wrote_and_how_to_give_it_to_the_workers(tmp_path):
+    """`rhtc pack -o env.tar.gz --with hepunits`: one line names the tarball, the nodes' Python,
+    how many requirements and pinned packages it holds; the next names what pip chose the
+    version of (hepunits: not installed here); the last, how to submit with it."""
+    from click.testing import CliRunner
+    from rhtc.condor.__main__ import main
+    from rhtc.condor.pack import read_manifest
+    out = tmp_path / "env.tar.gz"
+    got = CliRunner().invoke(main, ["pack", "-o", str(out), "--python-version", "3.13", "--with", "hepunits"])
+    assert got.exit_code == 0, got.output
+    manifest = read_manifest(out)
+    assert manifest["python"] == "3.13" and manifest["not_pinned"] == ["hepunits"]
+    lines = got.stdout.splitlines()
+    assert re.fullmatch(rf"{re.escape(str(out))}: {out.stat().st_size / 1e6:.0f} MB for Python 3\.13 "
+                        rf"\({len(manifest['requirements'])} requirements, {len(manifest['lock'])} packages pinned "
+                        r"to this environment's versions, \d+\.\d s\)", lines[0]), lines[0]
+    assert lines[1:] == ["not pinned (pip chose the version for the nodes): hepunits",
+                         f"transfer it with the workers: condor_submit condor/workers.sub env_pack={out}  "
+                         f"(or rhtc submit --env {out})"]
+
+
 @pytest.mark.slow
 def test_pack_for_an_older_python_warns_naming_what_it_could_not_pin(tmp_path):
     """numpy 2.3+ has no wheel for Python 3.10: the pack drops that pin, installs what pip

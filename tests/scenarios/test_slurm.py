@@ -91,7 +91,8 @@ def test_sbatch_workers_script(slurm_pool, pool_broker, tmp_path):
 
 @pytest.mark.pool
 def test_rhtc_submit_slurm(slurm_pool, pool_broker, tmp_path):
-    """`rhtc submit --scheduler slurm --workers 3`, the dimuon example through them, list, rm.
+    """`rhtc submit --scheduler slurm --workers 3`, the dimuon example through them, list, and
+    the removal that the submission's summary prints.
 
     The analyst has the broker in their environment too ($RHTC_BROKER with its password,
     $RHTC_KEY): none of it reaches the jobs, which read the 0600 config file."""
@@ -101,11 +102,18 @@ def test_rhtc_submit_slurm(slurm_pool, pool_broker, tmp_path):
     env.update(pool_broker.config.env())
     env["RHTC_SESSION_NOTE"] = f"see {pool_broker.config.url}"     # a secret under another name
     proc = subprocess.run([*python_cmd(), "submit", "--scheduler", "slurm", "--workers", "3",
-                           "--config", str(cfg), "--log-dir", str(logs), "--terse"],
+                           "--config", str(cfg), "--log-dir", str(logs)],
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    job_id = proc.stdout.strip().splitlines()[-1]
+    job_id = re.search(r"array job (\d+)", proc.stdout).group(1)
+    remove = ["submit", "--rm", job_id, "--scheduler", "slurm"]      # run below as `python -m rhtc.condor ...`
     try:
+        # the summary: where the logs go, which config the jobs read, and how to remove them
+        assert proc.stdout.splitlines() == [
+            f"submitted 3 workers to slurm: array job {job_id}",
+            f"  logs:    {logs.resolve()}",
+            f"  config:  {cfg.resolve()} (0600; its URL and key stay out of the job ad)",
+            f"  watch:   rhtc status          remove: rhtc {' '.join(remove)}  (or scancel {job_id})"], proc.stdout
         _wait_registered(pool_broker.config, job_id, 3, logs)
         assert_no_secrets_in_jobs("SLURM_ARRAY_JOB_ID", job_id, pool_broker.config, logs)
         listed = subprocess.run([*python_cmd(), "ls", "--scheduler", "slurm"], capture_output=True,
@@ -116,7 +124,7 @@ def test_rhtc_submit_slurm(slurm_pool, pool_broker, tmp_path):
             got = _analyst(cfg, "dimuon", str(REPO), "5000", *map(str, DIMUON_FILES))
             assert got["files"] and got["events"] > 0 and got["pairs"] > 0 and got["in_z_window"] > 0
     finally:
-        removed = subprocess.run([*python_cmd(), "rm", job_id, "--scheduler", "slurm"],
-                                 capture_output=True, text=True, env=env, timeout=60)
+        removed = subprocess.run([*python_cmd(), *remove], capture_output=True, text=True, env=env, timeout=60)
     assert removed.returncode == 0, removed.stderr
+    assert removed.stdout.strip() == f"removed 3 worker job(s) of {job_id}"
     _wait_gone(slurm_pool, pool_broker.config, job_id)
