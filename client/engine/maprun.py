@@ -331,11 +331,12 @@ class MapRun:
     def _finish(self) -> None:
         """Every task answered: sign the map's end, check its state, keep its lost runs."""
         self.end = time.time()
-        lost = self.end - (self.start or self.end) > 0.5     # a task process restart takes longer
-        self._sign_end(drop=not lost)  # every result is read: its keys go in the same write
-        if lost:
-            self.state.ledger.read_lost_runs(self.storage, self.map_id)
-            self._drop()
+        self._sign_end()
+        # the runs lost with their process, read before the keys go, whatever the map's length:
+        # it used to read them only for maps over 0.5 s ("a restart takes longer"), and a task
+        # process that crashed and came back within a short map was missing from its record
+        self.state.ledger.read_lost_runs(self.storage, self.map_id)
+        self._drop()
         if self.settings.check_invariants:
             self.validate()
         self.feed.flush(later=True)    # off the map's path: no round trip

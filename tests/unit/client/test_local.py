@@ -20,11 +20,16 @@ def test_local_cluster_bad_n_workers_refused(n, error):
         LocalCluster(n_workers=n)
 
 
-def test_a_local_cluster_refuses_before_it_starts_a_broker_or_a_worker(environment):
+def test_a_local_cluster_refuses_before_it_starts_a_broker_or_a_worker(environment, monkeypatch):
     """Before: ``LocalCluster()`` (and ``remote_map`` without a broker, which starts the
     session's one) started a redis-server and workers, and only then met the refusal."""
     from rhtc import remote_map
+    from rhtc.client import local
     from rhtc.client.local import LocalCluster
+    # as in a fresh session: no local cluster yet (an earlier test in this process may have
+    # started the session's one, which read its settings then, and remote_map would use it)
+    monkeypatch.setattr(local, "_default", None)
+    monkeypatch.setattr(local, "_active", [])
     environment("RHTC_MAP_TTL", "1e20")
     ours = psutil.Process()
     before = {p.pid for p in ours.children(recursive=True)}
