@@ -1,4 +1,4 @@
-"""The parts of tests/scenarios/test_a_warm_answer_is_the_cold_answer.py (issue 28): the analysis functions the maps
+"""The parts of tests/scenarios/test_a_warm_answer_is_the_cold_answer.py: the analysis functions the maps
 run, the plain single-process uproot loop that says what they must return, the check that
 two answers are the same, and a node of workers whose disk tier outlives them.
 
