@@ -181,6 +181,8 @@ def submit_workers(workers: int = 3, *, scheduler: str = "condor",
     if pack is not None and not pack.is_file():
         raise FileNotFoundError(f"no worker environment at {pack}: make it with `rhtc pack -o {pack}`")
 
+    found = find_credentials() if credentials else []
+    warnings += credential_warnings(found, scheduler)      # (Slurm's jobs read them where they are)
     if scheduler == "slurm":
         worker_args = ["--config", str(cfg_path)]
         worker_args += ["--python", python] if python else ["--env", str(pack)]
@@ -201,8 +203,6 @@ def submit_workers(workers: int = 3, *, scheduler: str = "condor",
                                         secrets=_secrets(cfg))
         return jobs
 
-    found = find_credentials() if credentials else []
-    warnings += credential_warnings(found, scheduler)
     macros = {"workers": workers, "worker_sh": EXECUTABLE, "broker_config": cfg_path,
               "log_dir": log_dir, "memory": memory, "cpus": cpus, "disk": disk, "cache_size": cache_size,
               "disk_cache": disk_cache, "disk_cache_size": disk_cache_size,

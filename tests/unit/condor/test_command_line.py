@@ -68,6 +68,20 @@ def test_a_dry_run_prints_what_the_schedd_would_get_and_submits_nothing(analyst,
     assert not (analyst / "rhtc-logs").exists(), "a dry run makes nothing, not even the log directory"
 
 
+def test_a_slurm_submission_warns_of_a_credential_in_tmp_and_of_one_expiring(analyst, monkeypatch):
+    """Slurm's jobs read the analyst's credentials where they are: one in /tmp (a node's own)
+    is named with where to put it, and one about to expire with what to do. Before, the
+    Slurm branch returned before the credentials were looked at: neither was said."""
+    token = analyst / "bt_u1000"                         # (tmp_path is under /tmp)
+    make_token(token, time.time() + 1800)
+    monkeypatch.setenv("BEARER_TOKEN_FILE", str(token))
+    got = _run("submit", "--workers", "2", "--scheduler", "slurm", "--config", "broker.json", "--dry-run")
+    assert got.exit_code == 0, got.output
+    assert f"your bearer token is in {token}, which Slurm nodes do not see" in got.stderr, got.stderr
+    assert "point BEARER_TOKEN_FILE at it" in got.stderr
+    assert f"your bearer token {token} expires in" in got.stderr, got.stderr
+
+
 def test_a_slurm_dry_run_prints_the_array_and_the_workers_command_line(analyst):
     got = _run("submit", "--workers", "4", "--scheduler", "slurm", "--config", "broker.json", "--cache-size", "1GB",
                "--dry-run")
