@@ -329,17 +329,16 @@ def pack_environment(output: str | os.PathLike | None = None, *, python_version:
             _prune(packs, "site-*", KEEP_PACKS)
         else:
             os.utime(tarball)
-    _warn_unpinned(read_manifest(tarball), lock)
-    if output is None:
-        return tarball
-    output = Path(output)
-    if output.is_dir():
-        output = output / "rhtc-env.tar.gz"
-    tmp_out = output.with_name(f".{output.name}.tmp{os.getpid()}")
-    shutil.copyfile(tarball, tmp_out)
-    os.chmod(tmp_out, 0o644)
-    os.replace(tmp_out, output)
-    return output
+        if output is not None:           # copied under the lock: another pack cannot prune it first
+            output = Path(output)
+            if output.is_dir():
+                output = output / "rhtc-env.tar.gz"
+            tmp_out = output.with_name(f".{output.name}.tmp{os.getpid()}")
+            shutil.copyfile(tarball, tmp_out)
+            os.chmod(tmp_out, 0o644)
+            os.replace(tmp_out, output)
+    _warn_unpinned(read_manifest(output or tarball), lock)
+    return output or tarball
 
 
 def _warn_unpinned(manifest: dict, lock: Lock) -> None:
