@@ -1,15 +1,9 @@
 """What the task process tells its supervisor (worker/shared.py) is never guessed: the
 seqlock's reads, without a supervisor or a broker.
 
-The supervisor reads what the task process holds through a seqlock. It used to give up
-after a fraction of a second of a write in progress and read "nothing held"; its reconcile
-then requeued every task of the worker's open partial as "not running here". Those tasks
-ran again elsewhere, and the partial that already covered them was refused whole at the
-map's end. ``bench scale`` saw it at 1,000 light workers x 2 MB (a hundred task loops per
-process wait for the GIL inside their writes): 7-10 workers a run "took part in
-nothing" and the map ended 20-30 s late. A task process frozen inside a write (SIGSTOP,
-a task's own thread holding the GIL) does the same to a real worker. The supervisor's
-reconcile against a real broker: tests/integration/test_supervisor_reconcile.py."""
+Why it matters, with what was seen: tests/integration/test_supervisor_reconcile.py (a
+reconcile that read "nothing held" during a write in progress requeued a whole partial's
+tasks); that module drives the supervisor's reconcile against a real broker."""
 from __future__ import annotations
 
 import threading
