@@ -9,8 +9,8 @@ tail count; a note when fewer workers took part than the pool has, as the figure
 only those) and then per worker (each from its first task to its last); the dispatch
 delay (a task queued -> taken: its start minus the later of the map's submission and the
 end of the worker's previous task), median and p99,
-and apart: the ramp (the last worker's first task started this long after the submission)
-and the steady state's p99 (every task but each worker's first); the broker's CPU per task and its share of one core (INFO used_cpu_sys + used_cpu_user
+and apart: each worker's first task after the submission (median, p99 and max, the ramp;
+and how many workers got no task of the map) and the steady state's p99 (every task but each worker's first); the broker's CPU per task and its share of one core (INFO used_cpu_sys + used_cpu_user
 over the map); the client's CPU share and where its main thread's CPU went
 (:mod:`bench.cpushare`); Redis's memory peak (sampled); how long results waited between
 their task's end and the client taking them (p99; "the client keeps up" when under one
@@ -156,6 +156,9 @@ def run_cell(config, storage: Storage, pool: LightPool, seconds: float, nbytes: 
         "workers_took_part": len(eff["per_worker"]), "busy_s": eff["busy"], "map_wall_s": eff["wall"],
         "dispatch_ms_median": statistics.median(delays) * 1e3, "dispatch_ms_p99": _quantile(delays, 0.99) * 1e3,
         "ramp_ms": max(first) * 1e3,
+        # each worker's first task, after the map's submission (a worker that got none: not counted here)
+        "first_task_ms_median": statistics.median(first) * 1e3, "first_task_ms_p99": _quantile(first, 0.99) * 1e3,
+        "first_task_ms_max": max(first) * 1e3, "workers_without_a_task": workers - len(first),
         "steady_dispatch_ms_p99": _quantile(later, 0.99) * 1e3 if later else float("nan"),
         "redis_cpu_us_per_task": broker.cpu / n * 1e6, "redis_cpu_share": broker.cpu / broker.wall,
         "redis_peak_mb": broker.peak / 2**20, "redis_clients": broker.clients,
@@ -219,7 +222,7 @@ def _merge_text(r: dict) -> str:
 
 
 HEADER = (f"{'workers':>7} {'task':>5} {'result':>7} {'':>5} {'tasks/s':>8} {'wall eff':>8} {'eff':>7} "
-          f"{'disp med':>8} {'disp p99':>8} {'ramp':>6} {'steady99':>8} {'redis us/t':>10} {'redis':>6} {'client':>6} {'verify':>6} {'decode':>6} "
+          f"{'disp med':>8} {'disp p99':>8} {'1st med':>7} {'1st p99':>7} {'1st max':>7} {'no task':>7} {'steady99':>8} {'redis us/t':>10} {'redis':>6} {'client':>6} {'verify':>6} {'decode':>6} "
           f"{'combine':>7} {'I/O':>5} {'books':>5} {'redis MB':>8} {'wait p99':>8} {'return':>7} {'end>ret':>7} "
           f"{'frames':>6} {'MB read':>7} {'depth':>5} {'busy':>5} {'light':>5}")
 
@@ -232,7 +235,8 @@ def format_row(r: dict) -> str:
     w = r["client_where"]
     return (f"{head} {r['tasks_per_s']:>8.1f} {r['efficiency_wall'] * 100:>7.2f}% {r['efficiency'] * 100:>6.2f}% "
             f"{r['dispatch_ms_median']:>8.1f} "
-            f"{r['dispatch_ms_p99']:>8.1f} {r['ramp_ms']:>6.0f} {r['steady_dispatch_ms_p99']:>8.1f} "
+            f"{r['dispatch_ms_p99']:>8.1f} {r['first_task_ms_median']:>7.0f} {r['first_task_ms_p99']:>7.0f} "
+            f"{r['first_task_ms_max']:>7.0f} {r['workers_without_a_task']:>7} {r['steady_dispatch_ms_p99']:>8.1f} "
             f"{r['redis_cpu_us_per_task']:>10.0f} {r['redis_cpu_share'] * 100:>5.1f}% "
             f"{r['client_cpu_share'] * 100:>5.1f}% " + " ".join(
                 f"{w[k] * 100:>{n}.0f}%" for k, n in zip(CATEGORIES, (5, 5, 6, 4, 4)))
@@ -293,7 +297,8 @@ def scale_command(workers_text, seconds_text, sizes_text, waves, processes, memo
         click.echo("times in ms; wall eff: busy task time / (workers x the map's wall time, submission to last "
                    "result); eff: per worker, each from its first task to its last (leaves out the ramp and the "
                    "tail); disp: dispatch delay (queued -> taken); "
-                   "ramp: the last worker's first task started after the map's submission; steady99: "
+                   "1st: each worker's first task started after the map's submission (median, p99, max: the "
+                   "ramp); no task: workers that got none in the map; steady99: "
                    "the dispatch p99 of the tasks after each worker's first; "
                    "redis: CPU share of one core; client: process CPU share, then where its main thread's "
                    "CPU went; wait: a result's end -> taken by the client; return: last result -> "

@@ -31,6 +31,8 @@ def test_bench_scale_small_grid(tmp_path, monkeypatch):
         assert 0 < c["efficiency_wall"] <= c["efficiency"] <= 1
         assert 0 <= c["dispatch_ms_median"] <= c["dispatch_ms_p99"]
         assert c["ramp_ms"] > 0 and 0 <= c["steady_dispatch_ms_p99"] <= max(c["dispatch_ms_p99"], c["ramp_ms"])
+        assert 0 <= c["first_task_ms_median"] <= c["first_task_ms_p99"] <= c["first_task_ms_max"] == c["ramp_ms"]
+        assert c["workers_without_a_task"] == 0, "each of the 20 workers has 2 tasks of the map"
         assert c["redis_cpu_us_per_task"] > 0 and c["redis_peak_mb"] > 0
         assert c["client_cpu_share"] > 0 and abs(sum(c["client_where"].values()) - 1) < 1e-6
         assert c["last_result_to_return_ms"] >= 0 and c["result_wait_s_p99"] >= 0
