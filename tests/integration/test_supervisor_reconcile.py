@@ -16,6 +16,7 @@ import threading
 
 import pytest
 
+from rhtc import context
 from rhtc.broker.wire import keys, protocol
 from tests.kits.worker import frozen_inside_a_write
 
@@ -72,7 +73,7 @@ def test_a_supervisor_does_not_judge_its_lease_while_a_lease_is_in_flight(storag
 
 
 @pytest.mark.timeout(60)
-def test_a_result_the_broker_refused_stays_held_until_it_is_handed_in(broker, storage, tmp_path):
+def test_a_result_the_broker_refused_stays_held_until_it_is_handed_in(broker, storage, tmp_path, monkeypatch):
     """A task process's hand-in fails (its connection cut; the supervisor's still works):
     the results and partials it keeps in its outbox to send again are still leased here,
     so they stay in what it tells its supervisor. The reconcile used to read "nothing
@@ -90,6 +91,7 @@ def test_a_result_the_broker_refused_stays_held_until_it_is_handed_in(broker, st
     with Toxiproxy() as toxiproxy:
         proxy = toxiproxy.proxy("redis", upstream=f"127.0.0.1:{broker.port}")
         config = BrokerConfig(proxied_url(broker.config.url, proxy), broker.config.key, broker.config.namespace)
+        monkeypatch.setattr(context, "current", context.current)   # a task process makes itself current
         tp = TaskProcess(config, "refused-hand-in", sup.incarnation, sup.shared, cache_bytes=1 << 20,
                          settings_=storage.settings)
         ref = protocol.TaskRef.from_task_id(done)
