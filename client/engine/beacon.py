@@ -5,7 +5,10 @@ stops: workers drop its maps' queued tasks within seconds instead of running the
 for nobody (:mod:`broker.wire.keys`, ``client`` key; the sweep and the take script).
 
 The thread, not the poll loop, renews it: a client busy in Python between two polls
-(reducing results, plotting) stays alive. It runs only while a map is open.
+(reducing results, plotting) stays alive. It runs only while a map is open, one thread
+per broker: a broker that stalls (a frozen server, a cut network: a call waits up to its
+30 s socket timeout) delays only its own beacon, never the maps of this process on
+another broker, which would otherwise be dropped as a dead client's after ``client_ttl``.
 
     >>> from rhtc.client.engine.beacon import client_id
     >>> len(client_id())
@@ -25,9 +28,18 @@ from ...broker.errors import BrokerTrouble
 log = logging.getLogger("rhtc.client")
 
 _lock = threading.Lock()
-_open: "weakref.WeakSet" = weakref.WeakSet()      # open MapRuns (anything with .storage)
-_thread: threading.Thread | None = None
+_beacons: dict[tuple, "_Beacon"] = {}             # (url, namespace) -> that broker's beacon
 _ids: dict[int, str] = {}                          # pid -> this process's id (new after a fork)
+
+
+class _Beacon:
+    """One broker's beacon: the open maps there (anything with ``.storage``) and the
+    thread that renews this client's key while any is open."""
+
+    def __init__(self, where: tuple):
+        self.where = where
+        self.runs: "weakref.WeakSet" = weakref.WeakSet()
+        self.thread: threading.Thread | None = None
 
 
 def client_id() -> str:
@@ -39,37 +51,51 @@ def client_id() -> str:
     return _ids[pid]
 
 
+def _where(run) -> tuple:
+    config = run.storage.config
+    return config.url, config.namespace
+
+
 def attach(run) -> None:
     """Keep the beacon going while ``run`` (a map; its ``storage`` is the broker) is open."""
-    global _thread
     with _lock:
-        _open.add(run)
-        if _thread is None or not _thread.is_alive() or _thread.ident is None:
-            _thread = threading.Thread(target=_beat, name="rhtc-client-beacon", daemon=True)
-            _thread.start()
+        b = _beacons.get(_where(run))
+        if b is None:
+            b = _beacons[_where(run)] = _Beacon(_where(run))
+        b.runs.add(run)
+        if b.thread is None or not b.thread.is_alive():
+            b.thread = threading.Thread(target=_beat, args=(b,), name="rhtc-client-beacon", daemon=True)
+            b.thread.start()
 
 
 def detach(run) -> None:
-    """``run`` ended; the thread stops once no map is open (the key then expires)."""
+    """``run`` ended; its broker's thread stops once no map is open there (the key then
+    expires)."""
     with _lock:
-        _open.discard(run)
+        b = _beacons.get(_where(run))
+        if b is not None:
+            b.runs.discard(run)
 
 
-def _beat() -> None:
-    global _thread
+def _beat(b: _Beacon) -> None:
     me = threading.current_thread()
     while True:
         with _lock:
-            storages = {id(r.storage): r.storage for r in list(_open)}
-            if not storages:
-                if _thread is me:
-                    _thread = None
+            runs = list(b.runs)
+            if not runs:
+                if b.thread is me:
+                    b.thread = None
+                    if _beacons.get(b.where) is b:
+                        del _beacons[b.where]
                 return
-        period = min(s.settings.client_ttl for s in storages.values()) / 4
-        for s in storages.values():
-            try:
-                s.maps.renew_client(client_id())
-            except BrokerTrouble as err:         # the map's own loop reports a lost broker
-                log.debug("client beacon: cannot reach %r: %s", s.config, err)
-        storages = None
+        storage = runs[0].storage
+        period = min(r.storage.settings.client_ttl for r in runs) / 4
+        runs = None                              # (a map that ends meanwhile can be collected)
+        try:
+            storage.maps.renew_client(client_id())
+        except BrokerTrouble as err:             # the map's own loop reports a lost broker
+            log.debug("client beacon: cannot reach %s: %s", b.where[0], err)
+        except Exception as err:                 # noqa: BLE001 - a beacon that dies drops its maps
+            log.warning("client beacon for %s: %s: %s; it goes on", b.where[0], type(err).__name__, err)
+        storage = None
         time.sleep(period)
