@@ -43,9 +43,9 @@ coverage-report:
 	@awk 'NR <= 2 || /^TOTAL/ || ($$NF + 0 < 80 && $$NF ~ /%$$/)' .coverage-data/report.txt
 
 # the fast tier: tests/unit/ and the smoke tests marked quick by hand (tests/README.md); only
-# those files are collected
+# those files are collected; property tests run a fifth of their examples (tests/helpers.py)
 test-quick: setup
-	$(PY) -m pytest -q -m quick tests/unit $$(grep -rl --include='test_*.py' 'mark.quick' tests/integration tests/scenarios) $(PYTEST_ARGS)
+	RHTC_TEST_TIER=quick $(PY) -m pytest -q -m quick tests/unit $$(grep -rl --include='test_*.py' 'mark.quick' tests/integration tests/scenarios) $(PYTEST_ARGS)
 
 # the documentation site (docs/, Sphinx + MyST) into docs/_build/html; strict: a broken link or
 # reference, a missing heading anchor or a page outside the toctree fails it. Needs the [docs]

@@ -26,6 +26,10 @@ no such line. The ``tests`` package as a whole is not registered. The functions 
 test modules still travel by reference, to the workers of the ``workers`` fixture, which run
 in the checkout and can import ``tests``.
 
+Examples. A property test says how many examples it runs with :func:`examples`: all of them
+in ``make test``, a fifth (at least 20) in ``make test-quick`` (which sets
+``RHTC_TEST_TIER=quick``), so the fast tier stays fast and the full suite keeps its strength.
+
 The ``on_a_worker`` fixture (this process as a worker's task process) lives in
 tests/conftest.py with the other fixtures.
 
@@ -96,6 +100,16 @@ def _short(value: object, limit: int = 300) -> str:
 
 
 # -- by value ---------------------------------------------------------------------------------
+#: ``make test-quick`` sets it: property tests run a fifth of their examples there
+QUICK_TIER = os.environ.get("RHTC_TEST_TIER") == "quick"
+
+
+def examples(n: int) -> int:
+    """The examples a property test of ``n`` runs in this tier: ``n`` in ``make test``, a
+    fifth of them (at least 20) in ``make test-quick``."""
+    return max(20, n // 5) if QUICK_TIER else n
+
+
 def register_by_value(module_name: str) -> None:
     """Pickle the functions and classes of the (imported) module ``module_name`` by value,
     so that workers never import it (see the module's docstring)."""

@@ -27,9 +27,10 @@ from hypothesis import strategies as st
 
 from rhtc.credentials import PROXY, TOKEN, describe, find_credentials, permission_note, token_expiry, until
 from tests.kits.credentials import make_token
+from tests.helpers import examples
 
 #: hypothesis' defaults, not whatever profile another module loaded
-SETTINGS = settings(settings.get_profile("default"), max_examples=300, deadline=None, derandomize=True,
+SETTINGS = settings(settings.get_profile("default"), max_examples=examples(300), deadline=None, derandomize=True,
                     database=None)
 
 

@@ -34,10 +34,11 @@ from rhtc.broker.wire.protocol import TaskRef
 from rhtc.worker import loopevents as ev
 from rhtc.worker.loopstate import (ALONE, BACK, DONE, FOLDED, LEASED, RUNNING, InvalidMove, LoopState,
                                    transitions_table)
+from tests.helpers import examples
 
 #: the test's own settings, built on hypothesis' defaults rather than on whatever profile
 #: another module loaded (a ``settings(...)`` inherits the current profile's other fields)
-SETTINGS = settings(settings.get_profile("default"), max_examples=400, stateful_step_count=60, deadline=None,
+SETTINGS = settings(settings.get_profile("default"), max_examples=examples(400), stateful_step_count=60, deadline=None,
                     derandomize=True, database=None, print_blob=True,
                     suppress_health_check=[HealthCheck.too_slow])
 

@@ -35,6 +35,7 @@ from rhtc.client.reduce import Reducer
 from rhtc.broker.wire.protocol import TaskRef
 from rhtc.worker.merge import Partials
 from tests.kits.readonly import add_in_place
+from tests.helpers import examples
 
 KEY, OTHER_KEY = b"k" * 32, b"o" * 32
 MAP, OTHER_MAP = "0123456789abcdef", "fedcba9876543210"
@@ -178,7 +179,7 @@ def maps(draw):
 
 
 @pytest.mark.filterwarnings("ignore::rhtc.client.reduce.ReduceFailedOnWorker")
-@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@settings(max_examples=examples(300), deadline=None, derandomize=True, database=None)
 @given(maps())
 def test_failed_folds_never_change_the_answer_nor_count_a_task_twice(case):
     n, workers, assign, order, steps, faults, in_place = case
@@ -239,7 +240,7 @@ indices = st.lists(st.integers(0, 40), min_size=1, max_size=8, unique=True)
 inputs = st.lists(st.tuples(indices, st.sampled_from(["ok", "ok", "ok", "other key", "other map"])), max_size=6)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(own=indices, given_=inputs)
 def test_a_merger_counts_each_task_once_and_names_what_it_stands_for(own, given_):
     p = Partials(KEY, room=10_000)

@@ -10,12 +10,13 @@ from hypothesis import given, settings
 from rhtc.broker.wire.reads import MAX_CHARS, TOO_MANY, decode_reads, encode_reads
 from rhtc.client.data.chunks import Chunk
 from rhtc.client.reports.reads import ChunkReads
+from tests.helpers import examples
 
 names = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=12)
 libraries = st.sampled_from(["ak", "np", "pd", "a@b", "x,y"])
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(own=st.lists(st.tuples(names, libraries), unique=True, max_size=6),
        other=st.lists(st.tuples(names, libraries), unique=True, max_size=6))
 def test_what_a_task_read_travels_whole_and_bounded(own, other):

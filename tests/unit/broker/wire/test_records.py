@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from rhtc.broker.wire.messages import WorkerStatus
 from rhtc.broker.wire.records import MalformedRecord
 from rhtc.client.ops.status import credential_lines, disk_tiers, misfits
+from tests.helpers import examples
 
 HEARTBEATS = [
     (b"not json", None), (b"[1, 2]", None), ({"task": ["x"]}, "task"), ({"task": "m:x"}, "task"),
@@ -41,7 +42,7 @@ FIELDS = st.sampled_from(["name", "host", "pid", "task", "t", "task_seconds", "t
                           "credential", "disk_tier", "disk_bytes", "disk_limit", "leaving", "cache_bytes"])
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 @given(st.dictionaries(FIELDS, JSON, max_size=6))
 def test_whatever_a_heartbeat_holds_it_decodes_whole_or_is_named_malformed(fields):
     """A heartbeat either decodes into a status every reader can use, or raises

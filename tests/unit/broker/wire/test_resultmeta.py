@@ -8,6 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 from rhtc.broker.wire.merge import decode_partial, encode_partial
 from rhtc.broker.wire.resultmeta import ResultMeta, decode_result, encode_result, pack_meta, unpack_meta
+from tests.helpers import examples
 
 _INT = st.integers(min_value=0, max_value=2 ** 62)
 _TIME = st.floats(min_value=0, max_value=4e9, allow_nan=False)
@@ -21,7 +22,7 @@ metas = st.builds(ResultMeta, worker=st.text(max_size=40), host=st.text(max_size
                       lambda k: k not in {f.name for f in dataclasses.fields(ResultMeta)}), _JSON, max_size=3))
 
 
-@settings(max_examples=300, derandomize=True, deadline=None)
+@settings(max_examples=examples(300), derandomize=True, deadline=None)
 @given(metas, st.binary(max_size=64))
 def test_a_result_comes_back_as_the_worker_said_it(meta, value):
     got, packed = decode_result(encode_result(value, meta))
@@ -29,7 +30,7 @@ def test_a_result_comes_back_as_the_worker_said_it(meta, value):
     assert unpack_meta(memoryview(pack_meta(meta))) == meta
 
 
-@settings(max_examples=100, derandomize=True, deadline=None)
+@settings(max_examples=examples(100), derandomize=True, deadline=None)
 @given(st.lists(metas, min_size=1, max_size=6), st.binary(max_size=64))
 def test_a_partial_carries_every_tasks_meta(many, value):
     indices = list(range(3, 3 + len(many)))
@@ -37,7 +38,7 @@ def test_a_partial_carries_every_tasks_meta(many, value):
     assert got_indices == indices and got == many and bytes(packed) == value
 
 
-@settings(max_examples=200, derandomize=True, deadline=None)
+@settings(max_examples=examples(200), derandomize=True, deadline=None)
 @given(metas, st.lists(st.binary(max_size=300), min_size=1, max_size=4), st.integers(0, 2 ** 32 - 1),
        st.sampled_from([0, 3]), st.lists(st.integers(0, 2 ** 32 - 1), min_size=1, max_size=5))
 def test_a_frame_signed_from_its_parts_is_the_frame_signed_whole(meta, value, index, status, indices):

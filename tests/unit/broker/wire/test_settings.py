@@ -35,6 +35,7 @@ from rhtc.broker.wire.settings import (SettingRefused, parse_duration, parse_siz
                                        settings_markdown, settings_table)
 from rhtc.errors import RhtcError
 from tests.kits.settings import NUMERIC
+from tests.helpers import examples
 
 ROOT = Path(rhtc.__file__).resolve().parent.parent
 #: what is not a setting of a running process: where the broker is and which key signs
@@ -158,7 +159,7 @@ def test_every_numeric_setting_has_a_documented_range(name):
     assert f"| `{row.name}` | {row.default} | {row.range} |" in settings_markdown()
 
 
-@hsettings(max_examples=600, deadline=None, derandomize=True)
+@hsettings(max_examples=examples(600), deadline=None, derandomize=True)
 @given(name=st.sampled_from(NUMERIC),
        number=st.floats(allow_nan=True, allow_infinity=True),
        form=st.sampled_from(["{!r}", "{:e}", "{:f}", "{:g}", " {!r} "]),
@@ -177,7 +178,7 @@ def test_any_number_is_taken_within_its_range_or_refused_by_name(name, number, f
     assert isinstance(value, int if md["kind"] in ("int", "size") else float)
 
 
-@hsettings(max_examples=300, deadline=None, derandomize=True)
+@hsettings(max_examples=examples(300), deadline=None, derandomize=True)
 @given(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers(min_value=-2 ** 70, max_value=2 ** 70),
                  st.text(alphabet="0123456789.eE+-infaKMGTPiBsmhd ", max_size=12)))
 def test_the_size_and_duration_parsers_refuse_what_they_cannot_hold(value):

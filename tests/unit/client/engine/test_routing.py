@@ -8,9 +8,10 @@ from __future__ import annotations
 from hypothesis import given, settings, strategies as st
 
 from rhtc.client.engine.routing import contiguous_blocks, owners
+from tests.helpers import examples
 
 
-@settings(max_examples=300, derandomize=True, deadline=None)
+@settings(max_examples=examples(300), derandomize=True, deadline=None)
 @given(st.lists(st.integers(min_value=1, max_value=10_000), min_size=2, max_size=200),
        st.integers(min_value=1, max_value=8))
 def test_blocks_are_contiguous_and_balanced_by_events(weights, n):

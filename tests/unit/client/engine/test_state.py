@@ -32,6 +32,7 @@ from rhtc.client.engine.retry import RetryPolicy
 from rhtc.client.engine.state import MapState
 from rhtc.client.engine.tasks import InvalidTransition, TaskState
 from rhtc.client.errors import RemoteError
+from tests.helpers import examples
 
 MAP = "00112233aabbccdd"
 FP = "ours"
@@ -277,7 +278,7 @@ class MapStateMachine(RuleBasedStateMachine):
 
 
 TestMapState = MapStateMachine.TestCase
-TestMapState.settings = settings(max_examples=500, stateful_step_count=30, deadline=None, derandomize=True,
+TestMapState.settings = settings(max_examples=examples(500), stateful_step_count=30, deadline=None, derandomize=True,
                                  suppress_health_check=[HealthCheck.too_slow])
 
 
