@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup example test test-quick coverage coverage-report docs clean
+.PHONY: setup example test test-quick coverage coverage-quick coverage-report docs clean
 
 setup: $(VENV)/.installed
 
@@ -27,13 +27,22 @@ example: setup
 # included (pyproject.toml's [tool.coverage.run]); then the summary: the total and every module
 # under 80 % (the whole report: .coverage-data/report.txt, by line: .coverage-data/html)
 COVERAGE ?=
-test: setup
+# pytest with the environment $(1) and the arguments $(2), under coverage.py if COVERAGE is set
+define pytest_run
 	@$(if $(COVERAGE),rm -rf .coverage-data && mkdir -p .coverage-data,true)
-	@status=0; $(PY) -m $(if $(COVERAGE),coverage run -m )pytest -q --durations=25 $(PYTEST_ARGS) || status=$$?; \
+	@status=0; $(1) $(PY) -m $(if $(COVERAGE),coverage run -m )pytest -q $(2) $(PYTEST_ARGS) || status=$$?; \
 	  $(if $(COVERAGE),$(MAKE) --no-print-directory coverage-report || true;) exit $$status
+endef
+
+test: setup
+	$(call pytest_run,,--durations=25)
 
 coverage:
 	@$(MAKE) --no-print-directory test COVERAGE=1
+
+# the fast tier under coverage (CI prints its summary: the whole suite's is `make coverage`)
+coverage-quick:
+	@$(MAKE) --no-print-directory test-quick COVERAGE=1
 
 coverage-report:
 	@$(PY) -m coverage combine -q || true
@@ -45,7 +54,7 @@ coverage-report:
 # the fast tier: tests/unit/ and the smoke tests marked quick by hand (tests/README.md); only
 # those files are collected; property tests run a fifth of their examples (tests/helpers.py)
 test-quick: setup
-	RHTC_TEST_TIER=quick $(PY) -m pytest -q -m quick tests/unit $$(grep -rl --include='test_*.py' 'mark.quick' tests/integration tests/scenarios) $(PYTEST_ARGS)
+	$(call pytest_run,RHTC_TEST_TIER=quick,-m quick tests/unit $$(grep -rl --include='test_*.py' 'mark.quick' tests/integration tests/scenarios))
 
 # the documentation site (docs/, Sphinx + MyST) into docs/_build/html; strict: a broken link or
 # reference, a missing heading anchor or a page outside the toctree fails it. Needs the [docs]
