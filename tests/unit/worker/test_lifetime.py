@@ -9,8 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rhtc.worker.lifetime import LeavePlan, job_walltime, slurm_time_left
+from tests.helpers import examples
 
-SETTINGS = settings(settings.get_profile("default"), max_examples=300, deadline=None, derandomize=True,
+SETTINGS = settings(settings.get_profile("default"), max_examples=examples(300), deadline=None, derandomize=True,
                     database=None)
 
 

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from rhtc.broker.wire import protocol
 from rhtc.broker.wire.messages import FaultKind
 from rhtc.worker.tokens import MapTokens, Refusal
+from tests.helpers import examples
 
 KEY = b"k" * 32
 MAP, OTHER = "0123456789abcdef", "fedcba9876543210"
@@ -97,7 +98,7 @@ def test_each_kind_of_refusal_is_reported_once_per_map():
 KINDS = st.sampled_from(["live", "expired", "ended", "forged", "moved", "old-nonce", "none"])
 
 
-@settings(settings.get_profile("default"), max_examples=200, deadline=None, derandomize=True, database=None)
+@settings(settings.get_profile("default"), max_examples=examples(200), deadline=None, derandomize=True, database=None)
 @given(st.lists(st.tuples(st.sampled_from([MAP, OTHER]), KINDS), max_size=40))
 def test_a_task_runs_only_under_a_live_token_of_its_map_never_after_its_end(steps):
     """Whatever tokens come, in any order: a task runs only under a genuine, unexpired token of

@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 
 from rhtc.broker.wire.amounts import (LARGEST_SIZE, SECONDS, UNITS, mib, parse_duration, parse_size, read_duration,
                                       read_size)
+from tests.helpers import examples
 
-SETTINGS = settings(settings.get_profile("default"), max_examples=300, deadline=None, derandomize=True,
+SETTINGS = settings(settings.get_profile("default"), max_examples=examples(300), deadline=None, derandomize=True,
                     database=None)
 
 

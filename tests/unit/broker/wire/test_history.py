@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rhtc.broker.wire.history import lost_run_line, parse_lost_run
+from tests.helpers import examples
 
 WHY = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40).map(str.strip)
 WORKER = st.text(st.characters(blacklist_categories=("Cs", "Zs", "Zl", "Zp", "Cc")), min_size=1, max_size=12) \
@@ -16,7 +17,7 @@ WORKER = st.text(st.characters(blacklist_categories=("Cs", "Zs", "Zl", "Zp", "Cc
 TIME = st.floats(0, 1e10, allow_nan=False).map(lambda t: round(t, 3))
 
 
-@settings(settings.get_profile("default"), max_examples=500, deadline=None, derandomize=True, database=None)
+@settings(settings.get_profile("default"), max_examples=examples(500), deadline=None, derandomize=True, database=None)
 @given(WHY, WORKER, TIME, TIME)
 def test_a_lost_run_is_read_back_as_written(why, worker, start, stop):
     assert parse_lost_run(lost_run_line(why, worker, start, stop)) == \

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rhtc.broker.wire.pickling import RAW, SMALL, WIRE_SAMPLE, dumps, dumps_parts, loads, loads_plain
+from tests.helpers import examples
 
 VALUES = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(),
                                 st.binary()),
@@ -23,7 +24,7 @@ VALUES = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.floa
                                               st.tuples(inner, inner)), max_leaves=30)
 
 
-@settings(settings.get_profile("default"), max_examples=300, deadline=None, derandomize=True, database=None)
+@settings(settings.get_profile("default"), max_examples=examples(300), deadline=None, derandomize=True, database=None)
 @given(VALUES)
 def test_a_value_comes_back_equal(value):
     assert loads(dumps(value)) == value

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from rhtc.broker.wire import protocol
 from rhtc.client.engine.packing import Frames, pack_function
+from tests.helpers import examples
 
 KEY, MAP, NONCE = b"k" * 32, "0123456789abcdef", "a" * 16
 FN_HASH = protocol.function_hash(pack_function(KEY, abs, "abs"))
@@ -38,7 +39,7 @@ def test_a_function_that_holds_a_lock_cannot_travel_and_says_why():
         pack_function(KEY, lambda x: lock, "locked")
 
 
-@settings(settings.get_profile("default"), max_examples=100, deadline=None, derandomize=True, database=None)
+@settings(settings.get_profile("default"), max_examples=examples(100), deadline=None, derandomize=True, database=None)
 @given(st.lists(st.one_of(st.integers(), st.text(max_size=30), st.none(), st.binary(max_size=100)),
                 min_size=1, max_size=20))
 def test_every_frame_says_its_map_index_nonce_function_and_argument(args):

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from rhtc.client.engine.events import Tick
 from rhtc.client.engine.story import Story
+from tests.helpers import examples
 
 
 class Named:
@@ -21,7 +22,7 @@ class Named:
         self.index = index
 
 
-SETTINGS = settings(settings.get_profile("default"), max_examples=300, deadline=None, derandomize=True,
+SETTINGS = settings(settings.get_profile("default"), max_examples=examples(300), deadline=None, derandomize=True,
                     database=None)
 STEP = st.one_of(st.integers(0, 9).map(Named), st.just(Tick(now=0.0)),
                  st.lists(st.integers(0, 9), max_size=6))

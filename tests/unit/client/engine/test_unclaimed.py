@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from rhtc.broker.wire.messages import WorkerStatus
 from rhtc.broker.wire.protocol import TaskRef
 from rhtc.client.engine.unclaimed import UnclaimedWatch
+from tests.helpers import examples
 
 GHOST = WorkerStatus(name="ghost", host="h", pid=1, incarnation="i", key_fingerprint="f", t=5.0, queued=7)
 
@@ -58,7 +59,7 @@ def test_an_empty_queue_or_a_worker_gone_from_the_live_list_is_forgotten():
     assert watch.stranded([GHOST], now=30.0) == []
 
 
-@settings(settings.get_profile("default"), max_examples=300, deadline=None, derandomize=True, database=None)
+@settings(settings.get_profile("default"), max_examples=examples(300), deadline=None, derandomize=True, database=None)
 @given(st.lists(st.tuples(st.floats(0.0, 4.0), st.integers(0, 3), st.booleans()), max_size=30))
 def test_a_worker_is_named_only_after_seconds_without_service(steps):
     """Beats at any pace, the queue at any length, a task finished or not: the worker is named

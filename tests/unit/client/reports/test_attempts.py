@@ -14,11 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rhtc.client.reports.attempts import OUTCOMES, AttemptRecord
+from tests.helpers import examples
 
 TIMES = st.one_of(st.none(), st.floats(0, 1e10, allow_nan=False))
 
 
-@settings(settings.get_profile("default"), max_examples=300, deadline=None, derandomize=True, database=None)
+@settings(settings.get_profile("default"), max_examples=examples(300), deadline=None, derandomize=True, database=None)
 @given(index=st.integers(0, 2 ** 31), worker=st.one_of(st.none(), st.text(min_size=1, max_size=8)),
        start=TIMES, stop=TIMES, error=st.one_of(st.none(), st.text(max_size=20)),
        outcome=st.sampled_from([None, *OUTCOMES]), backoff=st.one_of(st.none(), st.floats(0, 100)))
