@@ -17,7 +17,7 @@ from rhtc.processes import stop_processes
 pytestmark = pytest.mark.heavy
 
 SLEEP = ["sleep", "60"]
-DEAF = ["sh", "-c", "trap '' TERM; exec sleep 60"]        # SIGTERM ignored (inherited through exec)
+DEAF = ["sh", "-c", "trap '' TERM; echo ready; exec sleep 60"]    # SIGTERM ignored (inherited through exec)
 HANDLES_TERM = ("import signal, sys, time\n"
                 "signal.signal(signal.SIGTERM, lambda *a: sys.exit(3))\n"
                 "print('ready', flush=True)\n"
@@ -25,8 +25,11 @@ HANDLES_TERM = ("import signal, sys, time\n"
 
 
 def started(*argvs):
-    procs = [subprocess.Popen(argv) for argv in argvs]
-    time.sleep(0.2)                                        # the shell set its trap
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE if argv is DEAF else None, text=True) for argv in argvs]
+    for p in procs:
+        if p.stdout:
+            assert p.stdout.readline() == "ready\n"        # the shell set its trap
+            p.stdout.close()
     return procs
 
 
@@ -39,12 +42,12 @@ def test_children_are_stopped_by_sigterm_together():
 
 
 def test_one_that_ignores_sigterm_is_killed_after_one_grace_for_all():
-    procs = started(DEAF, DEAF, DEAF, SLEEP)
+    procs = started(DEAF, DEAF, DEAF, DEAF, SLEEP)
     t0 = time.monotonic()
     stop_processes(procs, grace=2.0)
     took = time.monotonic() - t0
-    assert [p.returncode for p in procs] == [-signal.SIGKILL] * 3 + [-signal.SIGTERM]
-    assert 2.0 <= took < 4.5                               # one grace in all (not 6 s: one each)
+    assert [p.returncode for p in procs] == [-signal.SIGKILL] * 4 + [-signal.SIGTERM]
+    assert 2.0 <= took < 6.0                               # one grace in all (one each: 8 s)
 
 
 def test_a_stopped_child_is_continued_and_acts_on_its_sigterm():
