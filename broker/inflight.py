@@ -1,9 +1,12 @@
-"""Maps in flight, seen across every queue: where each task of a map is (queued, leased,
-pooled, dead or answered), and taking a map's queued tasks out of every queue when it is
-cancelled. Every walk over a queue goes in bounded steps (``settings.scan_step`` items
-per script call), so a long queue never blocks Redis. Used by the client's map queue
-(:class:`broker.mapqueue.MapQueue`: audit, cancel) and the operator's pool view
-(:class:`broker.pool.PoolView`: ``rhtc cancel``).
+"""Maps in flight, seen across the queues: where each task of a map is (queued, leased,
+pooled, dead or answered), and taking a map's queued tasks out of the queues when it is
+cancelled. The places of a map's tasks come from its indexes (:mod:`broker.wire.keys`: the
+workers its tasks were routed to, ``map_routed``; those whose lease may hold its tasks or
+partials, ``map_leased``), kept by the scripts that put tasks there, so neither the audit
+nor the cancel makes a call per registered worker. Every walk over a queue goes in bounded
+steps (``settings.scan_step`` items per script call), so a long queue never blocks Redis.
+Used by the client's map queue (:class:`broker.mapqueue.MapQueue`: audit, cancel) and the
+operator's pool view (:class:`broker.pool.PoolView`: ``rhtc cancel``).
 
     >>> from rhtc.broker.embedded import EmbeddedBroker
     >>> from rhtc.broker.storage import Storage
@@ -14,79 +17,87 @@ per script call), so a long queue never blocks Redis. Used by the client's map q
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from . import scriptargs
-from .wire.keys import MAP_PARTIAL_SEQ
 
 if TYPE_CHECKING:  # pragma: no cover
     from .link import Link
 
-#: walks of one audit while the tree moves partials from a map's pool to mergers under it
-AUDIT_WALKS = 3
+
+def _indices(got: list) -> set[int]:
+    return {int.from_bytes(x, "big") for x in got}
 
 
 class InFlight:
-    """A map's tasks across every queue (over the shared connection of ``link``)."""
+    """A map's tasks across the queues (over the shared connection of ``link``)."""
 
     def __init__(self, link: "Link"):
         self.r, self.keys, self.settings, self.scripts = link.r, link.keys, link.settings, link.scripts
 
-    def queues(self) -> list[str]:
-        """The shared queue and every registered worker's own queue."""
-        return [self.keys.shared_queue] + [self.keys.queue(w.decode()) for w in self.r.smembers(self.keys.workers)]
+    def routed(self, map_id: str) -> list[str]:
+        """The workers whose own queue ``map_id``'s tasks were routed to (its ``routed`` index)."""
+        return sorted(w.decode() for w in self.r.smembers(self.keys.map_routed(map_id)))
 
-    def audit(self, map_id: str) -> set[int] | None:
+    def queues(self, map_id: str) -> list[str]:
+        """The shared queue and the queues ``map_id``'s tasks were routed to."""
+        return [self.keys.shared_queue, *(self.keys.queue(w) for w in self.routed(map_id))]
+
+    def audit(self, map_id: str) -> set[int]:
         """Indices of a map's tasks that are somewhere: queued, leased by a live incarnation
         (in a partial leased to a merger, too), in a partial waiting in the map's pool, dead
-        or answered. Walks the queues in bounded steps (``settings.scan_step`` items
-        per script call), so a long queue never blocks Redis.
+        or answered.
 
-        Tasks only move forward along the walk's order, but for one move: a merger taking
-        partials from the pool into its lease (``lua/merge.lua``), which the walk may have
-        passed. A partial parked after the walk read the pool and taken by such a merger
-        before the walk read the pool again is seen nowhere. That move counts the map's
-        partial sequence, so a walk during which it changed is done again (a task seen in
-        any walk is somewhere); None when it changed during every one of
-        :data:`AUDIT_WALKS` walks: the audit cannot tell (the tree is busy; the next one
-        will)."""
-        seen: set[int] = set()
-        for _ in range(AUDIT_WALKS):
-            before = self.r.hget(self.keys.map(map_id), MAP_PARTIAL_SEQ)
-            seen |= self._walk(map_id)
-            if self.r.hget(self.keys.map(map_id), MAP_PARTIAL_SEQ) == before:
-                return seen
-        return None
+        The places are read in the order tasks move through them (``lua/audit.lua``): the
+        map's backlog and the queues its tasks were routed to, in bounded steps (tasks only
+        leave them, for places read later); the shared queue, in bounded steps, its last
+        window read in one atomic step with every lease that may hold the map's tasks and
+        its pool, between which tasks and partials move both ways (the tree of partials,
+        a lease given back); then its dead and results lists (only this client takes from
+        them). However busy the tree, every task is seen where it is; the number of calls
+        grows with the map's queued tasks (a call per ``settings.scan_step``), never with
+        the number of workers."""
+        k, step = self.keys, self.settings.scan_step
 
-    def _walk(self, map_id: str) -> set[int]:
-        # in the order tasks move (backlog -> shared queue -> lease -> pool, dead or results),
-        # so that a task moving during the walk lands where the walk has not looked yet; the
-        # pool also before the leases: a merger takes partials from it into its lease
-        # (lua/merge.lua), which the walk of a thousand leases may have passed already
-        seen = self._walk_lists(map_id, [self.keys.backlog(map_id), *self.queues(), self.keys.pool(map_id)])
-        for w in self.r.smembers(self.keys.workers):
-            seen |= self.leased_to(w.decode(), map_id)
-        return seen | self._walk_lists(map_id, [self.keys.pool(map_id), self.keys.dead(map_id),
-                                                self.keys.results(map_id)])
+        def lists(start: int, keys: list[str]) -> list:
+            return scriptargs.audit_lists(ns=k.ns, map_id=map_id, scan_step=step, start=start, lists=keys)
 
-    def _walk_lists(self, map_id: str, lists: list[str]) -> set[int]:
-        """The indices of a map's tasks in ``lists``, read a step at a time."""
+        def queues(start: int, workers: list[str]) -> list:
+            return scriptargs.audit_routed(ns=k.ns, map_id=map_id, scan_step=step, start=start, workers=workers)
+
+        seen = self._walk(lists, [k.backlog(map_id)]) | self._walk(queues, self.routed(map_id))
+        return seen | self._past_the_queues(map_id) | self._walk(lists, [k.dead(map_id), k.results(map_id)])
+
+    def _walk(self, args: Callable[[int, list[str]], list], places: list[str]) -> set[int]:
+        """The indices a walk of ``places`` finds, ``settings.scan_step`` items per call;
+        ``args(start, places left)``: the arguments of the next call."""
+        seen, start = set(), 0
+        while places:
+            got = self.scripts["audit"](args=args(start, places))
+            places, start = places[int(got[0]):], int(got[1])
+            seen |= _indices(got[2:])
+        return seen
+
+    def _past_the_queues(self, map_id: str) -> set[int]:
+        """The shared queue a window at a time; the call whose window reaches its end reads
+        the map's leases and pool in the same step. A queue that grows while it is read is
+        read for as many windows as it had at first, and one more; then the next call reads
+        what is left of it whole, so the walk ends however fast it grows."""
         script, step, seen = self.scripts["audit"], self.settings.scan_step, set()
-        for key in lists:
-            start = 0
-            while start >= 0:
-                got = script(args=scriptargs.audit(ns=self.keys.ns, map_id=map_id, kind="list", where=key,
-                                                   start=start, scan_step=step))
-                start = int(got[0])
-                seen.update(int.from_bytes(x, "big") for x in got[1:])
+        start, windows = 0, None
+        while start >= 0:
+            got = script(args=scriptargs.audit_rest(ns=self.keys.ns, map_id=map_id, scan_step=step, start=start,
+                                                    last=int(windows == 0)))
+            start = int(got[0])
+            windows = (-(-int(got[1]) // step) if windows is None else windows) - 1
+            seen |= _indices(got[2:])
         return seen
 
     def leased_to(self, worker: str, map_id: str) -> set[int]:
         """Indices of a map's tasks leased to ``worker``'s live incarnation (running, waiting
         in its batch, or finished in a partial it has not handed in)."""
-        got = self.scripts["audit"](args=scriptargs.audit(ns=self.keys.ns, map_id=map_id, kind="lease",
-                                                          where=worker, start=0, scan_step=self.settings.scan_step))
-        return {int.from_bytes(x, "big") for x in got[1:]}
+        return _indices(self.scripts["audit"](args=scriptargs.audit_lease(ns=self.keys.ns, map_id=map_id,
+                                                                           worker=worker)))
 
     def drain_pool(self, map_id: str, at_least: int) -> int:
         """Hand the partials of a map's pool (the tree of partials, ``lua/merge.lua``) to
@@ -98,20 +109,21 @@ class InFlight:
             ns=self.keys.ns, map_id=map_id, at_least=at_least, result_grace=self.settings.result_grace)))
 
     def cancel(self, map_id: str) -> int:
-        """End a map and remove its queued tasks from every queue (in bounded steps);
+        """End a map and remove its queued tasks from the queues (in bounded steps);
         returns how many were removed."""
+        queues = self.queues(map_id)                  # (read first: its index goes with its keys)
         pipe = self.r.pipeline(transaction=True)
         pipe.llen(self.keys.backlog(map_id))          # deleted with the map's keys (unlinked: a long
         self.scripts["sweep"](args=scriptargs.sweep(ns=self.keys.ns, every_ms=0, scan_step=self.settings.scan_step,
                                                     ended=[map_id]), client=pipe)
         removed = int(pipe.execute()[0])              # backlog is freed in the background), blobs too
-        return removed + self.purge(map_id)
+        return removed + self.purge(map_id, queues)
 
-    def purge(self, map_id: str) -> int:
-        """Remove a map's queued tasks from the shared and the workers' queues (in bounded
-        steps); returns how many."""
+    def purge(self, map_id: str, queues: list[str] | None = None) -> int:
+        """Remove a map's queued tasks from the shared queue and the queues its tasks were
+        routed to (or ``queues``), in bounded steps; returns how many."""
         script, step, removed = self.scripts["purge"], self.settings.scan_step, 0
-        for q in self.queues():
+        for q in self.queues(map_id) if queues is None else queues:
             todo = int(self.r.llen(q))
             while todo > 0:
                 gone, seen = script(args=scriptargs.purge(ns=self.keys.ns, map_id=map_id, queue=q,

@@ -308,7 +308,7 @@ class MapQueue:
         return int(self.r.hget(self.keys.map(map_id), MAP_REFUSED) or 0)
 
     # -- across the queues (broker/inflight.py) -------------------------------------------
-    def audit(self, map_id: str) -> set[int] | None:
+    def audit(self, map_id: str) -> set[int]:
         """:meth:`broker.inflight.InFlight.audit`: the indices of a map's tasks that are somewhere."""
         return self.inflight.audit(map_id)
 

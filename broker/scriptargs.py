@@ -131,11 +131,31 @@ def sweep(*, ns: str, every_ms: int, scan_step: int, ended: Sequence[str]) -> li
     return [ns, every_ms, scan_step, *ended]
 
 
-@_of("audit")
-def audit(*, ns: str, map_id: str, kind: str, where: str, start: int, scan_step: int) -> list:
-    """``lua/audit.lua``: a map's task indices in one list window (``kind`` 'list', ``where``
-    a key) or one worker's lease (``'lease'``, ``where`` its name)."""
-    return [ns, map_id, kind, where, start, scan_step]
+@_of("audit", "lists")
+def audit_lists(*, ns: str, map_id: str, scan_step: int, start: int, lists: Sequence[str]) -> list:
+    """``lua/audit.lua`` 'lists': a map's task indices in ``lists`` (keys), from item
+    ``start`` of the first, ``scan_step`` items at most."""
+    return [ns, "lists", map_id, scan_step, start, *lists]
+
+
+@_of("audit", "routed")
+def audit_routed(*, ns: str, map_id: str, scan_step: int, start: int, workers: Sequence[str]) -> list:
+    """``lua/audit.lua`` 'routed': as :func:`audit_lists`, in the own queues of ``workers``
+    (the map's ``routed`` index)."""
+    return [ns, "routed", map_id, scan_step, start, *workers]
+
+
+@_of("audit", "rest")
+def audit_rest(*, ns: str, map_id: str, scan_step: int, start: int, last: int) -> list:
+    """``lua/audit.lua`` 'rest': a window of the shared queue from ``start``; the one that
+    reaches its end (or ``last`` = 1: the rest of it) with the map's leases and pool."""
+    return [ns, "rest", map_id, scan_step, start, last]
+
+
+@_of("audit", "lease")
+def audit_lease(*, ns: str, map_id: str, worker: str) -> list:
+    """``lua/audit.lua`` 'lease': a map's task indices leased to ``worker``'s live incarnation."""
+    return [ns, "lease", map_id, worker]
 
 
 @_of("purge")

@@ -37,7 +37,7 @@ COMMANDS = {"BRPOP": "Lease.wait_for_task", "LPOP": "MapQueue.fetch_results / de
             "UNLINK": "MapQueue.request_cancel, broker/unstart.py", "LREM": "broker/unstart.py"}
 
 #: scripts that move no task (they read or keep time), and why
-STILL = {"audit": "reads where a map's tasks are",
+STILL = {"audit": "reads where a map's tasks are, and forgets the workers its indexes name that hold none",
          "beat": "renews a worker's name and status",
          "leave": "records that a worker leaves"}
 

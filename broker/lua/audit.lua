@@ -1,36 +1,105 @@
--- ARGV: ns, map_id, kind, where, start, scan_step
--- Where are a map's tasks? Looks at one list window or one lease hash per call (bounded
--- work: `step` items at most); the client walks every place in calls like this one.
--- kind 'list': LRANGE key start..start+step-1, the 4-byte indices of the map's frames
--- (task or result frames: both start with map id and index; a partial's, every index it covers,
--- in a results list or a map's pool of partials);
--- kind 'lease': the worker's lease entries of the map held by its live incarnation
--- (an entry of another incarnation is stale: not "somewhere"); a partial leased to a merger
--- stands for every task it covers.
--- Arguments: ns, map id, kind, key or worker name, start, step.
--- Returns {next start or -1 when done, indices...}.
-local mid, kind, where, start, step = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
-local out = {-1}
-if kind == 'lease' then
-  local live = redis.call('GET', K.incarnation(where))
-  local flat = redis.call('HGETALL', K.lease(where))
+-- ARGV(lists): ns, 'lists', map_id, scan_step, start, lists...
+-- ARGV(routed): ns, 'routed', map_id, scan_step, start, workers...
+-- ARGV(rest): ns, 'rest', map_id, scan_step, start, last
+-- ARGV(lease): ns, 'lease', map_id, worker
+-- Where are a map's tasks? The client's audit (broker/inflight.py) reads every place in the
+-- order tasks move through them, so that a task moving during the audit lands where it has
+-- not looked yet: the map's backlog, the queues its tasks were routed to, the shared queue,
+-- then at once everything past the queues, then its dead and results lists (only this
+-- client takes from those two). Every call but the one that reads past the queues looks at
+-- `step` items at most; that one reads what the map has in flight (not its backlog).
+-- What is reported is the 4-byte index of each of the map's frames (task or result frames:
+-- both start with map id and index; a partial's, every index it covers).
+-- Mode 'lists': the lists `lists`, in order, from item `start` of the first, `step` items
+-- at most in all (an empty list counts as one). Returns {lists read to their end, next start
+-- in the next one, indices...}.
+-- Mode 'routed': the own queues of `workers` (the map's `routed` index, as the caller read
+-- it), walked as 'lists'; a worker whose queue this call read whole, with none of the map's
+-- tasks, leaves the index.
+-- Mode 'rest': a window of `step` items of the shared queue from `start`; the call whose
+-- window reaches its end (or, with `last` = 1, the call that reads the rest of it however
+-- long) also reads, in the same atomic step, every lease the map's `leased` index names and
+-- the map's pool. Tasks and partials move between those places both ways (the tree of
+-- partials: a merger takes partials from the pool into its lease, a dead one's go back;
+-- a lease goes back to the shared queue, whose head is in this window), so one step that
+-- reads them all sees each exactly where it is. Only the live incarnation's lease entries
+-- count (an entry of another is stale: not "somewhere"); a partial leased to a merger
+-- stands for every task it covers; a worker whose lease holds nothing of the map leaves the
+-- index. Returns {next start, or -1 once past the end, the shared queue's length, indices...}.
+-- Mode 'lease': the live lease entries of the map held by one worker. Returns {indices...}.
+local mode, mid = ARGV[2], ARGV[3]
+
+-- Append the indices of the map's frames among `items` (task or result frames, stubs) to `out`.
+local function map_indices(items, out)
+  for _, item in ipairs(items) do
+    if frame_map(item) == mid then
+      out[#out + 1] = string.sub(item, IDX_FROM, IDX_TO)
+      if string.byte(item, STATUS_AT) == STATUS_MERGED then item_indices(item, out) end
+    end
+  end
+end
+
+-- Append the indices of the map's tasks leased to worker `w`'s live incarnation to `out`;
+-- returns whether its lease holds any entry of the map (of any incarnation).
+local function leased_to(w, out)
+  local live = redis.call('GET', K.incarnation(w))
+  local flat = redis.call('HGETALL', K.lease(w))
+  local holds = false
   for i = 1, #flat, 2 do
-    if tid_map(flat[i]) == mid and lease_inc(flat[i + 1]) == live then
-      if is_partial_id(flat[i]) then            -- a partial leased to a merger: every task it covers
-        item_indices(lease_frame(flat[i + 1]), out)
-      else
-        out[#out + 1] = tid_index(flat[i])
+    if tid_map(flat[i]) == mid then
+      holds = true
+      if lease_inc(flat[i + 1]) == live then
+        if is_partial_id(flat[i]) then         -- a partial leased to a merger: every task it covers
+          item_indices(lease_frame(flat[i + 1]), out)
+        else
+          out[#out + 1] = tid_index(flat[i])
+        end
       end
     end
   end
+  return holds
+end
+
+if mode == 'lease' then
+  local out = {}
+  leased_to(ARGV[4], out)
   return out
 end
-local items = redis.call('LRANGE', where, start, start + step - 1)
-for _, item in ipairs(items) do
-  if frame_map(item) == mid then
-    out[#out + 1] = string.sub(item, IDX_FROM, IDX_TO)
-    if string.byte(item, STATUS_AT) == STATUS_MERGED then item_indices(item, out) end
+
+local step, start = tonumber(ARGV[4]), tonumber(ARGV[5])
+if mode == 'rest' then
+  local shared = K.shared_queue()
+  local len = redis.call('LLEN', shared)
+  local out = {-1, len}
+  if ARGV[6] ~= '1' and len - start > step then
+    map_indices(redis.call('LRANGE', shared, start, start + step - 1), out)
+    out[1] = start + step
+    return out
+  end
+  map_indices(redis.call('LRANGE', shared, start, -1), out)
+  local index = K.map_leased(mid)
+  for _, w in ipairs(redis.call('SMEMBERS', index)) do
+    if not leased_to(w, out) then redis.call('SREM', index, w) end
+  end
+  map_indices(redis.call('LRANGE', K.pool(mid), 0, -1), out)
+  return out
+end
+
+-- 'lists' and 'routed': ARGV[6...] are the places, a list's key or a worker's name
+local routed = mode == 'routed'
+local out, budget = {0, 0}, step
+for i = 6, #ARGV do
+  if budget <= 0 then break end
+  local items = redis.call('LRANGE', routed and K.queue(ARGV[i]) or ARGV[i], start, start + budget - 1)
+  local before = #out
+  map_indices(items, out)
+  if #items == budget then                    -- more may follow: the next call goes on from here
+    start, budget = start + budget, 0
+  else
+    if routed and start == 0 and #out == before then redis.call('SREM', K.map_routed(mid), ARGV[i]) end
+    out[1], start = i - 5, 0
+    budget = budget - math.max(#items, 1)
   end
 end
-if #items == step then out[1] = start + step end
+out[2] = start
 return out

@@ -98,6 +98,7 @@ while i <= #ARGV do
   if routed and is_live(who) then
     push(K.queue(who), first, last)
     redis.call('SADD', K.routed(), who)
+    index_add(K.map_routed(mid), mid, who)
     if ARGV[i] == '2' then
       local pinned = K.pinned(mid)
       for j = first, last do redis.call('SETBIT', pinned, tid_number(frame_tid(ARGV[j])), 1) end

@@ -16,11 +16,15 @@ if redis.call('GET', K.incarnation(w)) ~= inc then
   redis.call('RPUSH', K.shared_queue(), frame)     -- not ours to run: back at the head
   return {'', now}
 end
-local token = map_token(frame_map(frame))
+local mid = frame_map(frame)
+local token = map_token(mid)
 if not token then return {'', now} end
 if ARGV[6] == '1' then
-  if redis.call('LLEN', K.shared_queue()) == 0 then refill(frame_map(frame)) end
-  refill(frame_map(frame))
+  if redis.call('LLEN', K.shared_queue()) == 0 then refill(mid) end
+  refill(mid)
 end
-if leases then redis.call('HSET', K.lease(w), frame_tid(frame), lease_prefix(inc) .. frame) end
+if leases then
+  redis.call('HSET', K.lease(w), frame_tid(frame), lease_prefix(inc) .. frame)
+  index_add(K.map_leased(mid), mid, w)
+end
 return {token, now}

@@ -98,6 +98,12 @@ end
 local function keep_with_map(key, mid, keep)
   redis.call('EXPIRE', key, math.max(redis.call('TTL', K.map(mid)), 1) + keep)
 end
+-- Add `member` to `key`, an index of map `mid` (K.map_routed, K.map_leased: broker/wire/keys.py),
+-- in the step that puts a task or partial of the map where the index points. Owned by the map:
+-- it lives as the map (its client renews it with the map's other keys, which it goes with).
+local function index_add(key, mid, member)
+  if redis.call('SADD', key, member) == 1 then keep_with_map(key, mid, 0) end
+end
 -- Whether the live map `mid` merges no more in the tree (its mergers died MERGER_DEATHS
 -- times with partials in hand: broker/wire/merge.py).
 local function tree_off(mid)
@@ -355,6 +361,7 @@ local function steal_one(me, inc, minq, homeq, stuck, step)
           return nil
         end
         redis.call('HSET', K.lease(me), frame_tid(item), lease_prefix(inc) .. item)
+        index_add(K.map_leased(mid), mid, me)
         return item, token
       end
     end

@@ -82,6 +82,7 @@ if fanin > 1 and not last and redis.call('LLEN', pool) > 0 then
     out[#out + 1] = got
   end
   if covered > 0 then redis.call('HINCRBY', K.map(mid), MAP_POOLED, -covered) end   -- (never -0)
+  if #out > 2 then index_add(K.map_leased(mid), mid, w) end
   return out
 end
 if item == '' then return {1, HANDED_NONE} end

@@ -67,6 +67,7 @@ local out = {1, now_ms(), ''}
 local budget = step
 local prefix = leases and lease_prefix(inc)
 local entries = {}                         -- lease fields and values, set in one HSET
+local indexed = {}                         -- maps whose `leased` index names this worker by now
 local last = false
 local function take(q, shared)
   while #out < 2 * n + 3 and budget > 0 do
@@ -88,6 +89,10 @@ local function take(q, shared)
         if leases then
           entries[#entries + 1] = frame_tid(item)
           entries[#entries + 1] = prefix .. item
+          if not indexed[mid] then
+            indexed[mid] = true
+            index_add(K.map_leased(mid), mid, w)
+          end
         end
         out[#out + 1] = item
         out[#out + 1] = (token == last) and '' or token

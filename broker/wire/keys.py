@@ -69,6 +69,18 @@ key                             type    what / who deletes it
                                         (broker/wire/blobs.py); read and deleted by the client (GETDEL),
                                         deleted by take when its stub is dropped and with its map's
                                         results list; expires with that list
+``{ns}:routed:{map}``           set     the workers whose own queue the map's tasks were routed to (the
+                                        enqueue script adds each), so its audit and its cancel walk
+                                        those queues, not every registered worker's; a name whose
+                                        queue the audit reads whole with none of the map's tasks
+                                        leaves it. Owned by the map
+``{ns}:leased:{map}``           set     the workers whose lease may hold entries of the map: its tasks,
+                                        or its partials leased to a merger (take, lease_one, a
+                                        steal and the merge's hand-up add the worker in the step
+                                        that writes the entry), so the audit reads every place of
+                                        the map's tasks past its queues in one call however many
+                                        workers there are (lua/audit.lua); a name whose lease holds
+                                        nothing of the map leaves it there. Owned by the map
 ``{ns}:tries:{map}``            hash    task index -> attempt history text (which worker, how it died)
 ``{ns}:attempts:{map}``         hash    task index -> number of runs that killed their worker
 ``{ns}:dead:{map}``             list    task frames that exhausted their attempts (poison tasks)
@@ -166,6 +178,8 @@ TEMPLATES: dict[str, str] = {
     "results": "{ns}:res:{map_id}",
     "pool": "{ns}:q:p:{map_id}",
     "blob": "{ns}:blob:{map_id}",
+    "map_routed": "{ns}:routed:{map_id}",
+    "map_leased": "{ns}:leased:{map_id}",
     "tries": "{ns}:tries:{map_id}",
     "attempts": "{ns}:attempts:{map_id}",
     "dead": "{ns}:dead:{map_id}",
@@ -217,7 +231,7 @@ JOINED_TTL = 86400
 INCARNATION_LEN = 16
 LEASE_TIME_LEN = 13
 #: the map keys whose expiry the client renews while the map runs
-MAP_DATA = ("results", "tries", "attempts", "dead", "backlog", "pinned", "pool")
+MAP_DATA = ("results", "tries", "attempts", "dead", "backlog", "pinned", "pool", "map_routed", "map_leased")
 #: every key a map owns (deleted together when the map ends)
 MAP_OWNED = ("map", "live", *MAP_DATA)
 

@@ -256,6 +256,4 @@ class Upkeep:
         if not stalled and run.storage.pool.unrouted_depth(run.map_id) > AUDIT_MAX_QUEUE:
             return
         if run.state.tasks.count(*_WAITING):
-            seen = run.storage.maps.audit(run.map_id)
-            if seen is not None:              # (None: the tree moved partials under every walk)
-                run.apply(Audited(seen, time.time()))
+            run.apply(Audited(run.storage.maps.audit(run.map_id), time.time()))

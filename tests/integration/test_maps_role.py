@@ -327,14 +327,14 @@ def test_attempt_histories_hold_one_line_per_run_that_killed_its_worker(storage)
 # -- across the queues ----------------------------------------------------------------------------
 def test_audit_finds_each_task_where_it_is_and_not_one_a_stale_incarnation_holds(storage):
     k, key = storage.keys, storage.config.key
-    w = claim(storage)
-    with tuned(storage, fair_window=2) as s:
-        m = start_map(s, 9)                                   # shared 0 1, backlog 2..8
+    w, home = claim(storage), claim(storage)
+    m = build_map(key, 9)
+    with tuned(storage, fair_window=2) as s:                   # shared 0 1, backlog 2 4..8, 3: in
+        s.maps.enqueue(m.map_id, m.fn_hash, m.fn, {"n": 9},    # another worker's own queue
+                       {None: m.frames[:3] + m.frames[4:], home.name: m.frames[3:4]}, nonce=m.nonce)
     assert storage.lease.take(w.name, w.inc, 1)[0]            # leases 0; 2 moves in
     storage.lease.take(w.name, w.inc, 1, [(m.map_id, m.tid(0), result(key, m.map_id, 0))])  # 0 answered, 1 leased
     r = storage.r
-    r.lrem(k.shared_queue, 1, m.frames[3])
-    r.lpush(k.queue(w.name), m.frames[3])                      # 3: in the worker's own queue
     for i in (4, 5, 6, 7):
         r.lrem(k.backlog(m.map_id), 1, m.frames[i])
     r.rpush(k.dead(m.map_id), m.frames[4])                     # 4: dead

@@ -25,7 +25,7 @@ ADAPTER = {
     "broker/mapqueue.py",     # the client's map queue
     "broker/leases.py",       # the worker's lease
     "broker/pool.py",         # the operator's pool view
-    "broker/inflight.py",     # walks across every queue (audit, cancel)
+    "broker/inflight.py",     # walks across a map's queues (audit, cancel)
     "broker/feed.py",         # the dashboard's feed and address
     "broker/functions.py",    # the scripts, loaded and called
     "broker/fastlane.py",     # the hot path's connection
