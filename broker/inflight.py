@@ -25,8 +25,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from .link import Link
 
 
-def _indices(got: list) -> set[int]:
-    return {int.from_bytes(x, "big") for x in got}
+def _indices(found: bytes) -> set[int]:
+    """The task indices a call of ``lua/audit.lua`` found (4 bytes each, end to end)."""
+    return {int.from_bytes(found[i:i + 4], "big") for i in range(0, len(found), 4)}
 
 
 class InFlight:
@@ -75,7 +76,7 @@ class InFlight:
         while places:
             got = self.scripts["audit"](args=args(start, places))
             places, start = places[int(got[0]):], int(got[1])
-            seen |= _indices(got[2:])
+            seen |= _indices(got[2])
         return seen
 
     def _past_the_queues(self, map_id: str) -> set[int]:
@@ -90,14 +91,14 @@ class InFlight:
                                                     last=int(windows == 0)))
             start = int(got[0])
             windows = (-(-int(got[1]) // step) if windows is None else windows) - 1
-            seen |= _indices(got[2:])
+            seen |= _indices(got[2])
         return seen
 
     def leased_to(self, worker: str, map_id: str) -> set[int]:
         """Indices of a map's tasks leased to ``worker``'s live incarnation (running, waiting
         in its batch, or finished in a partial it has not handed in)."""
         return _indices(self.scripts["audit"](args=scriptargs.audit_lease(ns=self.keys.ns, map_id=map_id,
-                                                                           worker=worker)))
+                                                                           worker=worker))[0])
 
     def drain_pool(self, map_id: str, at_least: int) -> int:
         """Hand the partials of a map's pool (the tree of partials, ``lua/merge.lua``) to
