@@ -40,6 +40,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
 
 from rhtc.broker.wire import protocol
+from rhtc.broker.wire.merge import is_partial_id
 from rhtc.broker.wire.messages import HandedUp
 from tests.kits.roles import build_map, claim, ids_of, kill, lease_of, partial, result, start_map, tuned
 
@@ -137,29 +138,26 @@ class AuditUnderMoves(RuleBasedStateMachine):
         self.s.lease.take(w.name, w.inc, 2)
 
     def hand_in(self, w) -> None:
-        tasks = sorted(protocol.TaskRef.from_task_id(t).index for t in self.entries(w) if t not in self.partials(w))
+        tasks = sorted(protocol.TaskRef.from_task_id(t).index for t in self.entries(w) if not is_partial_id(t))
         if tasks:
             self.s.lease.take(w.name, w.inc, 0, [(self.m.map_id, self.m.tid(tasks[0]),
                                                   result(self.s.config.key, self.m.map_id, tasks[0]))])
-
-    def partials(self, w) -> dict[bytes, bytes]:
-        return {t: f for t, f in self.entries(w).items() if t[protocol.MAP_ID_LEN] >= 128}
 
     def hand_up(self, w) -> None:
         """w folds what it holds of the map (its finished tasks, the partials it was given)
         into one partial and hands it up; holding nothing, it asks for partials to fold."""
         held = self.entries(w)
         if not held:
-            self.take_given(w, self.s.lease.merge_up(w.name, w.inc, self.m.map_id, 3))
+            self.given(self.s.lease.merge_up(w.name, w.inc, self.m.map_id, 3))
             return
         covered = sorted(set().union(*(self.covers.get(f) or [protocol.TaskRef.from_task_id(t).index]
                                        for t, f in held.items())))
         item = partial(self.s.config.key, self.m.map_id, covered)
         self.covers[item] = covered
-        self.take_given(w, self.s.lease.merge_up(w.name, w.inc, self.m.map_id, 3, b"".join(held), item,
-                                                 covers=len(covered)))
+        self.given(self.s.lease.merge_up(w.name, w.inc, self.m.map_id, 3, b"".join(held), item,
+                                         covers=len(covered)))
 
-    def take_given(self, w, got) -> None:
+    def given(self, got) -> None:
         for _, item in got[2]:
             assert item in self.covers, "a merger was given a partial nobody parked"
 
