@@ -42,6 +42,7 @@ from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_a
 from rhtc.broker.wire import protocol
 from rhtc.broker.wire.merge import is_partial_id
 from rhtc.broker.wire.messages import HandedUp
+from tests.helpers import examples
 from tests.kits.roles import build_map, claim, ids_of, kill, lease_of, partial, result, start_map, tuned
 
 
@@ -107,7 +108,7 @@ def test_a_partial_moving_between_the_pool_and_mergers_at_every_call_is_found(st
 # -- moves of every kind, interleaved with the audit's calls -------------------------------------
 N, WORKERS = 8, 3
 MOVES = ("take", "hand_in", "hand_up", "hand_up", "give_back", "restart")    # (the tree twice as often)
-SETTINGS = settings(settings.get_profile("default"), max_examples=100, stateful_step_count=15, deadline=None,
+SETTINGS = settings(settings.get_profile("default"), max_examples=examples(100), stateful_step_count=15, deadline=None,
                     derandomize=True, database=None, print_blob=True,
                     suppress_health_check=[HealthCheck.too_slow])
 
