@@ -97,7 +97,7 @@ def affinity_command(workers, files, events, chunk_size, compression, cache_size
     try:
         with served_through_proxy(os.path.dirname(os.path.abspath(paths[0])), chunks, metrics=True) \
                 as (proxy, url, se_chunks):
-            proxy.add_toxic("bandwidth", rate=max(1, round(se_rate * 1000)))     # KB/s, per connection
+            proxy.add_toxic("bandwidth", rate=round(se_rate * 1000))     # KB/s, per connection
             if se_latency_ms:
                 proxy.add_toxic("latency", latency=round(se_latency_ms))
             data["se"].update(url=url, toxics=proxy.toxics())
@@ -167,18 +167,18 @@ def _tiers(runs: list[dict], input_mb: float, workers: int, n_events: int, se_ra
                              f"the chunks hold {n_events:,} events")
     ratios = {f"over_{base}": {name: t["velocity_mb_s_core"] / tiers[base]["velocity_mb_s_core"]
                                for name, t in tiers.items()} for base in ("local", "se")}
-    return {"tiers": tiers, "ratios": ratios}
+    return {"ratios": ratios, "tiers": tiers}
 
 
 def table(data: dict) -> str:
     """The four tiers side by side (from a result's figures)."""
-    head = (f"{'':42}{'MB/s':>8}{'MB/s':>8}{'x cold':>8}{'x cold':>8}{'file MB':>9}   served from (tasks)\n"
-            f"{'tier':42}{'/core':>8}{'wall':>8}{'local':>8}{'SE':>8}{'read':>9}   "
+    head = (f"{'':42}{'MB/s':>8}{'MB/s':>8}{'x cold':>9}{'x cold':>9}{'file MB':>9}   served from (tasks)\n"
+            f"{'tier':42}{'/core':>8}{'wall':>8}{'local':>9}{'SE':>9}{'read':>9}   "
             + "".join(f"{c:>6}" for c in SERVED.values()))
     lines = [head]
     for name, t in data["tiers"].items():
         served = "".join(f"{t['served'].get(s, 0):>6.0%}" for s in SERVED)
         lines.append(f"{t['label']:42}{t['velocity_mb_s_core']:>8.1f}{t['wall_velocity_mb_s_core']:>8.1f}"
-                     f"{data['ratios']['over_local'][name]:>7.2f}x{data['ratios']['over_se'][name]:>7.2f}x"
+                     f"{data['ratios']['over_local'][name]:>8.2f}x{data['ratios']['over_se'][name]:>8.2f}x"
                      f"{t['bytes_file'] / 1e6:>9.1f}   {served}")
     return "\n".join(lines)
