@@ -90,9 +90,10 @@ def affinity_command(workers, files, events, chunk_size, compression, cache_size
     data = {"files": len(paths), "events": n_events, "chunks": len(chunks), "chunk_size": chunks[0].num_entries,
             "compression": compression, "workers": workers, "cores": os.cpu_count(), "repeats": repeats,
             "input_mb": input_mb, "input": INPUT.format(branches=", ".join(BRANCHES)), "per_core": PER_CORE,
-            "se": {"rate_mb_s": se_rate, "latency_ms": se_latency_ms}}
+            "se": {"rate_mb_s": se_rate, "latency_ms": se_latency_ms},
+            "load_at_start": os.getloadavg()[0]}        # (a shared machine: how busy it was)
     click.echo(f"bench affinity: {len(paths)} {compression} files, {n_events:,} events, {len(chunks)} chunks; "
-               f"{workers} workers; {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; medians of {repeats}",
+               f"{workers} workers; {os.cpu_count()} cores, load {data['load_at_start']:.1f}; medians of {repeats}",
                err=True)
     try:
         with served_through_proxy(os.path.dirname(os.path.abspath(paths[0])), chunks, metrics=True) \
@@ -105,7 +106,8 @@ def affinity_command(workers, files, events, chunk_size, compression, cache_size
             for r in range(repeats):
                 runs.append(_repeat(r, proxy, se_chunks, chunks, warm, workers, cache_size, progress))
                 data["se"]["proxy_bytes"] = [run["se"]["proxy_bytes"] for run in runs]
-                data.update(_tiers(runs, input_mb, workers, n_events, se_rate), runs=runs)
+                data.update(_tiers(runs, input_mb, workers, n_events, se_rate), load_at_end=os.getloadavg()[0],
+                            runs=runs)
                 if json_path:
                     results.write(json_path, "affinity", data)
     except (XRootDUnavailable, ToxiproxyUnavailable) as err:

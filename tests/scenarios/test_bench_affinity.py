@@ -33,6 +33,7 @@ def test_bench_affinity_serves_each_tier_from_its_place(served, tmp_path):  # no
     assert doc["bench"] == "affinity" and all(doc[k] for k in results.ENVELOPE), "when, where, which code, how"
     f = results.figures(doc)
     assert (f["files"], f["events"], f["chunks"], f["workers"], f["repeats"]) == (1, 6000, 3, 1, 1)
+    assert f["load_at_start"] >= 0 and f["load_at_end"] >= 0, "how busy the shared machine was"
 
     tiers = f["tiers"]
     assert list(tiers) == ["se", "local", "disk", "ram"]
