@@ -1,4 +1,4 @@
-"""``bench overhead | dimuon | compression | make-data | recovery | chaos | agc | pool | merge | scale``"""
+"""``bench overhead | dimuon | compression | make-data | recovery | chaos | agc | pool | merge | scale | affinity``"""
 from __future__ import annotations
 
 import importlib
@@ -16,6 +16,7 @@ _COMMANDS = {
     "pool": ("rhtc.bench.pool", "pool_command"),
     "merge": ("rhtc.bench.merge", "merge_command"),
     "scale": ("rhtc.bench.scale", "scale_command"),
+    "affinity": ("rhtc.bench.affinity", "affinity_command"),
 }
 
 

@@ -33,25 +33,33 @@ from .dimuon_runs import _bare, _mhz, _timed_map, read_into_page_cache
 
 
 def _phase(out: dict, phase: str, chunks, broker, label: str, progress: bool) -> None:
-    """One timed map; a phase run again keeps each run's time (``<phase>_runs_s``), their
-    median as ``<phase>_s``, and the most bytes from the files and files opened of any run."""
+    """One timed map; a phase run again keeps each run's time (``<phase>_runs_s``) and the
+    seconds its tasks held a worker (``<phase>_task_runs_s``), their medians as
+    ``<phase>_s`` and ``<phase>_task_s``, the most bytes from the files and files opened of
+    any run, and how many tasks of all its runs were served from where
+    (``<phase>_served``, by :attr:`~client.reports.rows.TaskRecord.source`: ``miss`` read
+    the file, ``disk`` the node's disk tier, ``hit`` the worker's memory)."""
     h, result, took = _timed_map(chunks, broker, label, progress)
-    metas = h.run.metas
-    runs = out.setdefault(f"{phase}_runs_s", [])
-    runs.append(took)
-    out[f"{phase}_s"] = statistics.median(runs)
+    tasks = h.record().tasks
+    for runs, median, value in (("runs_s", "s", took), ("task_runs_s", "task_s", sum(t.duration for t in tasks))):
+        out.setdefault(f"{phase}_{runs}", []).append(value)
+        out[f"{phase}_{median}"] = statistics.median(out[f"{phase}_{runs}"])
     for source in ("file", "disk", "cache"):
-        out[f"{phase}_bytes_{source}"] = sum(m.get(f"bytes_{source}", 0) or 0 for m in metas)
-    out[f"{phase}_files_opened"] = sum(m.get("files_opened", 0) or 0 for m in metas)
+        out[f"{phase}_bytes_{source}"] = sum(getattr(t, f"bytes_{source}") for t in tasks)
+    out[f"{phase}_files_opened"] = sum(t.files_opened for t in tasks)
     for worst in ("bytes_file", "files_opened"):
         key = f"{phase}_{worst}"
         out[f"{key}_max"] = max(out.get(f"{key}_max", 0), out[key])
-    out[f"{phase}_events"] = result["events"]
+    served = out.setdefault(f"{phase}_served", {})
+    for t in tasks:
+        served[t.source] = served.get(t.source, 0) + 1
+    out[f"{phase}_events"], out[f"{phase}_pairs"] = result["events"], result["pairs"]
 
 
-def _ours(chunks, warm, workers: int, cache: str, disk: str | None, progress: bool, repeats: int = 1) -> dict:
-    """cold, warm (``repeats`` runs), then ``repeats`` times: every worker replaced (new
-    names, same node) and a rerun; medians."""
+def _ours(chunks, warm, workers: int, cache: str, disk: str | None, progress: bool, repeats: int = 1,
+          restarts: int | None = None) -> dict:
+    """cold, warm (``repeats`` runs), then ``restarts`` (default ``repeats``) times: every
+    worker replaced (new names, same node) and a rerun; medians."""
     from rhtc import LocalCluster, remote_map
     from rhtc.processes import stop_processes
     out: dict = {}
@@ -62,7 +70,7 @@ def _ours(chunks, warm, workers: int, cache: str, disk: str | None, progress: bo
             out["disk_write_wait_s"] = _writes_settled(disk)
         for _ in range(repeats):
             _phase(out, "warm", chunks, cluster, "warm (RAM)", progress)
-        for _ in range(repeats):
+        for _ in range(repeats if restarts is None else restarts):
             stop_processes(cluster.procs)             # every worker leaves: walltime, eviction...
             cluster.procs.clear()
             t = time.perf_counter()
@@ -112,20 +120,28 @@ HEADER = (f"{'':34}{'cold MHz':>9}{'warm MHz':>9}{'restart':>9}{'file MB':>10}{'
           "\n" + f"{'':34}{'':>9}{'':>9}{'MHz':>9}{'(after restart)':>20}")
 
 
-def restart_command(codecs: list[str], workers: int, files: int, events: int, chunk_size: int | None,
-                    cache_size: str, data_dir: str, with_dask: bool, progress: bool, repeats: int = 1) -> dict:
+def codec_data(data_dir: str, codec: str, files: int, events: int, chunk_size: int | None, workers: int,
+               progress: bool) -> tuple[list[str], list, list]:
+    """The generated files of one codec under ``data_dir/<codec>`` (written unless already
+    there, then read into the page cache), their chunks (``chunk_size`` entries, or
+    :func:`~bench.dimuon_runs.auto_chunk_size`), and the warm-up chunks."""
     from rhtc import make_nanoaod, make_chunks
     from .dimuon_runs import auto_chunk_size
+    paths = make_nanoaod(os.path.join(data_dir, codec.lower()), files=files, events=events,
+                         compression=codec, progress=progress)
+    read_into_page_cache(paths)
+    chunks = make_chunks(paths, step=chunk_size or auto_chunk_size(files * events, workers))
+    warm = make_chunks(make_nanoaod(os.path.join(data_dir, "warm-up"), files=1, events=2000,
+                                    compression=codec, progress=False), step=2000)
+    return paths, chunks, warm
+
+
+def restart_command(codecs: list[str], workers: int, files: int, events: int, chunk_size: int | None,
+                    cache_size: str, data_dir: str, with_dask: bool, progress: bool, repeats: int = 1) -> dict:
     from ..broker.wire.config import parse_size
     report: dict = {}
     for codec in codecs:
-        paths = make_nanoaod(os.path.join(data_dir, codec.lower()), files=files, events=events,
-                             compression=codec, progress=progress)
-        read_into_page_cache(paths)
-        step = chunk_size or auto_chunk_size(files * events, workers)
-        chunks = make_chunks(paths, step=step)
-        warm = make_chunks(make_nanoaod(os.path.join(data_dir, "warm-up"), files=1, events=2000,
-                                        compression=codec, progress=False), step=2000)
+        paths, chunks, warm = codec_data(data_dir, codec, files, events, chunk_size, workers, progress)
         n = sum(c.num_entries for c in chunks)
         click.echo(f"\nbench dimuon --restart: {codec}, {len(paths)} files, {n:,} events, {len(chunks)} chunks; "
                    f"{workers} workers sharing one disk tier; {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; "

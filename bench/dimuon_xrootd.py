@@ -12,6 +12,8 @@ yardstick for "cold over root:// at 0 ms is at least 0.8 of local cold".
 """
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 
 import click
@@ -26,9 +28,6 @@ def run_latencies(report: Report, paths: list[str], data_dir: str, local_chunks:
                   dask_timeout: float | None, progress: bool) -> dict:
     """Start an xrootd server on ``data_dir`` and a latency proxy before it; measure each
     system at each latency, printing and saving each figure as it is measured."""
-    import dataclasses
-    from .toxiproxy import Toxiproxy
-    from .xrootd_server import XRootDServer
     from ..client.data.chunks import close_files
     cache_bytes = parse_size(cache_size)
     n_events = sum(c.num_entries for c in local_chunks)
@@ -36,15 +35,12 @@ def run_latencies(report: Report, paths: list[str], data_dir: str, local_chunks:
     local = _ours(local_chunks, workers, cache_size, None, warm, progress)
     report.add("ours_local", f"ours ({workers}), local files", local, n_events)
     out = {"ours_local": local, "latencies": {}}
-    with XRootDServer(data_dir) as server, Toxiproxy() as tp:
-        proxy = tp.proxy("xrootd", upstream=f"127.0.0.1:{server.port}")
-        url = f"root://127.0.0.1:{proxy.port}/"
-        chunks = [dataclasses.replace(c, file=url + "/" + os.path.relpath(c.file, data_dir)) for c in local_chunks]
+    with served_through_proxy(data_dir, local_chunks) as (proxy, url, chunks):
         for ms in latencies:
             proxy.clear()
             if ms:
                 proxy.add_toxic("latency", latency=int(ms))          # on every reply: +ms per round trip
-            click.echo(f"-- +{ms:g} ms round trip to {url} (xrootd {server.port} via toxiproxy)")
+            click.echo(f"-- +{ms:g} ms round trip to {url} (xrootd {proxy.upstream} via toxiproxy)")
             close_files()                                            # the bare loop opens them afresh
             at: dict = {}
             at["bare"] = _bare(chunks, cache_bytes, warm)
@@ -64,6 +60,21 @@ def run_latencies(report: Report, paths: list[str], data_dir: str, local_chunks:
             out["latencies"][f"{ms:g}"] = at
     _closing_note(report, out, n_events)
     return report.data
+
+
+@contextlib.contextmanager
+def served_through_proxy(data_dir: str, local_chunks: list, *, metrics: bool = False):
+    """A real xrootd server on ``data_dir`` and a toxiproxy before it: yields the proxy, its
+    ``root://`` address, and ``local_chunks`` (files under ``data_dir``) as the same chunks
+    read through it (same entries, same file UUIDs). ``metrics``: the proxy counts the
+    bytes it passes (:meth:`Proxy.bytes_sent`). Both servers are stopped, by pid, on exit."""
+    from .toxiproxy import Toxiproxy
+    from .xrootd_server import XRootDServer
+    with XRootDServer(data_dir) as server, Toxiproxy(metrics=metrics) as tp:
+        proxy = tp.proxy("xrootd", upstream=f"127.0.0.1:{server.port}")
+        url = f"root://127.0.0.1:{proxy.port}/"
+        yield proxy, url, [dataclasses.replace(c, file=url + "/" + os.path.relpath(c.file, data_dir))
+                           for c in local_chunks]
 
 
 def _closing_note(report: Report, out: dict, n_events: int) -> None:

@@ -1,7 +1,7 @@
 """A real fault-injecting TCP proxy between two of our parts: Shopify's toxiproxy.
 
-The chaos tests put it between workers and Redis, and ``bench dimuon --xrootd`` between
-workers and the xrootd server (this kernel has no netem). Toxiproxy's toxics cover what
+The chaos tests put it between workers and Redis, and ``bench dimuon --xrootd`` and ``bench
+affinity`` between workers and the xrootd server (this kernel has no netem). Toxiproxy's toxics cover what
 a real network does to us: ``latency`` (with jitter), ``timeout`` (data stops, the
 connection stays open), ``reset_peer`` (TCP RST), ``slicer`` and ``limit_data`` (a reply
 cut after N bytes), ``bandwidth``.
@@ -119,10 +119,26 @@ class Proxy:
     def remove_toxic(self, name: str) -> None:
         self.server._call("DELETE", f"/proxies/{self.name}/toxics/{name}")
 
+    def toxics(self) -> list[dict]:
+        """The toxics in place, as the server lists them (name, type, stream, attributes...)."""
+        return self.server._call("GET", f"/proxies/{self.name}/toxics") or []
+
     def clear(self) -> None:
         """Remove every toxic."""
-        for toxic in self.server._call("GET", f"/proxies/{self.name}/toxics") or []:
+        for toxic in self.toxics():
             self.remove_toxic(toxic["name"])
+
+    def bytes_sent(self, direction: str = "downstream") -> int:
+        """Bytes this proxy has passed on since it was made: ``"downstream"`` to its clients
+        (the replies), ``"upstream"`` to its upstream. Read from the server's metrics, which a
+        server started with ``Toxiproxy(metrics=True)`` keeps."""
+        if not self.server.metrics:
+            raise ToxiproxyUnavailable(f"proxy {self.name}: the toxiproxy server counts bytes only when "
+                                       "started with Toxiproxy(metrics=True) (its -proxy-metrics flag)")
+        text = self.server._call("GET", "/metrics") or ""
+        labels = (f'direction="{direction}"', f'proxy="{self.name}"')
+        return sum(int(float(line.rsplit(" ", 1)[1])) for line in str(text).splitlines()
+                   if line.startswith("toxiproxy_proxy_sent_bytes_total{") and all(x in line for x in labels))
 
     def cut(self) -> None:
         """Close every connection through the proxy and refuse new ones (until :meth:`restore`)."""
@@ -138,17 +154,20 @@ class Proxy:
 
 
 class Toxiproxy:
-    """A toxiproxy server on a free loopback port, stopped (by its pid) on close."""
+    """A toxiproxy server on a free loopback port, stopped (by its pid) on close. With
+    ``metrics=True`` it counts the bytes through each proxy (:meth:`Proxy.bytes_sent`;
+    toxiproxy 2.5 or later)."""
 
-    def __init__(self, host: str = "127.0.0.1", start_timeout: float = 20.0):
-        self.host, self.start_timeout = host, start_timeout
+    def __init__(self, host: str = "127.0.0.1", start_timeout: float = 20.0, metrics: bool = False):
+        self.host, self.start_timeout, self.metrics = host, start_timeout, metrics
         self.port: int | None = None
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> "Toxiproxy":
         binary = toxiproxy_binary()
         self.port = free_port(self.host)
-        self.proc = subprocess.Popen([str(binary), "-host", self.host, "-port", str(self.port)],
+        self.proc = subprocess.Popen([str(binary), "-host", self.host, "-port", str(self.port),
+                                      *(["-proxy-metrics"] if self.metrics else [])],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:

@@ -79,7 +79,14 @@ def _missing_reference(app, env, node, contnode):
     return None
 
 
+def _draw_figures(app) -> None:
+    """Draw the benchmarks' pictures before any page is read, so that any page may show one
+    (the benchmarks page, generated, says what it cannot place)."""
+    benchmarks.draw_figures(Path(app.srcdir), lambda message: None)
+
+
 def setup(app):
+    app.connect("builder-inited", _draw_figures)
     app.connect("source-read", _source_read)
     app.connect("env-get-outdated", _always_outdated)
     app.connect("missing-reference", _missing_reference)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from . import figures as drawings
-from .md import cell, generated_note, table
+from .md import cell, generated_note, machine_text, table
 
 RESULTS = "benchmarks/results"
 #: rows of one result's figures table at most (the JSON file has them all)
@@ -39,6 +39,12 @@ def load_results(srcdir: Path, warn: Callable[[str], None]) -> dict[str, list[tu
     return out
 
 
+def draw_figures(srcdir: Path, warn: Callable[[str], None]) -> dict[str, list[tuple[str, str]]]:
+    """Draw the pictures of each series' newest result: series -> [(image, caption)]."""
+    return {series: drawings.draw(series, docs[0][1], srcdir, warn)
+            for series, docs in load_results(srcdir, warn).items()}
+
+
 def flatten(value: Any, prefix: str = "") -> list[tuple[str, str]]:
     """(dotted name, shown value) of every figure in a nested result."""
     if isinstance(value, dict):
@@ -60,17 +66,10 @@ def _number(v: Any) -> str:
     return str(v)
 
 
-def _machine(m: dict) -> str:
-    mem = m.get("memory_bytes")
-    parts = [m.get("hostname"), f"{m['cores']} cores" if m.get("cores") else None,
-             f"{mem / 2**30:.1f} GiB" if mem else None, m.get("cpu_model"), m.get("system")]
-    return ", ".join(str(p) for p in parts if p)
-
-
 def _about(path: Path, doc: dict) -> list[str]:
     commit = doc.get("commit") or "unknown"
     lines = [f"- **date**: {doc['date']}",
-             f"- **machine**: {cell(_machine(doc.get('machine') or {}))}",
+             f"- **machine**: {cell(machine_text(doc.get('machine') or {}))}",
              f"- **commit**: `{commit[:12]}`{' (with uncommitted changes)' if doc.get('dirty') else ''}",
              f"- **command**: `{doc['command']}`",
              f"- **file**: {{download}}`{path.name} <{RESULTS}/{path.name}>`"]
@@ -83,6 +82,7 @@ def _about(path: Path, doc: dict) -> list[str]:
 
 def page(srcdir: Path, warn: Callable[[str], None]) -> str:
     results = load_results(srcdir, warn)
+    pictures = draw_figures(srcdir, lambda message: None)       # (load_results says it once)
     out = ["# Benchmarks", "",
            generated_note("the JSON results in `docs/benchmarks/results/`"),
            "Each figure here comes from a result file that a bench wrote (`bench <name> ... --json "
@@ -97,7 +97,7 @@ def page(srcdir: Path, warn: Callable[[str], None]) -> str:
         (path, doc), *older = results[series]
         title = f"bench {series}" if series == doc["bench"] else f"bench {doc['bench']}: {series.split(', ', 1)[-1]}"
         out += [f"## {title}", "", *_about(path, doc), ""]
-        for image, caption in drawings.draw(series, doc, srcdir, warn):
+        for image, caption in pictures[series]:
             out += [f"```{{figure}} {image}", f":alt: {caption}", "", caption, "```", ""]
         rows = flatten(doc["figures"])
         shown = rows[:MAX_ROWS]

@@ -1,5 +1,7 @@
 """Pictures drawn from benchmark results at build time (into ``docs/_static/figures/``,
-which git ignores): the warm-versus-cold bars of a ``bench dimuon`` result.
+which git ignores, before any page is read, so any page may show them): the warm-versus-cold
+bars of a ``bench dimuon`` result, and the read velocity per tier of a ``bench affinity``
+result (whose picture carries the result's date, machine and command).
 
 Also a script: ``python docs/_ext/rhtc_docgen/figures.py RESULT.json OUT.png``.
 """
@@ -56,8 +58,63 @@ def warm_cold(figures: dict, out: Path, title: str) -> bool:
     return True
 
 
+def affinity_bars(doc: dict, out: Path) -> bool:
+    """Draw the read velocity of each tier of a ``bench affinity`` result (``doc``, with its
+    envelope) as bars, each split by the share of its tasks served from the file, the node's
+    disk tier or RAM (the timeline's colours), into ``out``; False if it holds no tiers."""
+    f = doc.get("figures", {})
+    tiers = f.get("tiers") or {}
+    if not tiers:
+        return False
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+    from rhtc.client.reports.timeline import COLOURS, LABELS
+    fig, ax = plt.subplots(figsize=(7.2, 4.2), dpi=120)
+    shown = set()
+    for x, t in enumerate(tiers.values()):
+        bottom = 0.0
+        for source, share in sorted(t["served"].items(), key=lambda kv: list(COLOURS).index(kv[0])):
+            height = t["velocity_mb_s_core"] * share
+            ax.bar(x, height, 0.6, bottom=bottom, color=COLOURS[source])
+            bottom += height
+            shown.add(source)
+        ax.text(x, bottom, f"{t['velocity_mb_s_core']:.1f}", ha="center", va="bottom", fontsize=9)
+    ratios = f.get("ratios", {})
+
+    def tick(name: str) -> str:
+        against = [f"{ratios[f'over_{base}'][name]:.2f}x cold {word}" for base, word in (("local", "local"), ("se", "SE"))
+                   if base != name and name in ratios.get(f"over_{base}", {})]
+        return "\n".join([*tiers[name]["label"].split(", ", 1), *against])
+    ax.set_xticks(range(len(tiers)), [tick(n) for n in tiers], fontsize=7.5)
+    ax.set_ylabel("MB of input per second per core")
+    ax.margins(y=0.12)
+    ax.legend(handles=[Patch(color=COLOURS[s], label=f"served from: {LABELS[s]}") for s in COLOURS if s in shown],
+              frameon=False, fontsize=7.5, loc="upper left")
+    m = doc.get("machine") or {}
+    ax.set_title(f"bench affinity: dimuon, {f.get('events', 0) / 1e6:g}M {f.get('compression', '')} events, "
+                 f"{f.get('workers', '?')} workers, medians of {f.get('repeats', '?')}\n"
+                 f"{doc.get('date', '')[:10]}, {m.get('hostname', '?')} ({m.get('cores', '?')} cores, "
+                 f"{m.get('cpu_model', '?')})", fontsize=9)
+    import textwrap
+    foot = textwrap.wrap(f"input MB: {f.get('input', '?')}", 120) + textwrap.wrap(doc.get("command", ""), 120)
+    fig.text(0.01, 0.01, "\n".join(foot), fontsize=6, family="monospace", color="#555555", va="bottom")
+    fig.tight_layout(rect=(0, 0.015 * (len(foot) + 1), 1, 1))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, metadata={"Software": None})
+    plt.close(fig)
+    return True
+
+
 def draw(bench: str, doc: dict, srcdir: Path, warn: Callable[[str], None]) -> list[tuple[str, str]]:
     """(image path relative to the docs, caption) of each picture drawn from result ``doc``."""
+    if bench == "affinity":
+        name = f"{FIGURES}/affinity-read-velocity.png"
+        if affinity_bars(doc, srcdir / name):
+            return [(name, "Read velocity of the dimuon analysis from a storage element, a local file, the "
+                           "node disk tier and RAM, each bar split by where its tasks were served from.")]
+        return []
     if bench != "dimuon":
         return []
     f = doc["figures"]
@@ -75,5 +132,8 @@ if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
     from rhtc.bench.results import figures as _figures
     doc = json.loads(Path(sys.argv[1]).read_text())
-    if not warm_cold(_figures(doc), Path(sys.argv[2]), Path(sys.argv[1]).stem):
+    if doc.get("bench") == "affinity":
+        if not affinity_bars(doc, Path(sys.argv[2])):
+            sys.exit(f"{sys.argv[1]} holds no tiers of a bench affinity run")
+    elif not warm_cold(_figures(doc), Path(sys.argv[2]), Path(sys.argv[1]).stem):
         sys.exit(f"{sys.argv[1]} holds no cold/warm figures of a dimuon run")

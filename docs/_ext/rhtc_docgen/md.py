@@ -20,6 +20,14 @@ def table(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def machine_text(m: dict) -> str:
+    """A result's machine in one line: hostname, cores, memory, CPU model, system."""
+    mem = m.get("memory_bytes")
+    parts = [m.get("hostname"), f"{m['cores']} cores" if m.get("cores") else None,
+             f"{mem / 2**30:.1f} GiB" if mem else None, m.get("cpu_model"), m.get("system")]
+    return ", ".join(str(p) for p in parts if p)
+
+
 def generated_note(source: str) -> str:
     return (f"```{{note}}\nThis page is generated from {source} when the documentation is built: "
             f"change the code, not the page.\n```\n")
