@@ -339,7 +339,7 @@ def scale_command(workers_text, seconds_text, sizes_text, waves, processes, memo
 
 def compare_lines(ref: str, ours: list[dict], theirs: list[dict]) -> list[str]:
     """Medians of this checkout's runs and ``ref``'s: the broker's share with each pool idle,
-    and each cell's rate, efficiency and broker cost per task."""
+    and each cell's rate, efficiency, broker cost per task and ramp (each worker's first task)."""
     def med(runs, pick):
         got = [v for v in (pick(r) for r in runs) if v is not None]
         return statistics.median(got) if got else float("nan")
@@ -357,7 +357,10 @@ def compare_lines(ref: str, ours: list[dict], theirs: list[dict]) -> list[str]:
         lines.append(f"{f'{n} idle workers: Redis, % of a core':44}{a * 100:>14.1f}{b * 100:>14.1f}")
     for c in sorted({(x["workers"], x["seconds"], x["bytes"]) for r in ours for x in r["cells"] if "tasks" in x}):
         for key, label, scale in (("tasks_per_s", "tasks/s", 1), ("efficiency_wall", "wall eff %", 100),
-                                  ("efficiency", "eff per worker %", 100), ("redis_cpu_us_per_task", "redis us/task", 1)):
+                                  ("efficiency", "eff per worker %", 100), ("redis_cpu_us_per_task", "redis us/task", 1),
+                                  ("first_task_ms_median", "1st task ms, median", 1),
+                                  ("first_task_ms_max", "1st task ms, max", 1),
+                                  ("workers_without_a_task", "workers without a task", 1)):
             a, b = med(ours, cell(c, key)), med(theirs, cell(c, key))
             lines.append(f"{f'{c[0]} x {c[1]:g}s x {_size_text(c[2])}: {label}':44}{a * scale:>14.2f}{b * scale:>14.2f}")
     return lines
