@@ -1,0 +1,281 @@
+"""``bench scale --curve``: the scaling curve, tasks/s against workers for a few task
+lengths, and where it flattens, why.
+
+The cells are :mod:`bench.scale`'s own (one ``remote_map`` each, light workers, one Redis,
+one client); this module holds what makes them a curve: its grid (:data:`WORKERS` light
+workers x :data:`SECONDS` s tasks x :data:`SIZES` results, each given option replacing
+its default), the tasks per worker of each cell (:func:`waves_for`), the judgement of each
+cell (:func:`judge`), its table and the picture (:func:`plot`).
+
+**Each cell ideally lasts the same** (:data:`CELL_SECONDS`): its tasks per worker are that
+over its task's length (at least :data:`MIN_WAVES`). The ramp (registering a map, every
+worker's first take) and the tail cost about the same seconds whatever the tasks' length,
+so with the same number of waves they would eat most of a 100 ms cell and little of a 10 s
+one; with the same ideal duration they weigh alike on every line of the curve.
+
+**The judgement**, per line of the curve (one task length and result size), each cell
+against the cell of fewer workers before it:
+
+* a cell has **flattened** when its efficiency by the wall clock falls under :data:`FLAT`
+  of the line's best, or its tasks/s grew by less than :data:`GROWTH` over the previous
+  cell's; a flattened cell says which CPU ran out (:func:`out_of_cpu`): the **broker**
+  (Redis, one thread, near a full core), the **client** (near a full core), or the
+  machine's cores (busy near all of them), and then whether the light workers took most
+  of them (the **harness**: on a real pool they run on their own nodes) or other processes
+  did (the **machine**: the other jobs of a shared host); or that none did;
+* a cell **bends back** when its tasks/s is lower than the previous cell's: more workers
+  did less. The bench says it loudly, and the curve should never do it.
+
+    >>> line = [{"workers": 10, "seconds": 1.0, "bytes": 10_000, "tasks": 300, "tasks_per_s": 9.5,
+    ...          "efficiency_wall": 0.95, "redis_cpu_share": 0.02, "client_cpu_share": 0.03,
+    ...          "light_workers_cores": 0.05, "machine_busy_cores": 0.2},
+    ...         {"workers": 100, "seconds": 1.0, "bytes": 10_000, "tasks": 3000, "tasks_per_s": 60.0,
+    ...          "efficiency_wall": 0.6, "redis_cpu_share": 0.3, "client_cpu_share": 0.2,
+    ...          "light_workers_cores": 1.3, "machine_busy_cores": 1.95}]
+    >>> [j["out_of_cpu"] for j in judge(line, cores=2)]
+    [None, ['harness']]
+    >>> print(judge(line, cores=2)[1]["verdict"])
+    100 workers x 1 s x 10 kB flattened (wall eff 60.0 % < 90 % of the line's best, 95.0 %): the harness (the light workers) ran out of CPU: Redis 0.30 of a core, the client 0.20; the machine busy 1.95 of 2 cores: the light workers 1.30, other processes 0.15
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from click.core import ParameterSource
+
+from . import results
+from .ceiling import size_text
+
+#: the curve's grid when ``--workers``, ``--seconds`` or ``--sizes`` is not given
+WORKERS, SECONDS, SIZES = "10,50,100,200,500,1000", "0.1,1,10", "10kB"
+#: the series of the benchmarks page that curve results join (results.envelope)
+SERIES = "scale, the scaling curve"
+#: each cell's ideal duration (s): its tasks per worker are this over its task's length...
+CELL_SECONDS = 30.0
+#: ...but at least this many
+MIN_WAVES = 3
+#: a cell has flattened under this share of its line's best wall-clock efficiency...
+FLAT = 0.9
+#: ...or when its tasks/s grew by less than this share over the previous cell's
+GROWTH = 0.1
+#: a CPU has run out at this share of what it can give: one core for Redis (one thread)
+#: and for the client (one interpreter), every core for the machine
+NEAR_FULL = 0.85
+
+
+def grid(ctx: click.Context, workers: str, seconds: str, sizes: str, waves: int) -> tuple[str, str, str, int | None]:
+    """The curve's ``--workers``, ``--seconds``, ``--sizes`` and ``--waves``: each as
+    given on the command line, else the curve's (:data:`WORKERS`, :data:`SECONDS`,
+    :data:`SIZES`; for the waves None: each cell's own, :func:`waves_for`)."""
+    given = [ctx.get_parameter_source(name) is not ParameterSource.DEFAULT
+             for name in ("workers_text", "seconds_text", "sizes_text", "waves")]
+    return tuple(value if g else default for value, g, default in
+                 zip((workers, seconds, sizes, waves), given, (WORKERS, SECONDS, SIZES, None)))
+
+
+def waves_for(seconds: float) -> int:
+    """Tasks per worker of a cell of ``seconds`` s tasks, so that it ideally lasts
+    :data:`CELL_SECONDS` (at least :data:`MIN_WAVES`).
+
+    >>> [waves_for(s) for s in (0.1, 1, 10, 60)]
+    [300, 30, 3, 3]
+    """
+    return max(MIN_WAVES, round(CELL_SECONDS / seconds))
+
+
+def ideal(cell: dict) -> float:
+    """The tasks/s of a cell whose workers never wait: workers / task seconds."""
+    return cell["workers"] / cell["seconds"]
+
+
+def _line(cell: dict) -> tuple:
+    return cell["seconds"], cell["bytes"], cell.get("merge")
+
+
+#: what each verdict names
+WHO = {"broker": "the broker (Redis)", "client": "the client", "harness": "the harness (the light workers)",
+       "machine": "the machine (other processes)"}
+
+
+def out_of_cpu(cell: dict, cores: int) -> tuple[list[str], str]:
+    """Which CPU a cell ran out of, of ``broker``, ``client`` and ``harness`` or
+    ``machine`` (the machine's cores ran out: the light workers' or other processes',
+    whichever took more), with the measured figures that say so."""
+    redis, client = cell["redis_cpu_share"], cell["client_cpu_share"]
+    busy, light = cell["machine_busy_cores"], cell["light_workers_cores"]
+    others = max(0.0, busy - light - redis - client)
+    names = [name for name, share in (("broker", redis), ("client", client)) if share >= NEAR_FULL]
+    if busy >= NEAR_FULL * cores:
+        names.append("harness" if light >= others else "machine")
+    figures = (f"Redis {redis:.2f} of a core, the client {client:.2f}; the machine busy {busy:.2f} of {cores} "
+               f"cores: the light workers {light:.2f}, other processes {others:.2f}")
+    return names, figures
+
+
+def judge(cells: list[dict], cores: int) -> list[dict | None]:
+    """Each cell's judgement (None for a cell that was skipped or failed), against the
+    cell of fewer workers before it on its line: ``ideal_tasks_per_s``; ``flattened``
+    (why, or None); for a flattened cell ``out_of_cpu`` (the CPUs that ran out, ``[]``
+    for none) and ``verdict`` (its line, with the figures); ``bend_back`` (its line, or
+    None)."""
+    best: dict[tuple, float] = {}
+    for c in cells:
+        if "tasks_per_s" in c:
+            best[_line(c)] = max(best.get(_line(c), 0.0), c["efficiency_wall"])
+    before: dict[tuple, dict] = {}
+    out: list[dict | None] = []
+    for c in cells:
+        if "tasks_per_s" not in c:
+            out.append(None)
+            continue
+        prev, before[_line(c)] = before.get(_line(c)), c
+        why = []
+        if c["efficiency_wall"] < FLAT * best[_line(c)]:
+            why.append(f"wall eff {c['efficiency_wall'] * 100:.1f} % < {FLAT * 100:.0f} % of the line's best, "
+                       f"{best[_line(c)] * 100:.1f} %")
+        if prev and c["tasks_per_s"] < (1 + GROWTH) * prev["tasks_per_s"]:
+            why.append(f"tasks/s grew less than {GROWTH * 100:.0f} % over {prev['tasks_per_s']:.1f} at "
+                       f"{prev['workers']} workers")
+        j = {"ideal_tasks_per_s": ideal(c), "flattened": "; ".join(why) or None, "out_of_cpu": None,
+             "verdict": None, "bend_back": None}
+        if why:
+            names, figures = out_of_cpu(c, cores)
+            ran_out = (" and ".join(WHO[n] for n in names) + " ran out of CPU") if names else \
+                "no CPU ran out (the limit is elsewhere: the ramp, the tail, waiting)"
+            j.update(out_of_cpu=names, verdict=f"{_name(c)} flattened ({j['flattened']}): {ran_out}: {figures}")
+        if prev and c["tasks_per_s"] < prev["tasks_per_s"]:
+            j["bend_back"] = (f"BEND-BACK: {_name(c)} ran {c['tasks_per_s']:.1f} tasks/s, fewer than "
+                              f"{prev['tasks_per_s']:.1f} at {prev['workers']} workers: more workers did less")
+        out.append(j)
+    return out
+
+
+def annotate(result: dict) -> dict:
+    """``bench scale``'s figures (``cells``, ``cores``) with each measured cell's
+    judgement (:func:`judge`) added to it."""
+    for cell, j in zip(result["cells"], judge(result["cells"], result["cores"])):
+        cell.update(j or {})
+    return result
+
+
+def _merge(cell: dict) -> str:
+    """How a cell's results came back: merged by the workers, alone, or "" (no reduction)."""
+    return {None: "", True: "merged", False: "alone"}[cell.get("merge")]
+
+
+def _name(cell: dict) -> str:
+    return f"{cell['workers']} workers x {cell['seconds']:g} s x {size_text(cell['bytes'])} {_merge(cell)}".rstrip()
+
+
+def verdict_lines(result: dict) -> list[str]:
+    """What the curve of an annotated result concludes: a line per flattened cell (which
+    CPU ran out, with its figures), a loud one per cell that bent back, and whether the
+    curve ever did."""
+    judged = [c for c in result["cells"] if "ideal_tasks_per_s" in c]
+    flat = [c["verdict"] for c in judged if c["flattened"]]
+    backs = [c["bend_back"] for c in judged if c["bend_back"]]
+    return [f"the curve: {len(flat)} flattened cell(s) of {len(judged)}", *flat, *backs,
+            f"THE CURVE BENDS BACK at {len(backs)} cell(s)" if backs else "the curve never bends back"]
+
+
+LEGEND = ("the scaling curve: tasks/s against workers; ideal: workers / task seconds; wall eff: busy task "
+          "time / (workers x the map's wall time, submission to last result); redis, client: CPU share of "
+          "one core; light: cores the light workers used; busy: cores the whole machine used (others' too)")
+HEADER = (f"{'workers':>7} {'task':>5} {'result':>7} {'':>6} {'waves':>5} {'tasks/s':>8} {'ideal':>8} "
+          f"{'wall eff':>8} {'redis':>6} {'client':>6} {'light':>5} {'busy':>5}")
+
+
+def format_row(cell: dict) -> str:
+    """One line of the curve's table, of a measured cell (bench/scale.py's format_row says
+    why a cell was skipped or failed)."""
+    return (f"{cell['workers']:>7} {cell['seconds']:>4g}s {size_text(cell['bytes']):>7} {_merge(cell):>6} "
+            f"{cell['tasks'] // cell['workers']:>5} {cell['tasks_per_s']:>8.1f} {ideal(cell):>8.1f} "
+            f"{cell['efficiency_wall'] * 100:>7.2f}% {cell['redis_cpu_share'] * 100:>5.1f}% "
+            f"{cell['client_cpu_share'] * 100:>5.1f}% {cell['light_workers_cores']:>5.2f} "
+            f"{cell['machine_busy_cores']:>5.2f}")
+
+
+def conclude(doc: dict, plot_path: str | None) -> dict:
+    """Print what a curve result (``bench scale --curve``'s JSON, in its envelope) concludes
+    (judged again: :func:`annotate`), the bend-backs to stderr too; draw it into
+    ``plot_path``. Returns its figures."""
+    result = annotate(results.figures(doc))
+    lines = verdict_lines(result)
+    click.echo("\n".join(["", *lines]))
+    backs = [c["bend_back"] for c in result["cells"] if c.get("bend_back")]
+    if backs:
+        click.echo("\n".join(backs), err=True)
+    if plot_path:
+        click.echo(f"the curve drawn: {plot(doc, plot_path)}")
+    return result
+
+
+COLOURS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02")
+
+
+def plot(doc: dict, out: str | Path) -> Path:
+    """Draw a curve result (the JSON of ``bench scale --curve``, with its envelope or
+    without) into the PNG ``out``: tasks/s against workers on log-log axes, a line per task
+    length with its ideal dashed beside it, and the efficiency by the wall clock against
+    workers; flattened cells hollow, bent-back ones crossed in red."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    result = results.figures(doc)
+    if not any("ideal_tasks_per_s" in c for c in result["cells"]):
+        result = annotate(dict(result, cells=[dict(c) for c in result["cells"]]))
+    lines: dict[tuple, list[dict]] = {}
+    for c in result["cells"]:
+        if "tasks_per_s" in c:
+            lines.setdefault(_line(c), []).append(c)
+    if not lines:
+        raise ValueError("the result holds no measured cell to draw (every cell was skipped or failed)")
+    sizes = {k[1] for k in lines}
+    fig, (rate, eff) = plt.subplots(1, 2, figsize=(11, 4.6), dpi=120)
+    for (seconds, nbytes, merge), colour in zip(sorted(lines), COLOURS * 4):
+        cells = sorted(lines[(seconds, nbytes, merge)], key=lambda c: c["workers"])
+        label = f"{seconds:g} s tasks" + (f", {size_text(nbytes)}" if len(sizes) > 1 else "") \
+            + (" (alone)" if merge is False else "")
+        w = [c["workers"] for c in cells]
+        rate.plot(w, [ideal(c) for c in cells], "--", color=colour, alpha=0.55, lw=1.2)
+        rate.plot(w, [c["tasks_per_s"] for c in cells], "-", color=colour, lw=1.8, label=label)
+        eff.plot(w, [c["efficiency_wall"] * 100 for c in cells], "-", color=colour, lw=1.8, label=label)
+        for c in cells:
+            face = "white" if c.get("flattened") else colour
+            rate.plot(c["workers"], c["tasks_per_s"], "o", color=colour, mfc=face, ms=6)
+            eff.plot(c["workers"], c["efficiency_wall"] * 100, "o", color=colour, mfc=face, ms=6)
+            if c.get("bend_back"):
+                rate.plot(c["workers"], c["tasks_per_s"], "x", color="red", ms=12, mew=2.5)
+            if c.get("out_of_cpu") is not None:
+                eff.annotate(", ".join(c["out_of_cpu"]) or "no CPU", (c["workers"], c["efficiency_wall"] * 100),
+                             textcoords="offset points", xytext=(0, -13), ha="center", fontsize=7, color=colour)
+    rate.plot([], [], "--", color="grey", label="ideal: workers / task s")
+    rate.plot([], [], "o", color="grey", mfc="white", label="flattened")
+    if any(c.get("bend_back") for cs in lines.values() for c in cs):
+        rate.plot([], [], "x", color="red", mew=2.5, label="bent back")
+    rate.set(xscale="log", yscale="log", xlabel="light workers", ylabel="tasks/s")
+    rate.set_title("throughput (dashed: ideal)", fontsize=10)
+    rate.legend(frameon=False, fontsize=8)
+    eff.set(xscale="log", xlabel="light workers", ylabel="efficiency by the wall clock (%)", ylim=(0, 105))
+    eff.set_title("efficiency (hollow: flattened, with the CPU that ran out)", fontsize=10)
+    plain = matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:g}")
+    rate.yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1, 2, 5)))
+    rate.yaxis.set_major_formatter(plain)
+    rate.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    for ax in (rate, eff):
+        ax.grid(True, which="major", alpha=0.3)
+        ax.set_xticks(sorted({c["workers"] for cs in lines.values() for c in cs}))
+        ax.xaxis.set_major_formatter(plain)
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.margins(x=0.08)
+    about = doc.get("machine") if "figures" in doc else None
+    fig.suptitle("bench scale --curve: one Redis, one client, light workers"
+                 + (f" ({doc['date'][:10]}, {about.get('cores')} cores shared by all)" if about else ""),
+                 fontsize=11)
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, metadata={"Software": None})
+    plt.close(fig)
+    return out
