@@ -14,28 +14,34 @@ so with the same number of waves they would eat most of a 100 ms cell and little
 one; with the same ideal duration they weigh alike on every line of the curve.
 
 **The judgement**, per line of the curve (one task length and result size), each cell
-against the cell of fewer workers before it:
+against the cell of fewer workers before it. A cell's efficiency here is the curve's own:
+its tasks/s over the ideal (workers / task seconds). The efficiency by the wall clock
+(printed beside it) counts a task's whole run as busy, so it reads high when the tasks
+themselves ran long: their **stretch** (mean task time / the task's length) says by how
+much, and a light worker's sleep runs long only when its thread waits for a CPU.
 
-* a cell has **flattened** when its efficiency by the wall clock falls under :data:`FLAT`
-  of the line's best, or its tasks/s grew by less than :data:`GROWTH` over the previous
-  cell's; a flattened cell says which CPU ran out (:func:`out_of_cpu`): the **broker**
-  (Redis, one thread, near a full core), the **client** (near a full core), or the
-  machine's cores (busy near all of them), and then whether the light workers took most
-  of them (the **harness**: on a real pool they run on their own nodes) or other processes
-  did (the **machine**: the other jobs of a shared host); or that none did;
+* a cell has **flattened** when its tasks/s falls under :data:`FLAT` of the ideal's share
+  that its line did best, or grew by less than :data:`GROWTH` over the previous cell's; a
+  flattened cell says which CPU ran out (:func:`out_of_cpu`): the **broker** (Redis, one
+  thread, near a full core), the **client** (near a full core), the machine's cores (busy
+  near all of them) and then whether the light workers took most of them (the
+  **harness**: on a real pool they run on their own nodes) or other processes did (the
+  **machine**: the other jobs of a shared host), or, the machine not full, the
+  **harness** when its tasks stretched past :data:`STRETCH` (a light process's threads
+  waiting for its own CPU); or that none did;
 * a cell **bends back** when its tasks/s is lower than the previous cell's: more workers
   did less. The bench says it loudly, and the curve should never do it.
 
     >>> line = [{"workers": 10, "seconds": 1.0, "bytes": 10_000, "tasks": 300, "tasks_per_s": 9.5,
-    ...          "efficiency_wall": 0.95, "redis_cpu_share": 0.02, "client_cpu_share": 0.03,
+    ...          "busy_s": 300.0, "efficiency_wall": 0.95, "redis_cpu_share": 0.02, "client_cpu_share": 0.03,
     ...          "light_workers_cores": 0.05, "machine_busy_cores": 0.2},
     ...         {"workers": 100, "seconds": 1.0, "bytes": 10_000, "tasks": 3000, "tasks_per_s": 60.0,
-    ...          "efficiency_wall": 0.6, "redis_cpu_share": 0.3, "client_cpu_share": 0.2,
+    ...          "busy_s": 3600.0, "efficiency_wall": 0.72, "redis_cpu_share": 0.3, "client_cpu_share": 0.2,
     ...          "light_workers_cores": 1.3, "machine_busy_cores": 1.95}]
     >>> [j["out_of_cpu"] for j in judge(line, cores=2)]
     [None, ['harness']]
     >>> print(judge(line, cores=2)[1]["verdict"])
-    100 workers x 1 s x 10 kB flattened (wall eff 60.0 % < 90 % of the line's best, 95.0 %): the harness (the light workers) ran out of CPU: Redis 0.30 of a core, the client 0.20; the machine busy 1.95 of 2 cores: the light workers 1.30, other processes 0.15
+    100 workers x 1 s x 10 kB flattened (60.0 % of the ideal < 90 % of the line's best, 95.0 %): the harness (the light workers) ran out of CPU: tasks ran 1.20x their length; Redis 0.30 of a core, the client 0.20; the machine busy 1.95 of 2 cores: the light workers 1.30, other processes 0.15
 """
 from __future__ import annotations
 
@@ -55,13 +61,15 @@ SERIES = "scale, the scaling curve"
 CELL_SECONDS = 30.0
 #: ...but at least this many
 MIN_WAVES = 3
-#: a cell has flattened under this share of its line's best wall-clock efficiency...
+#: a cell has flattened under this share of its line's best tasks/s over the ideal...
 FLAT = 0.9
 #: ...or when its tasks/s grew by less than this share over the previous cell's
 GROWTH = 0.1
 #: a CPU has run out at this share of what it can give: one core for Redis (one thread)
 #: and for the client (one interpreter), every core for the machine
 NEAR_FULL = 0.85
+#: tasks that ran this many times their length (on a machine not full): the harness's own CPU
+STRETCH = 1.25
 
 
 def grid(ctx: click.Context, workers: str, seconds: str, sizes: str, waves: int) -> tuple[str, str, str, int | None]:
@@ -89,6 +97,16 @@ def ideal(cell: dict) -> float:
     return cell["workers"] / cell["seconds"]
 
 
+def of_ideal(cell: dict) -> float:
+    """A cell's tasks/s over the ideal: the curve's efficiency."""
+    return cell["tasks_per_s"] / ideal(cell)
+
+
+def stretch(cell: dict) -> float:
+    """How many times its length a cell's task ran on average (1: as long as it sleeps)."""
+    return cell["busy_s"] / (cell["tasks"] * cell["seconds"])
+
+
 def _line(cell: dict) -> tuple:
     return cell["seconds"], cell["bytes"], cell.get("merge")
 
@@ -101,15 +119,19 @@ WHO = {"broker": "the broker (Redis)", "client": "the client", "harness": "the h
 def out_of_cpu(cell: dict, cores: int) -> tuple[list[str], str]:
     """Which CPU a cell ran out of, of ``broker``, ``client`` and ``harness`` or
     ``machine`` (the machine's cores ran out: the light workers' or other processes',
-    whichever took more), with the measured figures that say so."""
+    whichever took more; else ``harness`` if its tasks stretched), with the measured
+    figures that say so."""
     redis, client = cell["redis_cpu_share"], cell["client_cpu_share"]
     busy, light = cell["machine_busy_cores"], cell["light_workers_cores"]
     others = max(0.0, busy - light - redis - client)
     names = [name for name, share in (("broker", redis), ("client", client)) if share >= NEAR_FULL]
     if busy >= NEAR_FULL * cores:
         names.append("harness" if light >= others else "machine")
-    figures = (f"Redis {redis:.2f} of a core, the client {client:.2f}; the machine busy {busy:.2f} of {cores} "
-               f"cores: the light workers {light:.2f}, other processes {others:.2f}")
+    elif stretch(cell) >= STRETCH:
+        names.append("harness")
+    figures = (f"tasks ran {stretch(cell):.2f}x their length; Redis {redis:.2f} of a core, the client {client:.2f}; "
+               f"the machine busy {busy:.2f} of {cores} cores: the light workers {light:.2f}, other processes "
+               f"{others:.2f}")
     return names, figures
 
 
@@ -122,7 +144,7 @@ def judge(cells: list[dict], cores: int) -> list[dict | None]:
     best: dict[tuple, float] = {}
     for c in cells:
         if "tasks_per_s" in c:
-            best[_line(c)] = max(best.get(_line(c), 0.0), c["efficiency_wall"])
+            best[_line(c)] = max(best.get(_line(c), 0.0), of_ideal(c))
     before: dict[tuple, dict] = {}
     out: list[dict | None] = []
     for c in cells:
@@ -131,13 +153,13 @@ def judge(cells: list[dict], cores: int) -> list[dict | None]:
             continue
         prev, before[_line(c)] = before.get(_line(c)), c
         why = []
-        if c["efficiency_wall"] < FLAT * best[_line(c)]:
-            why.append(f"wall eff {c['efficiency_wall'] * 100:.1f} % < {FLAT * 100:.0f} % of the line's best, "
+        if of_ideal(c) < FLAT * best[_line(c)]:
+            why.append(f"{of_ideal(c) * 100:.1f} % of the ideal < {FLAT * 100:.0f} % of the line's best, "
                        f"{best[_line(c)] * 100:.1f} %")
         if prev and c["tasks_per_s"] < (1 + GROWTH) * prev["tasks_per_s"]:
             why.append(f"tasks/s grew less than {GROWTH * 100:.0f} % over {prev['tasks_per_s']:.1f} at "
                        f"{prev['workers']} workers")
-        j = {"ideal_tasks_per_s": ideal(c), "flattened": "; ".join(why) or None, "out_of_cpu": None,
+        j = {"ideal_tasks_per_s": ideal(c), "of_ideal": of_ideal(c), "task_stretch": stretch(c), "flattened": "; ".join(why) or None, "out_of_cpu": None,
              "verdict": None, "bend_back": None}
         if why:
             names, figures = out_of_cpu(c, cores)
@@ -179,11 +201,12 @@ def verdict_lines(result: dict) -> list[str]:
             f"THE CURVE BENDS BACK at {len(backs)} cell(s)" if backs else "the curve never bends back"]
 
 
-LEGEND = ("the scaling curve: tasks/s against workers; ideal: workers / task seconds; wall eff: busy task "
-          "time / (workers x the map's wall time, submission to last result); redis, client: CPU share of "
-          "one core; light: cores the light workers used; busy: cores the whole machine used (others' too)")
+LEGEND = ("the scaling curve: tasks/s against workers; ideal: workers / task seconds; of ideal: tasks/s / "
+          "ideal; wall eff: busy task time / (workers x the map's wall time, submission to last result); "
+          "stretch: mean task time / the task's length; redis, client: CPU share of one core; light: cores the "
+          "light workers used; busy: cores the whole machine used (others' too)")
 HEADER = (f"{'workers':>7} {'task':>5} {'result':>7} {'':>6} {'waves':>5} {'tasks/s':>8} {'ideal':>8} "
-          f"{'wall eff':>8} {'redis':>6} {'client':>6} {'light':>5} {'busy':>5}")
+          f"{'of ideal':>8} {'wall eff':>8} {'stretch':>7} {'redis':>6} {'client':>6} {'light':>5} {'busy':>5}")
 
 
 def format_row(cell: dict) -> str:
@@ -191,7 +214,8 @@ def format_row(cell: dict) -> str:
     why a cell was skipped or failed)."""
     return (f"{cell['workers']:>7} {cell['seconds']:>4g}s {size_text(cell['bytes']):>7} {_merge(cell):>6} "
             f"{cell['tasks'] // cell['workers']:>5} {cell['tasks_per_s']:>8.1f} {ideal(cell):>8.1f} "
-            f"{cell['efficiency_wall'] * 100:>7.2f}% {cell['redis_cpu_share'] * 100:>5.1f}% "
+            f"{of_ideal(cell) * 100:>7.2f}% {cell['efficiency_wall'] * 100:>7.2f}% {stretch(cell):>6.2f}x "
+            f"{cell['redis_cpu_share'] * 100:>5.1f}% "
             f"{cell['client_cpu_share'] * 100:>5.1f}% {cell['light_workers_cores']:>5.2f} "
             f"{cell['machine_busy_cores']:>5.2f}")
 
@@ -216,15 +240,16 @@ COLOURS = ("#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02")
 
 def plot(doc: dict, out: str | Path) -> Path:
     """Draw a curve result (the JSON of ``bench scale --curve``, with its envelope or
-    without) into the PNG ``out``: tasks/s against workers on log-log axes, a line per task
-    length with its ideal dashed beside it, and the efficiency by the wall clock against
-    workers; flattened cells hollow, bent-back ones crossed in red."""
+    without; judged again, as :func:`conclude` does) into the PNG ``out``: tasks/s against
+    workers on log-log axes, a line per task length with its ideal dashed beside it, and
+    the efficiencies against workers (tasks/s over the ideal, and by the wall clock, dotted);
+    flattened cells hollow and labelled with the CPU that ran out, bent-back ones crossed
+    in red."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     result = results.figures(doc)
-    if not any("ideal_tasks_per_s" in c for c in result["cells"]):
-        result = annotate(dict(result, cells=[dict(c) for c in result["cells"]]))
+    result = annotate(dict(result, cells=[dict(c) for c in result["cells"]]))
     lines: dict[tuple, list[dict]] = {}
     for c in result["cells"]:
         if "tasks_per_s" in c:
@@ -240,25 +265,29 @@ def plot(doc: dict, out: str | Path) -> Path:
         w = [c["workers"] for c in cells]
         rate.plot(w, [ideal(c) for c in cells], "--", color=colour, alpha=0.55, lw=1.2)
         rate.plot(w, [c["tasks_per_s"] for c in cells], "-", color=colour, lw=1.8, label=label)
-        eff.plot(w, [c["efficiency_wall"] * 100 for c in cells], "-", color=colour, lw=1.8, label=label)
+        eff.plot(w, [of_ideal(c) * 100 for c in cells], "-", color=colour, lw=1.8, label=label)
+        eff.plot(w, [c["efficiency_wall"] * 100 for c in cells], ":", color=colour, lw=1.2)
         for c in cells:
-            face = "white" if c.get("flattened") else colour
+            face = "white" if c["flattened"] else colour
             rate.plot(c["workers"], c["tasks_per_s"], "o", color=colour, mfc=face, ms=6)
-            eff.plot(c["workers"], c["efficiency_wall"] * 100, "o", color=colour, mfc=face, ms=6)
-            if c.get("bend_back"):
+            eff.plot(c["workers"], of_ideal(c) * 100, "o", color=colour, mfc=face, ms=6)
+            if c["bend_back"]:
                 rate.plot(c["workers"], c["tasks_per_s"], "x", color="red", ms=12, mew=2.5)
-            if c.get("out_of_cpu") is not None:
-                eff.annotate(", ".join(c["out_of_cpu"]) or "no CPU", (c["workers"], c["efficiency_wall"] * 100),
+            if c["flattened"]:
+                eff.annotate(", ".join(c["out_of_cpu"]) or "no CPU", (c["workers"], of_ideal(c) * 100),
                              textcoords="offset points", xytext=(0, -13), ha="center", fontsize=7, color=colour)
     rate.plot([], [], "--", color="grey", label="ideal: workers / task s")
     rate.plot([], [], "o", color="grey", mfc="white", label="flattened")
-    if any(c.get("bend_back") for cs in lines.values() for c in cs):
+    if any(c["bend_back"] for cs in lines.values() for c in cs):
         rate.plot([], [], "x", color="red", mew=2.5, label="bent back")
     rate.set(xscale="log", yscale="log", xlabel="light workers", ylabel="tasks/s")
     rate.set_title("throughput (dashed: ideal)", fontsize=10)
     rate.legend(frameon=False, fontsize=8)
-    eff.set(xscale="log", xlabel="light workers", ylabel="efficiency by the wall clock (%)", ylim=(0, 105))
-    eff.set_title("efficiency (hollow: flattened, with the CPU that ran out)", fontsize=10)
+    eff.plot([], [], "-", color="grey", label="tasks/s / ideal")
+    eff.plot([], [], ":", color="grey", label="by the wall clock")
+    eff.legend(frameon=False, fontsize=8)
+    eff.set(xscale="log", xlabel="light workers", ylabel="efficiency (%)", ylim=(0, 105))
+    eff.set_title("efficiency (hollow: flattened, labelled with the CPU that ran out)", fontsize=10)
     plain = matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:g}")
     rate.yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1, 2, 5)))
     rate.yaxis.set_major_formatter(plain)
