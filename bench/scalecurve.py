@@ -18,7 +18,10 @@ against the cell of fewer workers before it. A cell's efficiency here is the cur
 its tasks/s over the ideal (workers / task seconds). The efficiency by the wall clock
 (printed beside it) counts a task's whole run as busy, so it reads high when the tasks
 themselves ran long: their **stretch** (mean task time / the task's length) says by how
-much, and a light worker's sleep runs long only when its thread waits for a CPU.
+much, and a light worker's sleep runs long only when its thread waits for a CPU. The two
+split a cell's shortfall: its share of the ideal is its wall-clock efficiency (the gaps
+between tasks: the ramp, the dispatch, the tail) divided by its stretch (the tasks' own
+time), and :func:`stretch_share` is the stretch's part of it.
 
 * a cell has **flattened** when its tasks/s falls under :data:`FLAT` of the ideal's share
   that its line did best, or grew by less than :data:`GROWTH` over the previous cell's; a
@@ -27,8 +30,9 @@ much, and a light worker's sleep runs long only when its thread waits for a CPU.
   near all of them) and then whether the light workers took most of them (the
   **harness**: on a real pool they run on their own nodes) or other processes did (the
   **machine**: the other jobs of a shared host), or, the machine not full, the
-  **harness** when its tasks stretched past :data:`STRETCH` (a light process's threads
-  waiting for its own CPU); or that none did;
+  **harness** when the stretch explains at least :data:`STRETCHED` of the shortfall (a
+  light process's threads waiting for its own CPU); or that none did (the gaps: the ramp,
+  the dispatch, the tail);
 * a cell **bends back** when its tasks/s is lower than the previous cell's: more workers
   did less. The bench says it loudly, and the curve should never do it.
 
@@ -41,10 +45,11 @@ much, and a light worker's sleep runs long only when its thread waits for a CPU.
     >>> [j["out_of_cpu"] for j in judge(line, cores=2)]
     [None, ['harness']]
     >>> print(judge(line, cores=2)[1]["verdict"])
-    100 workers x 1 s x 10 kB flattened (60.0 % of the ideal < 90 % of the line's best, 95.0 %): the harness (the light workers) ran out of CPU: tasks ran 1.20x their length; Redis 0.30 of a core, the client 0.20; the machine busy 1.95 of 2 cores: the light workers 1.30, other processes 0.15
+    100 workers x 1 s x 10 kB flattened (60.0 % of the ideal < 90 % of the line's best, 95.0 %): the harness (the light workers) ran out of CPU: tasks ran 1.20x their length (36 % of the shortfall); Redis 0.30 of a core, the client 0.20; the machine busy 1.95 of 2 cores: the light workers 1.30, other processes 0.15
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import click
@@ -68,8 +73,9 @@ GROWTH = 0.1
 #: a CPU has run out at this share of what it can give: one core for Redis (one thread)
 #: and for the client (one interpreter), every core for the machine
 NEAR_FULL = 0.85
-#: tasks that ran this many times their length (on a machine not full): the harness's own CPU
-STRETCH = 1.25
+#: a cell whose stretched tasks explain this share of its shortfall from the ideal (on a
+#: machine not full) ran out of the harness's own CPU
+STRETCHED = 0.5
 
 
 def grid(ctx: click.Context, workers: str, seconds: str, sizes: str, waves: int) -> tuple[str, str, str, int | None]:
@@ -107,6 +113,18 @@ def stretch(cell: dict) -> float:
     return cell["busy_s"] / (cell["tasks"] * cell["seconds"])
 
 
+def stretch_share(cell: dict) -> float:
+    """The part of a cell's shortfall from the ideal that its stretched tasks explain: its
+    share of the ideal is its wall-clock efficiency over its stretch, and this is the
+    stretch's part of the logarithm (0 for a cell at or over the ideal).
+
+    >>> round(stretch_share({"workers": 100, "seconds": 1.0, "tasks_per_s": 50.0, "tasks": 100, "busy_s": 141.4}), 2)
+    0.5
+    """
+    lost = -math.log(of_ideal(cell))
+    return math.log(stretch(cell)) / lost if lost > 0 else 0.0
+
+
 def _line(cell: dict) -> tuple:
     return cell["seconds"], cell["bytes"], cell.get("merge")
 
@@ -119,19 +137,19 @@ WHO = {"broker": "the broker (Redis)", "client": "the client", "harness": "the h
 def out_of_cpu(cell: dict, cores: int) -> tuple[list[str], str]:
     """Which CPU a cell ran out of, of ``broker``, ``client`` and ``harness`` or
     ``machine`` (the machine's cores ran out: the light workers' or other processes',
-    whichever took more; else ``harness`` if its tasks stretched), with the measured
-    figures that say so."""
+    whichever took more; else ``harness`` if its stretched tasks explain most of its
+    shortfall: :func:`stretch_share`), with the measured figures that say so."""
     redis, client = cell["redis_cpu_share"], cell["client_cpu_share"]
     busy, light = cell["machine_busy_cores"], cell["light_workers_cores"]
     others = max(0.0, busy - light - redis - client)
     names = [name for name, share in (("broker", redis), ("client", client)) if share >= NEAR_FULL]
     if busy >= NEAR_FULL * cores:
         names.append("harness" if light >= others else "machine")
-    elif stretch(cell) >= STRETCH:
+    elif stretch_share(cell) >= STRETCHED:
         names.append("harness")
-    figures = (f"tasks ran {stretch(cell):.2f}x their length; Redis {redis:.2f} of a core, the client {client:.2f}; "
-               f"the machine busy {busy:.2f} of {cores} cores: the light workers {light:.2f}, other processes "
-               f"{others:.2f}")
+    figures = (f"tasks ran {stretch(cell):.2f}x their length ({stretch_share(cell) * 100:.0f} % of the shortfall); "
+               f"Redis {redis:.2f} of a core, the client {client:.2f}; the machine busy {busy:.2f} of {cores} cores: "
+               f"the light workers {light:.2f}, other processes {others:.2f}")
     return names, figures
 
 
@@ -159,12 +177,12 @@ def judge(cells: list[dict], cores: int) -> list[dict | None]:
         if prev and c["tasks_per_s"] < (1 + GROWTH) * prev["tasks_per_s"]:
             why.append(f"tasks/s grew less than {GROWTH * 100:.0f} % over {prev['tasks_per_s']:.1f} at "
                        f"{prev['workers']} workers")
-        j = {"ideal_tasks_per_s": ideal(c), "of_ideal": of_ideal(c), "task_stretch": stretch(c), "flattened": "; ".join(why) or None, "out_of_cpu": None,
-             "verdict": None, "bend_back": None}
+        j = {"ideal_tasks_per_s": ideal(c), "of_ideal": of_ideal(c), "task_stretch": stretch(c),
+             "flattened": "; ".join(why) or None, "out_of_cpu": None, "verdict": None, "bend_back": None}
         if why:
             names, figures = out_of_cpu(c, cores)
             ran_out = (" and ".join(WHO[n] for n in names) + " ran out of CPU") if names else \
-                "no CPU ran out (the limit is elsewhere: the ramp, the tail, waiting)"
+                "no CPU ran out (the gaps between tasks: the ramp, the dispatch, the tail)"
             j.update(out_of_cpu=names, verdict=f"{_name(c)} flattened ({j['flattened']}): {ran_out}: {figures}")
         if prev and c["tasks_per_s"] < prev["tasks_per_s"]:
             j["bend_back"] = (f"BEND-BACK: {_name(c)} ran {c['tasks_per_s']:.1f} tasks/s, fewer than "
@@ -220,13 +238,20 @@ def format_row(cell: dict) -> str:
             f"{cell['machine_busy_cores']:>5.2f}")
 
 
+def table_lines(result: dict) -> list[str]:
+    """The curve's table: its header, a row per measured cell (:func:`format_row`), a line
+    per cell skipped or failed."""
+    return [HEADER, *(format_row(c) if "tasks_per_s" in c else
+                      f"{_name(c)}: " + (f"skipped: {c['skipped']}" if "skipped" in c else f"FAILED: {c['failed']}")
+                      for c in result["cells"])]
+
+
 def conclude(doc: dict, plot_path: str | None) -> dict:
     """Print what a curve result (``bench scale --curve``'s JSON, in its envelope) concludes
-    (judged again: :func:`annotate`), the bend-backs to stderr too; draw it into
-    ``plot_path``. Returns its figures."""
+    (judged again: :func:`annotate`): its table and its verdicts, the bend-backs to stderr
+    too; draw it into ``plot_path``. Returns its figures."""
     result = annotate(results.figures(doc))
-    lines = verdict_lines(result)
-    click.echo("\n".join(["", *lines]))
+    click.echo("\n".join(["", *table_lines(result), "", *verdict_lines(result)]))
     backs = [c["bend_back"] for c in result["cells"] if c.get("bend_back")]
     if backs:
         click.echo("\n".join(backs), err=True)
@@ -265,7 +290,7 @@ def plot(doc: dict, out: str | Path) -> Path:
         w = [c["workers"] for c in cells]
         rate.plot(w, [ideal(c) for c in cells], "--", color=colour, alpha=0.55, lw=1.2)
         rate.plot(w, [c["tasks_per_s"] for c in cells], "-", color=colour, lw=1.8, label=label)
-        eff.plot(w, [of_ideal(c) * 100 for c in cells], "-", color=colour, lw=1.8, label=label)
+        eff.plot(w, [of_ideal(c) * 100 for c in cells], "-", color=colour, lw=1.8)
         eff.plot(w, [c["efficiency_wall"] * 100 for c in cells], ":", color=colour, lw=1.2)
         for c in cells:
             face = "white" if c["flattened"] else colour
@@ -273,9 +298,10 @@ def plot(doc: dict, out: str | Path) -> Path:
             eff.plot(c["workers"], of_ideal(c) * 100, "o", color=colour, mfc=face, ms=6)
             if c["bend_back"]:
                 rate.plot(c["workers"], c["tasks_per_s"], "x", color="red", ms=12, mew=2.5)
-            if c["flattened"]:
+            if c["flattened"]:               # (the label under its point, or over it near the axis)
                 eff.annotate(", ".join(c["out_of_cpu"]) or "no CPU", (c["workers"], of_ideal(c) * 100),
-                             textcoords="offset points", xytext=(0, -13), ha="center", fontsize=7, color=colour)
+                             textcoords="offset points", xytext=(0, -13 if of_ideal(c) > 0.12 else 7),
+                             ha="center", fontsize=7, color=colour)
     rate.plot([], [], "--", color="grey", label="ideal: workers / task s")
     rate.plot([], [], "o", color="grey", mfc="white", label="flattened")
     if any(c["bend_back"] for cs in lines.values() for c in cs):
@@ -283,11 +309,9 @@ def plot(doc: dict, out: str | Path) -> Path:
     rate.set(xscale="log", yscale="log", xlabel="light workers", ylabel="tasks/s")
     rate.set_title("throughput (dashed: ideal)", fontsize=10)
     rate.legend(frameon=False, fontsize=8)
-    eff.plot([], [], "-", color="grey", label="tasks/s / ideal")
-    eff.plot([], [], ":", color="grey", label="by the wall clock")
-    eff.legend(frameon=False, fontsize=8)
     eff.set(xscale="log", xlabel="light workers", ylabel="efficiency (%)", ylim=(0, 105))
-    eff.set_title("efficiency (hollow: flattened, labelled with the CPU that ran out)", fontsize=10)
+    eff.set_title("tasks/s / ideal (solid), by the wall clock (dotted);\nhollow: flattened, labelled with the CPU "
+                  "that ran out", fontsize=10)
     plain = matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:g}")
     rate.yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1, 2, 5)))
     rate.yaxis.set_major_formatter(plain)

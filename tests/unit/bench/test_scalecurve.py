@@ -100,9 +100,10 @@ def test_a_skipped_or_failed_cell_is_not_judged_and_does_not_break_its_line():
     ({"machine_busy_cores": 1.9, "light_workers_cores": 0.3}, ["machine"]),     # 1.3 cores of other processes
     ({"redis_cpu_share": 0.86, "machine_busy_cores": 1.95, "light_workers_cores": 0.8}, ["broker", "harness"]),
     ({"redis_cpu_share": 0.84, "machine_busy_cores": 1.69}, []),               # just under near-full, each
-    ({"stretch": 1.3}, ["harness"]),                                           # its tasks waited for a CPU
-    ({"stretch": 1.3, "machine_busy_cores": 1.9, "light_workers_cores": 0.1}, ["machine"]),   # others took it
-    ({"stretch": 1.2}, []),
+    # half the ideal: the stretch of 1.5 explains 58 % of the shortfall, 1.4 explains 49 %
+    ({"stretch": 1.5}, ["harness"]),                                           # its tasks waited for a CPU
+    ({"stretch": 1.5, "machine_busy_cores": 1.9, "light_workers_cores": 0.1}, ["machine"]),   # others took it
+    ({"stretch": 1.4}, []),                                                    # the gaps between tasks, mostly
 ])
 def test_a_flattened_cell_says_which_cpu_ran_out(cpu, names):
     flat = [cell(10, 1.0, 9.5), cell(100, 1.0, 50.0, **cpu)]
@@ -116,8 +117,18 @@ def test_a_flattened_cell_says_which_cpu_ran_out(cpu, names):
     c = flat[1]
     others = c["machine_busy_cores"] - c["light_workers_cores"] - c["redis_cpu_share"] - c["client_cpu_share"]
     assert f"tasks ran {cpu.get('stretch', 1.0):.2f}x their length" in j["verdict"]
+    assert f"({scalecurve.stretch_share(c) * 100:.0f} % of the shortfall)" in j["verdict"]
     assert j["verdict"].endswith(f"the light workers {c['light_workers_cores']:.2f}, other processes "
                                  f"{max(0.0, others):.2f}"), "the verdict quotes the figures it was judged by"
+
+
+def test_the_stretch_and_the_gaps_split_a_cells_shortfall():
+    """A quarter of the ideal: a stretch of 2 (the tasks ran twice their length) explains
+    half of it, the gaps between tasks (a wall-clock efficiency of 50 %) the other half."""
+    c = cell(100, 1.0, 25.0, stretch=2.0)
+    assert c["efficiency_wall"] == 0.5 and scalecurve.stretch_share(c) == pytest.approx(0.5)
+    assert scalecurve.stretch_share(cell(100, 1.0, 25.0, stretch=4.0)) == pytest.approx(1.0), "all of it"
+    assert scalecurve.stretch_share(cell(100, 1.0, 100.0)) == 0.0, "at the ideal, nothing is short"
 
 
 def test_a_cell_that_did_not_flatten_has_no_verdict_however_busy():
