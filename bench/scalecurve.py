@@ -26,13 +26,12 @@ time), and :func:`stretch_share` is the stretch's part of it.
 * a cell has **flattened** when its tasks/s falls under :data:`FLAT` of the ideal's share
   that its line did best, or grew by less than :data:`GROWTH` over the previous cell's; a
   flattened cell says which CPU ran out (:func:`out_of_cpu`): the **broker** (Redis, one
-  thread, near a full core), the **client** (near a full core), the machine's cores (busy
-  near all of them) and then whether the light workers took most of them (the
-  **harness**: on a real pool they run on their own nodes) or other processes did (the
-  **machine**: the other jobs of a shared host), or, the machine not full, the
-  **harness** when the stretch explains at least :data:`STRETCHED` of the shortfall (a
-  light process's threads waiting for its own CPU); or that none did (the gaps: the ramp,
-  the dispatch, the tail);
+  thread, near a full core), the **client** (near a full core), or the machine's cores
+  (busy near all of them, or the tasks' stretch explains at least :data:`STRETCHED` of the
+  shortfall: the light workers' threads waited for a CPU), and then whether the light
+  workers took more of them (the **harness**: on a real pool they run on their own nodes)
+  or other processes did (the **machine**: the other jobs of a shared host); or that none
+  did (the gaps between tasks: the ramp, the dispatch, the tail);
 * a cell **bends back** when its tasks/s is lower than the previous cell's: more workers
   did less. The bench says it loudly, and the curve should never do it.
 
@@ -73,8 +72,8 @@ GROWTH = 0.1
 #: a CPU has run out at this share of what it can give: one core for Redis (one thread)
 #: and for the client (one interpreter), every core for the machine
 NEAR_FULL = 0.85
-#: a cell whose stretched tasks explain this share of its shortfall from the ideal (on a
-#: machine not full) ran out of the harness's own CPU
+#: a cell whose stretched tasks explain this share of its shortfall from the ideal ran out
+#: of the machine's cores (its light workers' threads waited for one), busy or not
 STRETCHED = 0.5
 
 
@@ -136,17 +135,15 @@ WHO = {"broker": "the broker (Redis)", "client": "the client", "harness": "the h
 
 def out_of_cpu(cell: dict, cores: int) -> tuple[list[str], str]:
     """Which CPU a cell ran out of, of ``broker``, ``client`` and ``harness`` or
-    ``machine`` (the machine's cores ran out: the light workers' or other processes',
-    whichever took more; else ``harness`` if its stretched tasks explain most of its
-    shortfall: :func:`stretch_share`), with the measured figures that say so."""
+    ``machine`` (the machine's cores ran out, busy near all of them or its stretched tasks
+    explaining most of its shortfall, :func:`stretch_share`: the light workers' or other
+    processes', whichever took more), with the measured figures that say so."""
     redis, client = cell["redis_cpu_share"], cell["client_cpu_share"]
     busy, light = cell["machine_busy_cores"], cell["light_workers_cores"]
     others = max(0.0, busy - light - redis - client)
     names = [name for name, share in (("broker", redis), ("client", client)) if share >= NEAR_FULL]
-    if busy >= NEAR_FULL * cores:
+    if busy >= NEAR_FULL * cores or stretch_share(cell) >= STRETCHED:
         names.append("harness" if light >= others else "machine")
-    elif stretch_share(cell) >= STRETCHED:
-        names.append("harness")
     figures = (f"tasks ran {stretch(cell):.2f}x their length ({stretch_share(cell) * 100:.0f} % of the shortfall); "
                f"Redis {redis:.2f} of a core, the client {client:.2f}; the machine busy {busy:.2f} of {cores} cores: "
                f"the light workers {light:.2f}, other processes {others:.2f}")
@@ -283,7 +280,7 @@ def plot(doc: dict, out: str | Path) -> Path:
         raise ValueError("the result holds no measured cell to draw (every cell was skipped or failed)")
     sizes = {k[1] for k in lines}
     fig, (rate, eff) = plt.subplots(1, 2, figsize=(11, 4.6), dpi=120)
-    for (seconds, nbytes, merge), colour in zip(sorted(lines), COLOURS * 4):
+    for k, ((seconds, nbytes, merge), colour) in enumerate(zip(sorted(lines), COLOURS * 4)):
         cells = sorted(lines[(seconds, nbytes, merge)], key=lambda c: c["workers"])
         label = f"{seconds:g} s tasks" + (f", {size_text(nbytes)}" if len(sizes) > 1 else "") \
             + (" (alone)" if merge is False else "")
@@ -298,9 +295,9 @@ def plot(doc: dict, out: str | Path) -> Path:
             eff.plot(c["workers"], of_ideal(c) * 100, "o", color=colour, mfc=face, ms=6)
             if c["bend_back"]:
                 rate.plot(c["workers"], c["tasks_per_s"], "x", color="red", ms=12, mew=2.5)
-            if c["flattened"]:               # (the label under its point, or over it near the axis)
+            if c["flattened"]:    # (under its point, each line's a step lower; over it near the axis)
                 eff.annotate(", ".join(c["out_of_cpu"]) or "no CPU", (c["workers"], of_ideal(c) * 100),
-                             textcoords="offset points", xytext=(0, -13 if of_ideal(c) > 0.12 else 7),
+                             textcoords="offset points", xytext=(0, -12 - 8 * k if of_ideal(c) > 0.15 else 6),
                              ha="center", fontsize=7, color=colour)
     rate.plot([], [], "--", color="grey", label="ideal: workers / task s")
     rate.plot([], [], "o", color="grey", mfc="white", label="flattened")
