@@ -60,6 +60,10 @@ def _source_read(app, docname: str, source: list[str]) -> None:
     source[0] = make(Path(app.srcdir), lambda msg: warn(docname, msg))
 
 
+def _draw_figures(app) -> None:
+    benchmarks.draw_figures(Path(app.srcdir))
+
+
 def _always_outdated(app, env, added, changed, removed) -> list[str]:
     return [d for d in PAGES if d in env.found_docs and d not in added | changed]
 
@@ -80,6 +84,7 @@ def _missing_reference(app, env, node, contnode):
 
 
 def setup(app):
+    app.connect("builder-inited", _draw_figures)
     app.connect("source-read", _source_read)
     app.connect("env-get-outdated", _always_outdated)
     app.connect("missing-reference", _missing_reference)

@@ -39,6 +39,15 @@ def load_results(srcdir: Path, warn: Callable[[str], None]) -> dict[str, list[tu
     return out
 
 
+def draw_figures(srcdir: Path) -> None:
+    """Draw the pictures of each series' newest result (:mod:`.figures`); before the pages
+    are read, so that a page may show one (the page of results says what is wrong with a
+    file)."""
+    for series, ((_, doc), *_) in load_results(srcdir, lambda msg: None).items():
+        for image, _, paint in drawings.pictures(series, doc):
+            paint(srcdir / image)
+
+
 def flatten(value: Any, prefix: str = "") -> list[tuple[str, str]]:
     """(dotted name, shown value) of every figure in a nested result."""
     if isinstance(value, dict):
@@ -97,7 +106,7 @@ def page(srcdir: Path, warn: Callable[[str], None]) -> str:
         (path, doc), *older = results[series]
         title = f"bench {series}" if series == doc["bench"] else f"bench {doc['bench']}: {series.split(', ', 1)[-1]}"
         out += [f"## {title}", "", *_about(path, doc), ""]
-        for image, caption in drawings.draw(series, doc, srcdir, warn):
+        for image, caption, _ in drawings.pictures(series, doc):
             out += [f"```{{figure}} {image}", f":alt: {caption}", "", caption, "```", ""]
         rows = flatten(doc["figures"])
         shown = rows[:MAX_ROWS]
