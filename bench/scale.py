@@ -266,13 +266,14 @@ def format_row(r: dict) -> str:
                    "(--seconds '' measures only the idle pools).")
 @click.option("--rounds", default=1, show_default=True, help="With --against: runs of each side.")
 @click.option("--curve", is_flag=True,
-              help="The scaling curve (bench/scalecurve.py): unless given, --workers 10,50,100,200,500,1000 "
-                   "--seconds 0.1,1,10 --sizes 10kB and each cell's tasks per worker so that it ideally lasts "
-                   "30 s; a verdict per flattened cell, the bend-backs, and --plot.")
+              help=f"The scaling curve (bench/scalecurve.py): unless given, --workers {scalecurve.WORKERS} "
+                   f"--seconds {scalecurve.SECONDS} --sizes {scalecurve.SIZES} and each cell's tasks per worker so "
+                   f"that it ideally lasts {scalecurve.CELL_SECONDS:g} s; a verdict per flattened cell, the "
+                   f"bend-backs, and --plot.")
 @click.option("--plot", "plot_path", default="scale-curve.png", show_default=True,
               help="With --curve or --curve-of: draw the curve into this PNG.")
 @click.option("--curve-of", "curve_of", default=None, type=click.Path(exists=True, dir_okay=False),
-              help="Only print the verdicts of, and draw, a curve saved with --curve --json.")
+              help="Only print the table and verdicts of, and draw, a curve saved with --curve --json.")
 def scale_command(workers_text, seconds_text, sizes_text, waves, processes, memory_budget, reduce, merge,
                   both, json_path, ceiling_of, against, rounds, curve, plot_path, curve_of):
     """One Redis, one client, many light workers: throughput, efficiency, costs."""
