@@ -72,7 +72,8 @@ class Costs:
         return 1.0 / load if load > 0 else float("inf")
 
 
-def _size_text(n: float) -> str:
+def size_text(n: float) -> str:
+    """A result size as the bench writes it: 10 kB, 8 MB."""
     return f"{n / 1e6:g} MB" if n >= 1e6 else f"{n / 1e3:g} kB"
 
 
@@ -89,9 +90,9 @@ def _unfit(cells: list[dict]) -> tuple[dict[str, str], int | None]:
         unknown["worker_second"] = unknown["task"] = why
     if len(sizes) < 2:
         s = sizes[0]
-        unknown["byte"] = (f"every cell returned {_size_text(s)}, so its bytes cost the same per task: add cells "
-                           f"of another result size (--sizes {_size_text(s).replace(' ', '')},"
-                           f"{'1MB' if s < 1e6 else '10kB'}); ceilings for {_size_text(s)} results only")
+        unknown["byte"] = (f"every cell returned {size_text(s)}, so its bytes cost the same per task: add cells "
+                           f"of another result size (--sizes {size_text(s).replace(' ', '')},"
+                           f"{'1MB' if s < 1e6 else '10kB'}); ceilings for {size_text(s)} results only")
     return unknown, sizes[0] if len(sizes) == 1 else None
 
 
@@ -167,7 +168,7 @@ def _cost_text(costs: Costs, notes: list[str]) -> str:
     for t, (unit, k) in TERMS.items():
         if t in costs.values:
             parts.append(_plus_minus(costs.values[t] * k, costs.errors[t] * k, 2 if t == "byte" else 0) + f" {unit}"
-                         + (f" (with {_size_text(costs.size)} results)" if t == "task" and costs.size else ""))
+                         + (f" (with {size_text(costs.size)} results)" if t == "task" and costs.size else ""))
         else:
             if costs.unknown[t] not in notes:
                 notes.append(costs.unknown[t])
@@ -200,6 +201,6 @@ def ceiling_lines(result: dict, durations=(1.0, 10.0, 60.0), sizes=(10_000, 1_00
     for d in durations:
         for s in sizes:
             tops = [costs.workers(d, s) for costs in (broker, client)]
-            lines.append(f"{d:>5g}s {_size_text(s):>8} " + " ".join(
+            lines.append(f"{d:>5g}s {size_text(s):>8} " + " ".join(
                 f"{'cannot tell' if w is None else f'{w:,.0f}':>19}" for w in tops))
     return lines

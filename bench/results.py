@@ -71,18 +71,22 @@ def command_line(argv: list[str] | None = None) -> str:
     return shlex.join([prog, *argv[1:]])
 
 
-def envelope(bench: str, figures: dict, command: str | None = None) -> dict[str, Any]:
-    """``figures`` of bench ``bench`` in their envelope (date in UTC, machine, commit)."""
+def envelope(bench: str, figures: dict, command: str | None = None, series: str | None = None) -> dict[str, Any]:
+    """``figures`` of bench ``bench`` in their envelope (date in UTC, machine, commit); with
+    ``series``, the setting of the bench they belong to (the benchmarks page shows the
+    newest result of each series: ``bench scale --curve``'s beside ``bench scale``'s)."""
     sha, dirty = commit()
     return {"bench": bench, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "machine": machine(), "commit": sha, "dirty": dirty,
-            "command": command if command is not None else command_line(), "figures": figures}
+            "command": command if command is not None else command_line(), "figures": figures,
+            **({"series": series} if series else {})}
 
 
-def write(path: str | os.PathLike, bench: str, figures: dict, **json_options) -> dict[str, Any]:
+def write(path: str | os.PathLike, bench: str, figures: dict, series: str | None = None,
+          **json_options) -> dict[str, Any]:
     """Write ``figures`` in their envelope to ``path`` (atomically: a reader never sees half
     a file); returns the document written."""
-    doc = envelope(bench, figures)
+    doc = envelope(bench, figures, series=series)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
@@ -96,6 +100,11 @@ def figures(doc: dict) -> dict:
     return doc["figures"] if isinstance(doc, dict) and all(k in doc for k in ENVELOPE) and "figures" in doc else doc
 
 
+def read(path: str | os.PathLike) -> dict:
+    """The whole result file ``path``: the figures in their envelope (if it has one)."""
+    return json.loads(Path(path).read_text())
+
+
 def load(path: str | os.PathLike) -> dict:
     """The figures of the result file ``path`` (see :func:`figures`)."""
-    return figures(json.loads(Path(path).read_text()))
+    return figures(read(path))

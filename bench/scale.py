@@ -39,7 +39,7 @@ import time
 import click
 import psutil
 
-from . import results
+from . import results, scalecurve
 from ..broker.wire.config import parse_size
 from ..broker.embedded import EmbeddedBroker
 from ..broker.storage import Storage
@@ -47,7 +47,7 @@ from ..client import last_map, remote_map
 from ..client.reports.efficiency import efficiency
 from rhtc.errors import RhtcError
 from .against import side_by_side
-from .ceiling import ceiling_lines
+from .ceiling import ceiling_lines, size_text as _size_text
 from .cpushare import CATEGORIES, CpuShare
 from .lightworkers import LightPool, light_fill, light_task
 
@@ -213,10 +213,6 @@ def _sizes(text: str) -> list[int]:
     return [parse_size(x) for x in text.split(",") if x]
 
 
-def _size_text(n: int) -> str:
-    return f"{n / 1e6:g} MB" if n >= 1e6 else f"{n / 1e3:g} kB"
-
-
 def _merge_text(r: dict) -> str:
     return "" if r.get("merge") is None else ("merge" if r["merge"] else "alone")
 
@@ -269,12 +265,23 @@ def format_row(r: dict) -> str:
               help="Also run the code of this git revision, in turns with this checkout's, and compare "
                    "(--seconds '' measures only the idle pools).")
 @click.option("--rounds", default=1, show_default=True, help="With --against: runs of each side.")
+@click.option("--curve", is_flag=True,
+              help=f"The scaling curve (bench/scalecurve.py): unless given, --workers {scalecurve.WORKERS} "
+                   f"--seconds {scalecurve.SECONDS} --sizes {scalecurve.SIZES} and each cell's tasks per worker so "
+                   f"that it ideally lasts {scalecurve.CELL_SECONDS:g} s; a verdict per flattened cell, the "
+                   f"bend-backs, and --plot.")
+@click.option("--plot", "plot_path", default="scale-curve.png", show_default=True,
+              help="With --curve or --curve-of: draw the curve into this PNG.")
+@click.option("--curve-of", "curve_of", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="Only print the table and verdicts of, and draw, a curve saved with --curve --json.")
 def scale_command(workers_text, seconds_text, sizes_text, waves, processes, memory_budget, reduce, merge,
-                  both, json_path, ceiling_of, against, rounds):
+                  both, json_path, ceiling_of, against, rounds, curve, plot_path, curve_of):
     """One Redis, one client, many light workers: throughput, efficiency, costs."""
     if ceiling_of:
         click.echo("\n".join(ceiling_lines(results.load(ceiling_of))))
         return None
+    if curve_of:
+        return scalecurve.conclude(results.read(curve_of), plot_path)
     if against:
         args = ["scale", "--workers", workers_text, "--seconds", seconds_text, "--sizes", sizes_text,
                 "--waves", str(waves), "--processes", str(processes), "--memory-budget", memory_budget,
@@ -285,16 +292,21 @@ def scale_command(workers_text, seconds_text, sizes_text, waves, processes, memo
         if json_path:
             results.write(json_path, "scale", out)
         return out
+    if curve:
+        workers_text, seconds_text, sizes_text, waves = scalecurve.grid(
+            click.get_current_context(), workers_text, seconds_text, sizes_text, waves)
     counts, durations, sizes = _ints(workers_text), _floats(seconds_text), _sizes(sizes_text)
+    waves_of = {s: waves or scalecurve.waves_for(s) for s in durations}     # (the curve's: by duration)
     budget = parse_size(memory_budget)
     merge = merge and reduce
-    out: dict = {"cores": os.cpu_count(), "waves": waves, "reduce": reduce, "merge": merge, "memory_budget": budget,
-                 "pools": [], "cells": []}
-    click.echo(f"bench scale: {os.cpu_count()} cores, {waves} tasks per worker, reduce={reduce}, merge={merge}, "
-               f"memory budget {budget / 1e9:.1f} GB", err=True)
+    out: dict = {"cores": os.cpu_count(), "waves": waves or {f"{s:g}": w for s, w in waves_of.items()},
+                 "reduce": reduce, "merge": merge, "memory_budget": budget, "pools": [], "cells": []}
+    click.echo(f"bench scale: {os.cpu_count()} cores, {out['waves']} tasks per worker, reduce={reduce}, "
+               f"merge={merge}, memory budget {budget / 1e9:.1f} GB", err=True)
     with EmbeddedBroker(maxclients=max(4000, 3 * max(counts) + 100)) as b:
         storage = Storage(b.config)
-        click.echo("times in ms; wall eff: busy task time / (workers x the map's wall time, submission to last "
+        click.echo(scalecurve.LEGEND if curve else
+                   "times in ms; wall eff: busy task time / (workers x the map's wall time, submission to last "
                    "result); eff: per worker, each from its first task to its last (leaves out the ramp and the "
                    "tail); disp: dispatch delay (queued -> taken); "
                    "1st: each worker's first task started after the map's submission (median, p99, max: the "
@@ -306,7 +318,7 @@ def scale_command(workers_text, seconds_text, sizes_text, waves, processes, memo
                    "what the client read of the map's results; depth: the deepest partial's level in the "
                    "tree of partials (1: a worker's own tasks, 0: none merged); busy: cores the whole machine "
                    "used (others' too), light: cores the light workers used")
-        click.echo(HEADER)
+        click.echo(scalecurve.HEADER if curve else HEADER)
         for n in counts:
             nproc = processes or max(2, math.ceil(n / 100))
             try:
@@ -325,15 +337,20 @@ def scale_command(workers_text, seconds_text, sizes_text, waves, processes, memo
                 for seconds in durations:
                     for nbytes in sizes:
                         for merging in ((True, False) if both and reduce else (merge,)):
-                            row = _cell(b.config, storage, pool, seconds, nbytes, waves, reduce, merging, budget)
+                            row = _cell(b.config, storage, pool, seconds, nbytes, waves_of[seconds], reduce,
+                                        merging, budget)
                             out["cells"].append(row)
-                            click.echo(format_row(row))
+                            click.echo((scalecurve.format_row if curve and "tasks" in row else format_row)(row))
         storage.close()
     if any("tasks" in c for c in out["cells"]):
         out["ceiling"] = ceiling_lines(out)
         click.echo("\n".join(["", "on paper (bench/ceiling.py):", *out["ceiling"]]))
+    if curve:
+        scalecurve.annotate(out)                    # (its verdicts go into the JSON)
     if json_path:
-        results.write(json_path, "scale", out)
+        results.write(json_path, "scale", out, series=scalecurve.SERIES if curve else None)
+    if curve:
+        scalecurve.conclude(results.envelope("scale", out, series=scalecurve.SERIES), plot_path)
     return out
 
 

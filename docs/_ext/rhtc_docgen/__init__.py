@@ -60,6 +60,12 @@ def _source_read(app, docname: str, source: list[str]) -> None:
     source[0] = make(Path(app.srcdir), lambda msg: warn(docname, msg))
 
 
+def _draw_figures(app) -> None:
+    """Draw the benchmarks' pictures before any page is read, so that any page may show one
+    (the benchmarks page, generated, says what it cannot place)."""
+    benchmarks.draw_figures(Path(app.srcdir))
+
+
 def _always_outdated(app, env, added, changed, removed) -> list[str]:
     return [d for d in PAGES if d in env.found_docs and d not in added | changed]
 
@@ -77,12 +83,6 @@ def _missing_reference(app, env, node, contnode):
     if head in INTERNAL or (node.get("py:module") or "").split(".")[0] in INTERNAL:
         return contnode
     return None
-
-
-def _draw_figures(app) -> None:
-    """Draw the benchmarks' pictures before any page is read, so that any page may show one
-    (the benchmarks page, generated, says what it cannot place)."""
-    benchmarks.draw_figures(Path(app.srcdir), lambda message: None)
 
 
 def setup(app):

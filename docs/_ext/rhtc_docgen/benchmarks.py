@@ -39,10 +39,13 @@ def load_results(srcdir: Path, warn: Callable[[str], None]) -> dict[str, list[tu
     return out
 
 
-def draw_figures(srcdir: Path, warn: Callable[[str], None]) -> dict[str, list[tuple[str, str]]]:
-    """Draw the pictures of each series' newest result: series -> [(image, caption)]."""
-    return {series: drawings.draw(series, docs[0][1], srcdir, warn)
-            for series, docs in load_results(srcdir, warn).items()}
+def draw_figures(srcdir: Path) -> None:
+    """Draw the pictures of each series' newest result (:mod:`.figures`); before the pages
+    are read, so that a page may show one (the page of results says what is wrong with a
+    file)."""
+    for series, ((_, doc), *_) in load_results(srcdir, lambda msg: None).items():
+        for image, _, paint in drawings.pictures(series, doc):
+            paint(srcdir / image)
 
 
 def flatten(value: Any, prefix: str = "") -> list[tuple[str, str]]:
@@ -82,7 +85,6 @@ def _about(path: Path, doc: dict) -> list[str]:
 
 def page(srcdir: Path, warn: Callable[[str], None]) -> str:
     results = load_results(srcdir, warn)
-    pictures = draw_figures(srcdir, lambda message: None)       # (load_results says it once)
     out = ["# Benchmarks", "",
            generated_note("the JSON results in `docs/benchmarks/results/`"),
            "Each figure here comes from a result file that a bench wrote (`bench <name> ... --json "
@@ -97,7 +99,7 @@ def page(srcdir: Path, warn: Callable[[str], None]) -> str:
         (path, doc), *older = results[series]
         title = f"bench {series}" if series == doc["bench"] else f"bench {doc['bench']}: {series.split(', ', 1)[-1]}"
         out += [f"## {title}", "", *_about(path, doc), ""]
-        for image, caption in pictures[series]:
+        for image, caption, _ in drawings.pictures(series, doc):
             out += [f"```{{figure}} {image}", f":alt: {caption}", "", caption, "```", ""]
         rows = flatten(doc["figures"])
         shown = rows[:MAX_ROWS]

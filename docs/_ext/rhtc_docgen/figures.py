@@ -1,7 +1,9 @@
 """Pictures drawn from benchmark results at build time (into ``docs/_static/figures/``,
-which git ignores, before any page is read, so any page may show them): the warm-versus-cold
-bars of a ``bench dimuon`` result, and the read velocity per tier of a ``bench affinity``
-result (whose picture carries the result's date, machine and command).
+which git ignores), before any page is read, so that a page may show one: the warm-versus-cold
+bars of a ``bench dimuon`` result, the read velocity per tier of a ``bench affinity`` result
+(its picture carries the result's date, machine and command; shown by ``docs/caching.md``),
+and the scaling curve of ``bench scale --curve`` (:func:`rhtc.bench.scalecurve.plot`, shown
+by ``docs/scale.md``).
 
 Also a script: ``python docs/_ext/rhtc_docgen/figures.py RESULT.json OUT.png``.
 """
@@ -12,6 +14,8 @@ from pathlib import Path
 from typing import Callable
 
 FIGURES = "_static/figures"
+#: the scaling curve, as ``docs/scale.md`` shows it
+CURVE = f"{FIGURES}/scale-curve.png"
 _LABELS = {"ours": "redis-htcondor", "dask": "dask.distributed", "bare": "bare loop (1 process)"}
 
 
@@ -107,33 +111,36 @@ def affinity_bars(doc: dict, out: Path) -> bool:
     return True
 
 
-def draw(bench: str, doc: dict, srcdir: Path, warn: Callable[[str], None]) -> list[tuple[str, str]]:
-    """(image path relative to the docs, caption) of each picture drawn from result ``doc``."""
-    if bench == "affinity":
-        name = f"{FIGURES}/affinity-read-velocity.png"
-        if affinity_bars(doc, srcdir / name):
-            return [(name, "Read velocity of the dimuon analysis from a storage element, a local file, the "
-                           "node disk tier and RAM, each bar split by where its tasks were served from.")]
-        return []
-    if bench != "dimuon":
-        return []
+def pictures(series: str, doc: dict) -> list[tuple[str, str, Callable[[Path], object]]]:
+    """(image path relative to the docs, caption, what draws it into a path) of each picture
+    of result ``doc`` of ``series`` (a bench, or a setting of it: benchmarks.load_results)."""
+    from rhtc.bench import scalecurve
     f = doc["figures"]
-    what = f"{f.get('events', 0) / 1e6:g}M events {f.get('compression', '')}, {f.get('workers', '?')} workers"
-    name = f"{FIGURES}/dimuon-warm-cold.png"
-    if warm_cold(f, srcdir / name, f"bench dimuon: {what}"):
+    if series == "dimuon" and rates(f):
+        what = f"{f.get('events', 0) / 1e6:g}M events {f.get('compression', '')}, {f.get('workers', '?')} workers"
         note = " (transcribed)" if doc.get("transcribed_from") else ""
-        return [(name, f"Cold and warm read rates of the dimuon analysis, {what}, "
-                       f"{doc['date'][:10]}{note}: the warm run is served from the workers' caches.")]
+        return [(f"{FIGURES}/dimuon-warm-cold.png",
+                 f"Cold and warm read rates of the dimuon analysis, {what}, {doc['date'][:10]}{note}: the warm "
+                 f"run is served from the workers' caches.", lambda out: warm_cold(f, out, f"bench dimuon: {what}"))]
+    if series == "affinity" and f.get("tiers"):
+        return [(f"{FIGURES}/affinity-read-velocity.png",
+                 "Read velocity of the dimuon analysis from a storage element, a local file, the node disk tier "
+                 "and RAM, each bar split by where its tasks were served from.", lambda out: affinity_bars(doc, out))]
+    if series == scalecurve.SERIES:
+        lengths = ", ".join(f"{s:g}" for s in sorted({c["seconds"] for c in f["cells"] if "tasks_per_s" in c}))
+        return [(CURVE, f"bench scale --curve, {doc['date'][:10]}: tasks/s (left, dashed: the ideal) and the "
+                        f"efficiency by the wall clock (right) against light workers, for {lengths} s tasks; a "
+                        f"hollow point flattened (labelled with the CPU that ran out), a red cross bent back.",
+                 lambda out: scalecurve.plot(doc, out))]
     return []
 
 
 if __name__ == "__main__":
     import json
     sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-    from rhtc.bench.results import figures as _figures
     doc = json.loads(Path(sys.argv[1]).read_text())
-    if doc.get("bench") == "affinity":
-        if not affinity_bars(doc, Path(sys.argv[2])):
-            sys.exit(f"{sys.argv[1]} holds no tiers of a bench affinity run")
-    elif not warm_cold(_figures(doc), Path(sys.argv[2]), Path(sys.argv[1]).stem):
-        sys.exit(f"{sys.argv[1]} holds no cold/warm figures of a dimuon run")
+    drawn = pictures(doc.get("series") or doc.get("bench", ""), doc)
+    if not drawn:
+        sys.exit(f"{sys.argv[1]} holds no figures that a picture is drawn from (a dimuon run's cold and warm "
+                 f"rates, a bench affinity run's tiers, a scaling curve)")
+    drawn[0][2](Path(sys.argv[2]))
