@@ -286,7 +286,7 @@ def scale_command(workers_text, seconds_text, sizes_text, waves, processes, memo
         args = ["scale", "--workers", workers_text, "--seconds", seconds_text, "--sizes", sizes_text,
                 "--waves", str(waves), "--processes", str(processes), "--memory-budget", memory_budget,
                 "--reduce" if reduce else "--no-reduce", "--merge" if merge else "--no-merge"]
-        ours, theirs = side_by_side(against, args, rounds, overlay=("bench/scale.py",))   # (how it reads)
+        ours, theirs = side_by_side(against, args, rounds, overlay=("bench/scale.py", "bench/scalecurve.py", "bench/ceiling.py", "bench/results.py"))  # (how it reads)
         out = {"ref": against, "args": args, "ours": ours, "theirs": theirs}
         click.echo("\n".join(compare_lines(against, ours, theirs)))
         if json_path:
