@@ -54,7 +54,7 @@ class Move(NamedTuple):
 
 _REQUEUE = "a lease nobody runs goes back"
 MOVES: tuple[Move, ...] = (
-    Move(NEW, BACKLOG, "enqueue", "past its map's fair window in the shared queue (one task per idle worker)"),
+    Move(NEW, BACKLOG, "enqueue", "past its map's fair window in the shared queue"),
     Move(NEW, SHARED, "enqueue", "within the window, a resubmission, or routed to a worker that is not live"),
     Move(NEW, ROUTED, "enqueue", "routed to the live worker that holds its chunk"),
     Move(BACKLOG, SHARED, "take", "a task of its map left the shared queue (refill: fair turns)"),

@@ -10,13 +10,9 @@
 -- duplicating tasks (Redis runs one connection's calls in order).
 -- Fair turns: a map puts at most `window` tasks into the shared queue (only while its
 -- backlog is empty); the rest wait in its backlog, in order, and move in one by one as
--- its tasks are taken (refill in lib.lua). Workers idle at that moment (live, nothing
--- leased or queued for them, the shared queue empty: they are waiting on it) widen the
--- window to one task each: a thousand idle workers get their first tasks in one round,
--- not in the ~7 rounds of wake-ups that double the window (lease_one.lua), each through
--- a worker's process that a busy node may not schedule for a while. Window 0: a
--- resubmission (tasks lost on the way from the shared queue to a lease, backups):
--- straight into the shared queue, which also restores the window of the lost ones.
+-- its tasks are taken (refill in lib.lua). Window 0: a resubmission (tasks lost on the way
+-- from the shared queue to a lease, backups): straight into the shared queue, which also
+-- restores the window of the lost ones.
 -- Arguments: ns, map id, register (1/0), sequence number, window,
 --       [only when registering: function hash, packed function or '', map ttl,
 --       function ttl, start time, client id ('' none), client ttl ms, n info values,
@@ -61,32 +57,8 @@ end
 if tonumber(redis.call('HGET', K.map(mid), MAP_SENT) or 0) >= seq then return 1 end
 redis.call('HSET', K.map(mid), MAP_SENT, seq)
 local backlog = K.backlog(mid)
--- How many workers wait idle on the shared queue, counted up to `most` (only for a map
--- bigger than its window: a thousand workers cost a few thousand reads here, once a map).
-local function idle_workers(most)
-  if redis.call('LLEN', K.shared_queue()) > 0 then return 0 end
-  local n = 0
-  for _, w in ipairs(redis.call('SMEMBERS', K.workers())) do
-    if redis.call('HLEN', K.lease(w)) == 0 and redis.call('LLEN', K.queue(w)) == 0
-        and redis.call('EXISTS', K.incarnation(w)) == 1 then
-      n = n + 1
-      if n >= most then break end
-    end
-  end
-  return n
-end
 local room = 0
-if window == 0 then
-  room = #ARGV
-elseif redis.call('LLEN', backlog) == 0 then
-  local unrouted = 0
-  local g = i
-  while g <= #ARGV do
-    if ARGV[g] == '0' then unrouted = unrouted + tonumber(ARGV[g + 2]) end
-    g = g + 3 + tonumber(ARGV[g + 2])
-  end
-  room = unrouted > window and math.max(window, idle_workers(unrouted)) or window
-end
+if window == 0 then room = #ARGV elseif redis.call('LLEN', backlog) == 0 then room = window end
 local function push(q, from, to)
   for j = from, to, 1000 do
     redis.call('LPUSH', q, unpack(ARGV, j, math.min(j + 999, to)))

@@ -42,8 +42,8 @@ from rhtc.broker.wire import protocol
 from rhtc.broker.wire.keys import MAP_ANSWERED, MAP_POOLED
 from rhtc.broker.wire.messages import HandedUp
 from tests.helpers import wait_until
-from tests.kits.roles import (build_map, claim, ids_of, kill, lease_entry, owned_keys, partial, queued,
-                              register_map, result, start_map, tuned)
+from tests.kits.roles import (build_map, claim, ids_of, lease_entry, owned_keys, partial, queued, register_map,
+                              result, start_map, tuned)
 
 
 def _token(storage, map_id: str) -> protocol.MapToken:
@@ -94,48 +94,6 @@ def test_tasks_past_the_fair_window_wait_in_the_maps_backlog_in_order(storage):
     assert queued(storage, k.shared_queue) == [2, 1, 0], "the window's tasks are not the first three, oldest last"
     assert queued(storage, k.backlog(m.map_id)) == [6, 5, 4, 3]
     assert 0 < storage.r.ttl(k.backlog(m.map_id)) <= storage.r.ttl(k.map(m.map_id))
-
-
-def test_workers_idle_at_a_maps_start_widen_its_window_to_one_task_each(storage):
-    """Idle workers (live, nothing leased or queued for them) each get a task at once: a
-    window of 8 doubled by their wake-ups took ~7 rounds through the workers' processes,
-    and at 1,000 light workers on a busy machine some waited a minute (bench scale's
-    first-task max). Busy, routed-to and dead workers do not widen it."""
-    k = storage.keys
-    for _ in range(5):
-        claim(storage)
-    busy, routed, dead = claim(storage), claim(storage), claim(storage)
-    other = build_map(storage.config.key, 2)
-    storage.r.hset(k.lease(busy.name), other.tid(0), lease_entry(busy.inc, other.frames[0]))
-    storage.r.rpush(k.queue(routed.name), other.frames[1])
-    kill(storage, dead)
-    with tuned(storage, fair_window=2) as s:
-        m = start_map(s, 9)
-    assert queued(storage, k.shared_queue) == [4, 3, 2, 1, 0], "one task for each of the 5 idle workers"
-    assert queued(storage, k.backlog(m.map_id)) == [8, 7, 6, 5]
-
-
-def test_idle_workers_widen_a_window_no_further_than_the_map(storage):
-    for _ in range(4):
-        claim(storage)
-    with tuned(storage, fair_window=2) as s:
-        m = start_map(s, 3)
-    assert queued(storage, storage.keys.shared_queue) == [2, 1, 0]
-    assert not storage.r.exists(storage.keys.backlog(m.map_id))
-
-
-def test_tasks_waiting_in_the_shared_queue_mean_no_worker_is_idle_there(storage):
-    """Workers with nothing leased while the shared queue holds tasks are between two
-    takes, not waiting on it: the map keeps to its window (maps take turns)."""
-    for _ in range(4):
-        claim(storage)
-    with tuned(storage, fair_window=2) as s:
-        first = start_map(s, 1, fair=False)
-        second = start_map(s, 6)
-    k = storage.keys
-    assert len(queued(storage, k.shared_queue)) == 1 + 2
-    assert queued(storage, k.backlog(second.map_id)) == [5, 4, 3, 2]
-    assert first.map_id != second.map_id
 
 
 def test_a_resubmission_goes_straight_to_the_shared_queue(storage):
