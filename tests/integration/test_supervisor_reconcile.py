@@ -118,5 +118,6 @@ def test_a_result_the_broker_refused_stays_held_until_it_is_handed_in(broker, st
         finally:
             tp.stopping = True
             proxy.restore()
+            tp.wake()                                # an idle wait in progress ends now
             loop.join(20)
         assert not loop.is_alive(), "the task loop did not stop"
