@@ -18,6 +18,7 @@ import time
 from rhtc.broker.embedded import EmbeddedBroker
 from rhtc.broker.storage import Storage
 from rhtc.client.engine import beacon
+from tests.helpers import wait_until
 from tests.kits.roles import tuned
 
 
@@ -48,6 +49,9 @@ def test_a_frozen_broker_never_stops_the_beacon_on_another(storage):
             beacon.attach(stuck)
             time.sleep(0.2)                            # the frozen broker's beacon is in its call
             beacon.attach(live)
+            key = healthy.keys.client(beacon.client_id())
+            wait_until(lambda: healthy.r.pttl(key) > 0, 5.0,
+                       "the first renewal on the healthy broker (its beacon waits on the frozen one?)")
             least = _renewed_throughout(healthy, 3 * healthy.settings.client_ttl)
         finally:
             beacon.detach(stuck)

@@ -40,7 +40,7 @@ def test_a_tiny_scaling_curve(tmp_path, monkeypatch):
         assert c["task_stretch"] >= 0.99, "a light task sleeps its length at least"
         assert 0 < c["efficiency_wall"] <= 1
         assert c["redis_cpu_share"] > 0 and c["client_cpu_share"] > 0
-        assert c["light_workers_cores"] > 0 and c["machine_busy_cores"] > 0
+        assert c["light_workers_cores"] >= 0 and c["machine_busy_cores"] > 0
         assert scalecurve.format_row(c) in lines, "every cell's row in the table"
         if c["flattened"]:
             assert c["verdict"] in lines and set(c["out_of_cpu"]) <= set(scalecurve.WHO)
@@ -48,6 +48,8 @@ def test_a_tiny_scaling_curve(tmp_path, monkeypatch):
             assert c["verdict"] is None and c["out_of_cpu"] is None
         if c["bend_back"]:
             assert c["bend_back"] in lines
+    # (one tiny cell's light CPU may round to 0: the kernel counts it in 10 ms ticks)
+    assert sum(c["light_workers_cores"] for c in cells) > 0, "the light workers' own CPU is measured"
     backs = [c for c in cells if c["bend_back"]]
     assert (f"THE CURVE BENDS BACK at {len(backs)} cell(s)" if backs else "the curve never bends back") in lines
     assert png.read_bytes()[:8] == PNG and png.stat().st_size > 10_000
