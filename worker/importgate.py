@@ -27,7 +27,12 @@ through which ``import`` statements, ``pickle`` and C extensions import); which 
 each thread is loading is seen by a finder first on ``sys.meta_path`` that loads nothing.
 Both are in place only while a preload is under way. Where the two threads would wait on
 each other (a cycle that only their own imports can have), neither waits: that is Python's
-own behaviour without a preload. The threads that wait for the preload are those that were
+own behaviour without a preload. That includes a thread the gate does not hold (one started
+after the preload's module began) that already waits on Python's lock of a module the
+preload is inside: the preload, entering that thread's package, does not wait for it
+(:func:`waits_for`), and Python's own import breaks the cycle. A worker hung so for good, a
+task of its map unfinished (seen in a chaos day under load: "still importing uproot after
+80 s"). Every wait of the gate, either way, is bounded by :data:`TASK_PATIENCE`. The threads that wait for the preload are those that were
 there when its module began (the task process's main thread, where tasks are unpickled and
 run): a thread started meanwhile may be one that the module being imported started and
 waits for.
@@ -65,6 +70,26 @@ def top_package(name: str, globals_: dict | None, level: int) -> str | None:
         spec = (globals_ or {}).get("__spec__")
         package = getattr(spec, "parent", None) or (globals_ or {}).get("__name__", "")
     return package.partition(".")[0] or None
+
+
+def waits_for(owner: int) -> bool:
+    """Whether some thread is blocked on one of Python's module import locks that thread
+    ``owner`` holds (``importlib._bootstrap._blocking_on``: a lock per thread up to 3.11, a
+    list of them after; where it cannot be read, False, and the waits stay bounded).
+
+    >>> waits_for(threading.get_ident())
+    False
+    """
+    from importlib import _bootstrap
+    try:
+        blocked = list(_bootstrap._blocking_on.items())
+    except (AttributeError, TypeError, RuntimeError):
+        return False
+    for tid, locks in blocked:
+        for lock in (locks if isinstance(locks, list) else [locks]):
+            if tid != owner and getattr(lock, "owner", None) == owner:
+                return True
+    return False
 
 
 def unfinished(package: str, missing: bool = True) -> bool:
@@ -209,10 +234,19 @@ class ImportGate:
             self._cond.notify_all()          # (a task waiting for us sees what we want)
             if package not in self._tasks or not unfinished(package, missing=False):
                 return
+            if waits_for(threading.get_ident()):
+                return                       # that thread waits for a module we hold: a deadlock
             log.info("preload: importing %s waits for a task's import of %s", self._module, package)
             self._preload_waits = True
+            give_up = time.monotonic() + TASK_PATIENCE
             try:
                 while self._tasks_waiting == 0 and unfinished(package, missing=False):
+                    if waits_for(threading.get_ident()):
+                        break                # (Python's own import then sees the cycle and breaks it)
+                    if time.monotonic() > give_up:
+                        log.warning("preload: importing %s waited %.0f s for a task's import of %s; it goes on",
+                                    self._module, TASK_PATIENCE, package)
+                        break
                     self._cond.wait(POLL)
             finally:
                 self._preload_waits = False

@@ -148,6 +148,37 @@ def test_the_preload_waits_for_a_package_that_a_task_is_in_the_middle_of(package
 
 
 @pytest.mark.timeout(120)
+def test_the_preload_never_waits_for_a_thread_that_waits_on_a_module_it_holds(packages):
+    """A thread the gate does not hold (started after the preload began: a task's own, a
+    pool's) is inside ``gate_lib`` and blocked on Python's lock of ``gate_pre.a``, which the
+    preload is executing; the preload then imports ``gate_lib``. Waiting for the thread's
+    import to finish is waiting for ever (a chaos day's worker hung so: "still importing
+    uproot after 80 s", a task of its map never done). Without a preload, Python sees the
+    cycle and hands the preload ``gate_lib`` half-initialized: both finish."""
+    from importlib import _bootstrap
+    root, release = packages
+    pre, lib = root / "gate_pre", root / "gate_lib"
+    pre.mkdir(), lib.mkdir()
+    (pre / "__init__.py").write_text("from . import a\nVALUE = a.V\n")
+    (pre / "a.py").write_text(HOLD.format(d=str(root), name="gate_pre_a") + "import gate_lib\nV = 1\n")
+    (lib / "__init__.py").write_text(HOLD.format(d=str(root), name="gate_lib") + "import gate_pre.a\nL = 2\n")
+    preload = Preload(["gate_pre"])
+    with preload.idle():
+        wait_until((root / "gate_pre_a.entered").exists, 60, "the preload inside gate_pre.a", interval=LOOK)
+        task = Task("gate_lib", "L")                   # (started after the preload: not held by the gate)
+        task.go()
+        wait_until((root / "gate_lib.entered").exists, 60, "the thread entering gate_lib", interval=LOOK)
+        release("gate_lib")
+        wait_until(lambda: task.ident in _bootstrap._blocking_on, 60,
+                   "the thread blocked on the lock of gate_pre.a", interval=LOOK)
+        release("gate_pre_a")                          # the preload goes on, to import gate_lib
+        assert preload.wait(30), "the preload waits for a thread that waits for it"
+    task.join(30)
+    assert not task.is_alive() and task.error is None and task.got == 2, task.error
+    assert preload.done == ["gate_pre"] and sys.modules["gate_pre"].VALUE == 1
+
+
+@pytest.mark.timeout(120)
 def test_a_thread_that_the_preloaded_module_starts_and_waits_for_is_not_held(packages):
     """(Only the threads that were there before the module began wait for it: the module's
     own could be waited for by it.)"""
