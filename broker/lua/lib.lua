@@ -101,7 +101,10 @@ end
 -- Add `member` to `key`, an index of map `mid` (K.map_routed, K.map_leased: broker/wire/keys.py),
 -- in the step that puts a task or partial of the map where the index points. Owned by the map:
 -- it lives as the map (its client renews it with the map's other keys, which it goes with).
+-- A map that ended (its keys deleted; its signed end still in K.live, so its queued frames
+-- are still taken, to be refused) gets no index back: nothing of it stays after its end.
 local function index_add(key, mid, member)
+  if redis.call('EXISTS', K.map(mid)) == 0 then return end
   if redis.call('SADD', key, member) == 1 then keep_with_map(key, mid, 0) end
 end
 -- Whether the live map `mid` merges no more in the tree (its mergers died MERGER_DEATHS
