@@ -17,9 +17,10 @@ own phase of the heartbeat period), and a forked child runs all their task loops
 thread each, as a real worker's task process runs beside its supervisor. Each worker keeps
 its own name, incarnation, queue, lease, fast-lane connection (its blocking pop) and
 status; the workers of a process share one redis-py client for the rare commands. The
-task half runs in a scheduling group of its own at the lowest weight (:func:`yield_cpu`):
+task halves of a pool together weigh a quarter of one ordinary process (:func:`yield_cpu`):
 on a small machine, a thousand task threads waking at once would otherwise starve the
-supervisors, the broker and the client (their heartbeats missed, the map's token unrenewed).
+supervisors, the broker and the client (their heartbeats missed, the map's token
+unrenewed).
 Killing the process kills its workers as a lost node would: their names expire and their
 tasks run again elsewhere.
 
@@ -32,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import logging
+import math
 import multiprocessing
 import os
 import signal
@@ -52,6 +54,7 @@ from ..broker.storage import Storage, connect
 from ..worker.main import TaskProcess
 from ..worker.children import die_with
 from ..worker.supervisor import Supervisor
+from .priority import join_tasks_group
 
 log = logging.getLogger("rhtc.bench")
 
@@ -143,11 +146,12 @@ def memo_dumps(value) -> bytes:
     return protocol.dumps(value)
 
 
-def _run_task_loops(config: BrokerConfig, workers: list[tuple], st, parent: int) -> None:
+def _run_task_loops(config: BrokerConfig, workers: list[tuple], st, parent: int, halves: int) -> None:
     """The light process's task half (forked, as a worker's task process is): one
-    :class:`TaskProcess` loop per worker, each in a thread, until SIGTERM."""
+    :class:`TaskProcess` loop per worker, each in a thread, until SIGTERM; ``halves``: how
+    many task halves the pool has (their weights add up: :func:`yield_cpu`)."""
     die_with(parent)                     # SIGKILL when the beating half dies, as a task process
-    yield_cpu()
+    yield_cpu(halves)
     threading.stack_size(1 << 20)
     client = connect(config, max_connections=2 * len(workers) + 32)    # a fast lane each, and the rest
     stop = threading.Event()
@@ -169,18 +173,48 @@ def _run_task_loops(config: BrokerConfig, workers: list[tuple], st, parent: int)
     os._exit(0)
 
 
-def yield_cpu() -> None:
-    """Put this process in a scheduling group of its own at the lowest weight (Linux
-    autogroups; else plain nice): hundreds of task threads that wake at once must not
-    starve the supervisors' heartbeats, the broker or the client that the bench measures.
-    The simulated workers' own CPU is the harness's cost, not the system's."""
+#: the kernel's CFS weight of each nice level from -20 to 19 (sched_prio_to_weight)
+NICE_WEIGHTS = (88761, 71755, 56483, 46273, 36291, 29154, 23254, 18705, 14949, 11916,
+                9548, 7620, 6100, 4904, 3906, 3121, 2501, 1991, 1586, 1277,
+                1024, 820, 655, 526, 423, 335, 272, 215, 172, 137,
+                110, 87, 70, 56, 45, 36, 29, 23, 18, 15)
+#: what all the task halves of a pool weigh together, against one ordinary process (1024)
+TASK_HALVES_WEIGHT = 256
+
+
+def nice_for(halves: int) -> int:
+    """The nice level of each of ``halves`` task halves so that together they weigh
+    :data:`TASK_HALVES_WEIGHT`: the nearest, on the kernel's geometric scale.
+
+    >>> nice_for(1), nice_for(2), nice_for(10), nice_for(100)
+    (6, 9, 17, 19)
+    """
+    share = TASK_HALVES_WEIGHT / max(1, halves)
+    levels = range(0, 20)
+    return min(levels, key=lambda n: abs(math.log(NICE_WEIGHTS[20 + n] / share)))
+
+
+def yield_cpu(halves: int = 1) -> None:
+    """Weigh this process (a task half, one of ``halves``) so that the task halves of a pool
+    together weigh a quarter of one ordinary process, however many processes and threads
+    they are: a thousand task threads waking at once do not starve the supervisors'
+    heartbeats, Redis or the client that the bench measures.
+
+    Inside the bench's own cpu group (:mod:`bench.priority`, root) they join its task group.
+    Elsewhere each goes into a scheduling group of its own (a Linux autogroup; else plain
+    nice) at :func:`nice_for` its share: there, any other busy process on the machine
+    outweighs them, and a thousand workers have waited minutes for their first task
+    (docs/scale.md, "The ramp on a shared machine")."""
+    if join_tasks_group():
+        return
+    nice = nice_for(halves)
     os.setsid()
     try:
         with open("/proc/self/autogroup", "w") as fh:
-            fh.write("19")
+            fh.write(str(nice))
     except OSError:
         pass
-    os.nice(19)
+    os.nice(nice)
 
 
 def _serve_loop(tp: TaskProcess) -> None:
@@ -190,8 +224,9 @@ def _serve_loop(tp: TaskProcess) -> None:
         log.exception("light worker %s: its task loop stopped", tp.name)
 
 
-def serve(config: BrokerConfig, names: list[str]) -> int:
-    """Run the light workers ``names`` until SIGTERM. This process is their supervisors
+def serve(config: BrokerConfig, names: list[str], halves: int = 1) -> int:
+    """Run the light workers ``names`` until SIGTERM (this process is one of the pool's
+    ``halves`` light processes). This process is their supervisors
     (claims every name, then beats for all, each at its own phase of the heartbeat
     period); a forked child runs their task loops, so that, as with real workers, liveness
     never waits for the threads that run tasks. On SIGTERM the child stops and every
@@ -206,7 +241,7 @@ def serve(config: BrokerConfig, names: list[str]) -> int:
     for sup in sups:
         sup.claim()
     child = multiprocessing.get_context("fork").Process(
-        target=_run_task_loops, args=(config, [(s.name, s.incarnation, s.shared) for s in sups], st, os.getpid()),
+        target=_run_task_loops, args=(config, [(s.name, s.incarnation, s.shared) for s in sups], st, os.getpid(), halves),
         name="light-tasks", daemon=False)
     child.start()
     period = st.heartbeat
@@ -263,7 +298,7 @@ class LightPool:
             self.names.append(names)
             with open(os.path.join(self.log_dir, f"p{p}.log"), "ab") as logf:
                 self.procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "rhtc.bench.lightworkers", *names], env=env, stdout=logf,
+                    [sys.executable, "-m", "rhtc.bench.lightworkers", str(self.nproc), *names], env=env, stdout=logf,
                     stderr=subprocess.STDOUT, preexec_fn=die_with_parent, process_group=0))
             time.sleep(START_GAP * 20)
         try:
@@ -356,4 +391,4 @@ class LightPool:
 if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     from rhtc.bench import lightworkers          # not __main__'s copy: light_task's arrays live there
-    sys.exit(lightworkers.serve(BrokerConfig.resolve(), sys.argv[1:]))
+    sys.exit(lightworkers.serve(BrokerConfig.resolve(), sys.argv[2:], halves=int(sys.argv[1])))

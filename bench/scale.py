@@ -49,7 +49,10 @@ from rhtc.errors import RhtcError
 from .against import side_by_side
 from .ceiling import ceiling_lines, size_text as _size_text
 from .cpushare import CATEGORIES, CpuShare
+from .busy import busy_processes
+from .exclusive import one_at_a_time
 from .lightworkers import LightPool, light_fill, light_task
+from .priority import BENCH_SHARES, TASKS_SHARES, Share
 
 # the broker's CPU with every worker idle is read over IDLE_SECONDS, whole cycles of an idle
 # worker's beats (2 s), waits (5 s) and quiet takes (10 s: worker/main.py), once they have
@@ -274,23 +277,44 @@ def format_row(r: dict) -> str:
               help="With --curve or --curve-of: draw the curve into this PNG.")
 @click.option("--curve-of", "curve_of", default=None, type=click.Path(exists=True, dir_okay=False),
               help="Only print the table and verdicts of, and draw, a curve saved with --curve --json.")
+@click.option("--cpu-group", "cpu_group", type=click.Choice(["own", "none", "both"]), default="own",
+              show_default=True,
+              help="own: the bench in a cpu group of its own that outweighs the machine's other work "
+                   "(bench/priority.py; root and cgroup v1); none: as any process (other busy processes slow the "
+                   "light workers' ramp); both: the whole grid once each way, in turns, side by side.")
+@click.option("--busy", default=0, show_default=True,
+              help="Keep this many other processes busy on the machine meanwhile (a stand-in for another job).")
+@click.option("--series", default=None, help="With --json: the setting these figures belong to (the benchmarks "
+                                             "page shows the newest result of each series).")
 def scale_command(workers_text, seconds_text, sizes_text, waves, processes, memory_budget, reduce, merge,
-                  both, json_path, ceiling_of, against, rounds, curve, plot_path, curve_of):
+                  both, json_path, ceiling_of, against, rounds, curve, plot_path, curve_of, cpu_group, busy,
+                  series):
     """One Redis, one client, many light workers: throughput, efficiency, costs."""
     if ceiling_of:
         click.echo("\n".join(ceiling_lines(results.load(ceiling_of))))
         return None
     if curve_of:
         return scalecurve.conclude(results.read(curve_of), plot_path)
+    with one_at_a_time(say=lambda line: click.echo(line, err=True)), busy_processes(busy):
+        return _scale(workers_text, seconds_text, sizes_text, waves, processes, memory_budget, reduce, merge,
+                      both, json_path, against, rounds, curve, plot_path, cpu_group, busy, series)
+
+
+def _scale(workers_text, seconds_text, sizes_text, waves, processes, memory_budget, reduce, merge, both,
+           json_path, against, rounds, curve, plot_path, cpu_group, busy, series):
+    """The bench itself, alone on the machine (:func:`bench.exclusive.one_at_a_time`)."""
     if against:
         args = ["scale", "--workers", workers_text, "--seconds", seconds_text, "--sizes", sizes_text,
                 "--waves", str(waves), "--processes", str(processes), "--memory-budget", memory_budget,
-                "--reduce" if reduce else "--no-reduce", "--merge" if merge else "--no-merge"]
-        ours, theirs = side_by_side(against, args, rounds, overlay=("bench/scale.py", "bench/scalecurve.py", "bench/ceiling.py", "bench/results.py"))  # (how it reads)
+                "--reduce" if reduce else "--no-reduce", "--merge" if merge else "--no-merge",
+                "--cpu-group", cpu_group]
+        ours, theirs = side_by_side(against, args, rounds, overlay=(  # (how it reads)
+            "bench/scale.py", "bench/scalecurve.py", "bench/ceiling.py", "bench/results.py", "bench/exclusive.py",
+            "bench/priority.py", "bench/busy.py"))
         out = {"ref": against, "args": args, "ours": ours, "theirs": theirs}
         click.echo("\n".join(compare_lines(against, ours, theirs)))
         if json_path:
-            results.write(json_path, "scale", out)
+            results.write(json_path, "scale", out, series=series)
         return out
     if curve:
         workers_text, seconds_text, sizes_text, waves = scalecurve.grid(
@@ -300,58 +324,110 @@ def scale_command(workers_text, seconds_text, sizes_text, waves, processes, memo
     budget = parse_size(memory_budget)
     merge = merge and reduce
     out: dict = {"cores": os.cpu_count(), "waves": waves or {f"{s:g}": w for s, w in waves_of.items()},
-                 "reduce": reduce, "merge": merge, "memory_budget": budget, "pools": [], "cells": []}
+                 "reduce": reduce, "merge": merge, "memory_budget": budget, "busy_processes": busy,
+                 "machine_share": {}, "pools": [], "cells": []}
     click.echo(f"bench scale: {os.cpu_count()} cores, {out['waves']} tasks per worker, reduce={reduce}, "
                f"merge={merge}, memory budget {budget / 1e9:.1f} GB", err=True)
-    with EmbeddedBroker(maxclients=max(4000, 3 * max(counts) + 100)) as b:
-        storage = Storage(b.config)
-        click.echo(scalecurve.LEGEND if curve else
-                   "times in ms; wall eff: busy task time / (workers x the map's wall time, submission to last "
-                   "result); eff: per worker, each from its first task to its last (leaves out the ramp and the "
-                   "tail); disp: dispatch delay (queued -> taken); "
-                   "1st: each worker's first task started after the map's submission (median, p99, max: the "
-                   "ramp); no task: workers that got none in the map; steady99: "
-                   "the dispatch p99 of the tasks after each worker's first; "
-                   "redis: CPU share of one core; client: process CPU share, then where its main thread's "
-                   "CPU went; wait: a result's end -> taken by the client; return: last result -> "
-                   "remote_map returned; end>ret: the last task's end -> remote_map returned; frames, MB read: "
-                   "what the client read of the map's results; depth: the deepest partial's level in the "
-                   "tree of partials (1: a worker's own tasks, 0: none merged); busy: cores the whole machine "
-                   "used (others' too), light: cores the light workers used")
-        click.echo(scalecurve.HEADER if curve else HEADER)
-        for n in counts:
-            nproc = processes or max(2, math.ceil(n / 100))
-            try:
-                pool = LightPool(b.config, n, processes=nproc, prefix=f"w{n}-", start_timeout=300).start()
-            except RuntimeError as err:
-                out["pools"].append({"workers": n, "processes": nproc, "failed": str(err)[:3000]})
-                click.echo(f"-- {n} workers in {nproc} processes: FAILED to register: {str(err).splitlines()[0]}")
-                continue
-            with pool:
-                idle = idle_broker_share(storage)
-                pool_row = {"workers": n, "processes": nproc, "register_s": pool.registered_s,
-                            "redis_idle_share": idle}
-                out["pools"].append(pool_row)
-                click.echo(f"-- {n} workers in {nproc} processes: registered in {pool.registered_s:.2f} s; "
-                           f"Redis idle (heartbeats only): {idle * 100:.1f}% of a core")
-                for seconds in durations:
-                    for nbytes in sizes:
-                        for merging in ((True, False) if both and reduce else (merge,)):
-                            row = _cell(b.config, storage, pool, seconds, nbytes, waves_of[seconds], reduce,
-                                        merging, budget)
-                            out["cells"].append(row)
-                            click.echo((scalecurve.format_row if curve and "tasks" in row else format_row)(row))
-        storage.close()
+    for group in (("own", "none") if cpu_group == "both" else (cpu_group,)):
+        with Share(enabled=group == "own") as share, EmbeddedBroker(maxclients=max(4000, 3 * max(counts) + 100)) as b:
+            out["machine_share"][group] = share_text(share)
+            click.echo(f"the machine ({group}): {out['machine_share'][group]}{busy_text(busy)}", err=True)
+            storage = Storage(b.config)
+            click.echo(scalecurve.LEGEND if curve else
+                       "times in ms; wall eff: busy task time / (workers x the map's wall time, submission to last "
+                       "result); eff: per worker, each from its first task to its last (leaves out the ramp and the "
+                       "tail); disp: dispatch delay (queued -> taken); "
+                       "1st: each worker's first task started after the map's submission (median, p99, max: the "
+                       "ramp); no task: workers that got none in the map; steady99: "
+                       "the dispatch p99 of the tasks after each worker's first; "
+                       "redis: CPU share of one core; client: process CPU share, then where its main thread's "
+                       "CPU went; wait: a result's end -> taken by the client; return: last result -> "
+                       "remote_map returned; end>ret: the last task's end -> remote_map returned; frames, MB read: "
+                       "what the client read of the map's results; depth: the deepest partial's level in the "
+                       "tree of partials (1: a worker's own tasks, 0: none merged); busy: cores the whole machine "
+                       "used (others' too), light: cores the light workers used")
+            click.echo(scalecurve.HEADER if curve else HEADER)
+            for n in counts:
+                nproc = processes or max(2, math.ceil(n / 100))
+                try:
+                    pool = LightPool(b.config, n, processes=nproc, prefix=f"w{n}-", start_timeout=300).start()
+                except RuntimeError as err:
+                    out["pools"].append({"workers": n, "processes": nproc, "cpu_group": group,
+                                         "failed": str(err)[:3000]})
+                    click.echo(f"-- {n} workers in {nproc} processes: FAILED to register: {str(err).splitlines()[0]}")
+                    continue
+                with pool:
+                    idle = idle_broker_share(storage)
+                    pool_row = {"workers": n, "processes": nproc, "register_s": pool.registered_s,
+                                "redis_idle_share": idle, "cpu_group": group}
+                    out["pools"].append(pool_row)
+                    click.echo(f"-- {n} workers in {nproc} processes: registered in {pool.registered_s:.2f} s; "
+                               f"Redis idle (heartbeats only): {idle * 100:.1f}% of a core")
+                    for seconds in durations:
+                        for nbytes in sizes:
+                            for merging in ((True, False) if both and reduce else (merge,)):
+                                row = _cell(b.config, storage, pool, seconds, nbytes, waves_of[seconds], reduce,
+                                            merging, budget)
+                                row["cpu_group"] = group
+                                out["cells"].append(row)
+                                click.echo((scalecurve.format_row if curve and "tasks" in row else format_row)(row))
+            storage.close()
     if any("tasks" in c for c in out["cells"]):
         out["ceiling"] = ceiling_lines(out)
         click.echo("\n".join(["", "on paper (bench/ceiling.py):", *out["ceiling"]]))
     if curve:
         scalecurve.annotate(out)                    # (its verdicts go into the JSON)
+    if cpu_group == "both":
+        out["groups_compared"] = group_lines(out["cells"])
+        click.echo("\n".join(["", *out["groups_compared"]]))
     if json_path:
-        results.write(json_path, "scale", out, series=scalecurve.SERIES if curve else None)
+        results.write(json_path, "scale", out, series=series or (scalecurve.SERIES if curve else None))
     if curve:
         scalecurve.conclude(results.envelope("scale", out, series=scalecurve.SERIES), plot_path)
     return out
+
+
+def share_text(share: Share) -> str:
+    """What the bench's figures owe to the rest of the machine (:mod:`bench.priority`)."""
+    if share.active:
+        return (f"the bench in a cpu group of its own ({BENCH_SHARES} shares against 1024 per other process group; "
+                f"the light workers' task halves {TASKS_SHARES} within it)")
+    return f"the bench shares the machine as any process does: {share.why_not}"
+
+
+def busy_text(busy: int) -> str:
+    return f"; {busy} other busy process(es) on the machine meanwhile (--busy)" if busy else ""
+
+
+def group_lines(cells: list[dict]) -> list[str]:
+    """Each cell with the bench in its own cpu group and without, side by side: the ramp
+    (each worker's first task), the workers that got none, tasks/s.
+
+    >>> c = {"workers": 2, "seconds": 1.0, "bytes": 10_000, "merge": True, "tasks": 2, "tasks_per_s": 1.0,
+    ...      "first_task_ms_median": 5.0, "first_task_ms_max": 9.0, "workers_without_a_task": 0}
+    >>> for line in group_lines([dict(c, cpu_group="own"), dict(c, cpu_group="none", first_task_ms_max=90.0)]):
+    ...     print(line)
+    the ramp in its own cpu group (own) and as any process (none): each worker's first task, ms
+    cell                            median own  median none     max own    max none  no task own/none  tasks/s own/none
+    2 x 1s x 10 kB                         5.0          5.0         9.0        90.0               0/0         1.00/1.00
+    """
+    by = {}
+    for c in cells:
+        by.setdefault((c["workers"], c["seconds"], c["bytes"], c.get("merge")), {})[c.get("cpu_group")] = c
+    lines = ["the ramp in its own cpu group (own) and as any process (none): each worker's first task, ms",
+             f"{'cell':30}{'median own':>12}{'median none':>13}{'max own':>12}{'max none':>12}"
+             f"{'no task own/none':>18}{'tasks/s own/none':>18}"]
+    for (n, sec, size, _), pair in by.items():
+        own, none = pair.get("own", {}), pair.get("none", {})
+
+        def f(c, key, fmt="{:.1f}"):
+            return fmt.format(c[key]) if key in c else "failed"
+        lines.append(f"{f'{n} x {sec:g}s x {_size_text(size)}':30}{f(own, 'first_task_ms_median'):>12}"
+                     f"{f(none, 'first_task_ms_median'):>13}{f(own, 'first_task_ms_max'):>12}"
+                     f"{f(none, 'first_task_ms_max'):>12}"
+                     f"{f(own, 'workers_without_a_task', '{}') + '/' + f(none, 'workers_without_a_task', '{}'):>18}"
+                     f"{f(own, 'tasks_per_s', '{:.2f}') + '/' + f(none, 'tasks_per_s', '{:.2f}'):>18}")
+    return lines
 
 
 def compare_lines(ref: str, ours: list[dict], theirs: list[dict]) -> list[str]:
