@@ -5,17 +5,19 @@ what it measures.
 
 With Linux's cgroup v1 ``cpu`` controller writable (root, as on the development machine and
 in CI), the bench runs in a control group of its own, :data:`BENCH_SHARES` against the
-1,024 of every other process group on the machine: another job takes at most about a
-ninth of the CPU while the bench is busy. Inside it, the task halves of the light workers
-(:func:`bench.lightworkers.yield_cpu`) share one child group of :data:`TASKS_SHARES`, a
-quarter of one of the bench's own threads however many task threads wake at once, as
-they weigh outside it.
+1,024 of every other process group on the machine: another busy job gets a third of the CPU
+while the bench is busy, not more. Inside it, the task halves of the light workers
+(:func:`bench.lightworkers.yield_cpu`) share one child group of :data:`TASKS_SHARES`,
+an eighth of one of the bench's own threads however many task threads wake at once. At
+256 and at 1,024 the supervisors' heartbeats lapsed in the 1,000-worker x 8 MB cell
+(its tasks failed as WorkerLost after three workers "stopped heartbeating"); at 128 the
+cell ran, every worker with its first task within 0.3 s.
 
-Measured side by side, 1,000 light workers x 10 s, one wave, two busy processes on the two
-cores (docs/scale.md, "The ramp on a shared machine"): with the task halves at the lowest
-weight in the session's scheduling group, the workers' first tasks came minutes after the
-map's start. Without the controller (not root, cgroup v2 only) the bench says so and runs
-as before: its ramp is then exposed to whatever else runs.
+Measured side by side (``bench scale --cpu-group both --busy 2``, docs/scale.md, "The ramp
+on a shared machine"): beside two busy processes on the two cores, with the task halves
+in scheduling groups of their own at the lowest weight, 1,000 light workers waited up to a
+minute for their first task. Without the controller (not root, cgroup v2 only) the bench
+says so and runs as before: its ramp is then exposed to whatever else runs.
 
 Every group it makes is removed when the bench ends; one left by a bench that was killed
 (its pid in the name, dead) is removed by the next.
@@ -34,8 +36,8 @@ log = logging.getLogger("rhtc.bench")
 
 ROOT = "/sys/fs/cgroup/cpu"
 PREFIX = "rhtc-bench-"
-BENCH_SHARES = 8192          # against 1,024 for each other process group (autogroup) on the machine
-TASKS_SHARES = 256           # the light workers' task halves together, against 1,024 per bench thread
+BENCH_SHARES = 2048          # against 1,024 for each other process group (autogroup) on the machine
+TASKS_SHARES = 128           # the light workers' task halves together, against 1,024 per bench thread
 TASKS_GROUP_ENV = "RHTC_BENCH_TASKS_CGROUP"   # the task halves' group, for the light processes
 
 
