@@ -8,11 +8,15 @@ the path: ``rhtc/_checkout.py`` maps its folders); this checkout runs the same c
 the same way, so both pay the same start-up. The bench's own files named by the caller
 (``overlay``: the measuring harness, e.g. ``bench/overhead.py`` and ``bench/profile.py``)
 are this checkout's on both sides, so both are measured the same way and only the code
-under test differs. Each run writes its figures as JSON; the caller gets them back,
+under test differs. A harness file that imports a module the revision does not have (a
+revision from before the module moved: ``bench/floor.py`` reads the frames through
+``broker/wire/``, which older revisions keep in ``broker/``) is left as the revision's own,
+and the bench says so. Each run writes its figures as JSON; the caller gets them back,
 ``rounds`` per side, alternating (ours, theirs, ours, theirs...).
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import json
 import os
@@ -51,10 +55,46 @@ def worktree(ref: str, overlay: tuple[str, ...] = ()) -> Iterator[Path]:
         raise click.UsageError(f"--against {ref}: git could not check it out: {got.stderr.strip()}")
     try:
         for name in overlay:
-            shutil.copyfile(root / name, where / name)
+            lacking = missing_imports(root / name, where)
+            if lacking:
+                click.echo(f"  {ref} keeps its own {name}: this checkout's imports {', '.join(lacking)}, "
+                           "which that revision does not have", err=True)
+            else:
+                shutil.copyfile(root / name, where / name)
         yield where
     finally:
         subprocess.run(["git", "-C", str(root), "worktree", "remove", "--force", str(where)], capture_output=True)
+
+
+def missing_imports(path: Path, root: Path) -> list[str]:
+    """The project modules that ``path`` (a file of this checkout) imports relatively and
+    the checkout at ``root`` does not have, as paths from its root (``broker/wire/keys.py``).
+    Read from the source; only the module's own ``from .x import`` and ``from ..x.y import``
+    lines count (an import inside a function runs only if the bench takes that path).
+
+    >>> import tempfile
+    >>> top = Path(tempfile.mkdtemp()); (top / "bench").mkdir(); (top / "broker").mkdir()
+    >>> _ = (top / "broker" / "keys.py").write_text("")
+    >>> f = top / "bench" / "h.py"
+    >>> _ = f.write_text("from ..broker.keys import Keys\\nfrom ..broker.wire import protocol\\nfrom . import results")
+    >>> missing_imports(f, top)
+    ['broker/wire']
+    """
+    folder = path.resolve().parent.relative_to(_ROOT) if path.resolve().is_relative_to(_ROOT) else Path(path.parent.name)
+    lacking = []
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if not isinstance(node, ast.ImportFrom) or not node.level:
+            continue
+        base = folder.parents[node.level - 2] if node.level > 1 else folder
+        parts = base.parts if str(base) != "." else ()
+        module = Path(*parts, *(node.module.split(".") if node.module else ()))
+        names = [module / a.name for a in node.names] if node.module is None else [module]
+        for m in names:
+            if not ((root / m).with_suffix(".py").exists() or (root / m / "__init__.py").exists()):
+                if node.module is None and (root / module).exists():
+                    continue                       # (``from . import x``: x may be a name, not a module)
+                lacking.append(str(m))
+    return sorted(set(lacking))
 
 
 def run_bench(root: Path, args: list[str]) -> dict:

@@ -5,6 +5,7 @@ FuturesExecutor with N processes, and coffea's IterativeExecutor in one process 
 baseline). Each system runs alone; its figures print as soon as they are measured.
 
     bench agc --workers 2 --events 50000 [--no-systematics]
+    bench agc --against REF --rounds 2      # ours and Iterative here and at a git revision, in turns
 
 Every system gets the same WorkItems (preprocessed once) and a warm-up run on a tiny
 file of its own, so that "cold" measures reading the data, not importing coffea and
@@ -175,8 +176,15 @@ def _futures(items, warmup, systematics, workers: int) -> dict:
 @click.option("--json", "json_path", default="bench-agc.json", show_default=True)
 @click.option("--timeline", "timeline_path", default="bench-agc-timeline.png", show_default=True,
               help="Our warm run's timeline (the cold one beside it, -cold.png).")
-def agc_command(workers, events, chunk_size, systematics, data_dir, systems, repeats, json_path, timeline_path):
+@click.option("--against", metavar="REF", default=None,
+              help="Run ours and the Iterative baseline with the code of this git revision too, in turns with "
+                   "this checkout's, and compare (--rounds runs each; --systems and --repeats are ignored).")
+@click.option("--rounds", default=2, show_default=True, help="With --against: runs of each side.")
+def agc_command(workers, events, chunk_size, systematics, data_dir, systems, repeats, json_path, timeline_path,
+                against, rounds):
     """The AGC ttbar analysis cold and warm: ours vs coffea+dask vs Futures vs one process."""
+    if against:
+        return compare(against, rounds, workers, events, chunk_size, systematics, data_dir, json_path)
     from coffea import processor
     from .agcchunk import describe, one_chunk
     from .agcgen import ANALYSIS_BRANCHES, make_agc_data
@@ -276,4 +284,33 @@ def _summary(res: dict, n: int) -> dict:
     out["warm_over_cold"] = {k: r["cold_s"] / r["warm_s"] for k, r in res.items()}
     for line in lines:
         click.echo(line)
+    return out
+
+
+#: this bench's own files: the same on both sides of --against (the data too: both read one --data-dir)
+HARNESS = ("bench/agc.py", "bench/agcchunk.py", "bench/agcgen.py", "bench/agcschema.py", "bench/results.py",
+           "bench/against.py", "bench/dimuon_runs.py")
+#: what --against compares: (label, system, figure); times, so a ratio above 1 is this checkout faster
+COMPARED = [("ours cold (s)", "ours", "cold_s"), ("ours warm (s)", "ours", "warm_s"),
+            ("coffea Iterative cold (s)", "iterative", "cold_s"), ("coffea Iterative warm (s)", "iterative", "warm_s")]
+
+
+def compare(ref: str, rounds: int, workers: int, events: int, chunk_size: int, systematics: bool,
+            data_dir: str, json_path: str | None) -> dict:
+    """``bench agc --systems ours,iterative`` here and at ``ref``, in turns; medians side by
+    side, with the ratio of ``ref``'s time over this checkout's (above 1: this checkout is faster)."""
+    from .against import side_by_side
+    args = ["agc", "--workers", str(workers), "--events", str(events), "--chunk-size", str(chunk_size),
+            "--systematics" if systematics else "--no-systematics", "--data-dir", os.path.abspath(data_dir),
+            "--systems", "ours,iterative", "--timeline", os.path.join(os.path.abspath(data_dir), "against.png")]
+    ours, theirs = side_by_side(ref, args, rounds, overlay=HARNESS)
+    click.echo(f"bench {' '.join(args)}: this checkout against {ref}, {rounds} runs each in turns, medians")
+    click.echo(f"{'':30}{'this checkout':>14}{ref[:12]:>14}{'speed ratio':>12}")
+    out = {"ref": ref, "args": args, "ours": ours, "theirs": theirs, "medians": {}}
+    for label, system, key in COMPARED:
+        a, b = (statistics.median(r["systems"][system][key] for r in runs) for runs in (ours, theirs))
+        out["medians"][label] = [a, b]
+        click.echo(f"{label:30}{a:>14.3f}{b:>14.3f}{b / a:>11.2f}x")
+    if json_path:
+        results.write(json_path, "agc", out, default=str)
     return out
