@@ -64,6 +64,15 @@ def pack_command(conn, *args) -> list[bytes]:
     return out
 
 
+def _hand(handler, reply) -> None:
+    """Give a reply read later to the handler its command was sent with; what the handler
+    raises is logged, never raised into the unrelated command that read the reply."""
+    try:
+        handler(reply)
+    except Exception:                  # (a bug of the handler's: its caller's reply is whole)
+        log.exception("a reply's handler failed")
+
+
 class FastLane:
     """One dedicated connection for a worker's hot path, where a command can be sent
     without waiting for its reply (the reply is read before the next command's)."""
@@ -72,7 +81,9 @@ class FastLane:
         self.r = r
         self.conn = None
         self.pending = 0
-        self._quiet: deque[bool] = deque()   # per reply owed: whether its error is dropped (send(quiet=True))
+        #: per reply owed: False (returned by collect), True (dropped, errors too: send(quiet=True)),
+        #: or a callable that gets it (send(on_reply=...); an error reply is dropped)
+        self._quiet: deque = deque()
         self._out: list[bytes] = []       # packed commands not written yet (send(flush=False))
         self._health = False              # check the connection before writing them
         self._loaded = set()
@@ -113,10 +124,12 @@ class FastLane:
                 quiet = self._quiet.popleft() if self._quiet else False
                 try:
                     got = self.conn.read_response()
-                    if not quiet:
+                    if quiet is False:
                         replies.append(got)
+                    elif quiet is not True:
+                        _hand(quiet, got)
                 except redis.ResponseError as err:
-                    if not quiet:
+                    if quiet is False:
                         error = error or err
                 self.pending -= 1
         except BaseException:      # a lost connection, or an interrupt between two replies:
@@ -126,18 +139,21 @@ class FastLane:
             raise error
         return replies
 
-    def send(self, *args, flush: bool = True, quiet: bool = False) -> None:
+    def send(self, *args, flush: bool = True, quiet: bool = False, on_reply=None) -> None:
         """Send a command without waiting for its reply; ``flush=False`` keeps it to go out
         with the next command in one write (one wake-up of the broker, not two);
         ``quiet``: its reply, error or not, is read and dropped (a best-effort write whose
-        refusal must not be raised by an unrelated later command)."""
+        refusal must not be raised by an unrelated later command); ``on_reply``: as quiet,
+        but the reply is given to it when it is read (with the next command's, or at
+        :meth:`collect`), in the thread that reads it; never if the connection is lost
+        first, nor for an error reply."""
         try:
             conn = self._connection()
             if not self._out:      # (a health-check PING may only go out when no reply is owed)
                 self._health = not self.pending
             self._out.append(pack_command(conn, *args))
             self.pending += 1
-            self._quiet.append(quiet)
+            self._quiet.append(on_reply if on_reply is not None else bool(quiet))
             if flush:
                 self._flush()
         except BaseException:      # half a command may have gone out: start afresh
@@ -174,16 +190,16 @@ class FastLane:
         return self.collect()
 
     def script(self, script, keys: list, args: list, wait: bool = True, flush: bool = True,
-               quiet: bool = False):
+               quiet: bool = False, on_reply=None):
         """Run a script of :mod:`broker.functions` (loading the library if the broker lost
         it). With ``wait=False`` the reply is read before the next command instead (the
         library is then loaded first on this connection, so that a missing function cannot
-        go unnoticed); ``flush`` and ``quiet`` as :meth:`send`."""
+        go unnoticed); ``flush``, ``quiet`` and ``on_reply`` as :meth:`send`."""
         if not wait:
             if script.lib.name not in self._loaded:
                 script.lib.ensure(self.call)
                 self._loaded.add(script.lib.name)
-            self.send(*script.command(keys, args), flush=flush, quiet=quiet)
+            self.send(*script.command(keys, args), flush=flush, quiet=quiet, on_reply=on_reply)
             return None
         try:
             return self.call(*script.command(keys, args))

@@ -15,12 +15,12 @@ from __future__ import annotations
 import functools
 import struct
 import time
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from . import scriptargs
 from .wire import blobs, protocol
 from .wire.config import redact
-from .errors import BrokerRefused, ConnectionProblem
+from .errors import BrokerRefused, BrokerTrouble, ConnectionProblem
 from .functions import missing
 from .inflight import InFlight
 from .wire.keys import MAP_DATA, MAP_NONCE, MAP_REFUSED
@@ -194,19 +194,21 @@ class MapQueue:
         return protocol.pack_map_token(self.config.key, map_id, nonce,
                                        self.link.broker_ms() + int(self.settings.token_ttl * 1000))
 
-    def sign_end(self, map_id: str, nonce: str, drop: bool = False) -> None:
+    def sign_end(self, map_id: str, nonce: str, drop: bool = False,
+                 lost_runs: Callable[[dict[int, str]], None] | None = None) -> None:
         """Put a map's signed end in its liveness token's place (kept as long as its last
         token could be valid): workers refuse its frames from now on (worker/tokens.py).
         Written at once on the hot lane, its reply read with the next command's: the map's
         return does not wait a round trip for it (the broker runs it in order all the same).
-        ``drop``: the map's keys are deleted in the same write (:meth:`end`)."""
+        ``drop``: the map's keys are deleted in the same write (:meth:`end`, ``lost_runs``
+        as there)."""
         ttl = int(self.settings.token_ttl * 1000)
         with self.fast.lock:
             self.fast.send("SET", self.keys.live(map_id), protocol.pack_map_token(
                 self.config.key, map_id, nonce, self.link.broker_ms() + ttl, ended=True), "PX", ttl, quiet=True,
                 flush=not drop)
             if drop:
-                self.end(map_id, lazy=True)
+                self.end(map_id, lazy=True, lost_runs=lost_runs)
 
     # -- its results -------------------------------------------------------------------
     def fetch_results(self, map_id: str, timeout: float, count: int = 1000) -> list[bytes]:
@@ -325,23 +327,49 @@ class MapQueue:
         return self.inflight.cancel(map_id)
 
     # -- its end ---------------------------------------------------------------------------
-    def end(self, map_id: str, lazy: bool = False) -> None:
+    def end(self, map_id: str, lazy: bool = False,
+            lost_runs: Callable[[dict[int, str]], None] | None = None) -> None:
         """Delete every key a map owns, and the blobs of its unread results (a late hand-in
         after the end finds the map gone: take.lua deletes its blob); its queued tasks are
         dropped by whoever takes them. ``lazy``: sent without waiting for the reply (read
-        with the next command's), or, when the broker cannot be reached now, with this
-        client's next map (the keys expire anyway). It used to wait for the next map
-        always: a notebook idle after its map kept the map's keys, and the next map's
-        registration deleted them on its critical path."""
+        with the next command's, or at :meth:`settle`), or, when the broker cannot be
+        reached now, with this client's next map (the keys expire anyway). It used to wait
+        for the next map always: a notebook idle after its map kept the map's keys, and the
+        next map's registration deleted them on its critical path. ``lost_runs`` gets the
+        map's :meth:`attempt_histories` as they were when its keys went, when the reply is
+        read (never if the connection is lost first)."""
         args = scriptargs.sweep(ns=self.keys.ns, every_ms=0, scan_step=self.settings.scan_step, ended=[map_id])
+        handler = (lambda reply: lost_runs(self._histories(map_id, reply))) if lost_runs else None
         if not lazy:
-            self.scripts["sweep"](args=args)
+            got = self.scripts["sweep"](args=args)
+            if handler:
+                handler(got)
             return
         try:
             with self.fast.lock:
-                self.fast.script(self.scripts["sweep"], [], args, wait=False, quiet=True)
+                self.fast.script(self.scripts["sweep"], [], args, wait=False, quiet=True, on_reply=handler)
         except ConnectionProblem:
             self._finished.append(map_id)
+
+    def settle(self) -> None:
+        """Read the replies still owed on the hot lane (so that what waits for them, the
+        runs lost in a map that just ended, is in); a broker that cannot answer now is
+        left as it is (they are read with the next command's, or lost with the connection)."""
+        try:
+            with self.fast.lock:
+                self.fast.collect()
+        except BrokerTrouble:
+            pass
+
+    @staticmethod
+    def _histories(map_id: str, reply) -> dict[int, str]:
+        """:meth:`attempt_histories` from the reply of an ended map's sweep (``lua/sweep.lua``)."""
+        for entry in reply or ():
+            if entry and entry[0] in (map_id, map_id.encode("ascii")):
+                flat = entry[1]
+                return {protocol.TaskRef.from_task_id(map_id.encode("ascii") + flat[i]).index: flat[i + 1].decode()
+                        for i in range(0, len(flat), 2)}
+        return {}
 
     def flush(self) -> None:
         """Delete the keys of maps ended lazily."""

@@ -205,6 +205,7 @@ class Plot:
 def record_of(run: MapRun):
     """A :class:`~client.reports.record.RunRecord` of a map: its tasks and the workers' metrics."""
     from .reports.record import RunRecord
+    run.settle()                         # (the runs lost with their process come with the end's reply)
     rec = RunRecord(map_id=run.map_id, function=run.label, start=run.start or 0.0, n_tasks=run.n)
     rec.use_arguments(run.args)          # (what each task read of its own chunk: rhtc warm)
     for meta in run.metas:

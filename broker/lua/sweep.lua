@@ -5,13 +5,17 @@
 -- are dropped by whoever pops them (take).
 -- Arguments: ns, throttle ms, step, then the ids of maps their client ended (cancelled, left
 -- early, timed out, done): those are dropped now, the blobs of their unread results with
--- them, their signed ends left to expire (drop_map), and the registry is not looked at. Returns the ids of the maps dropped.
+-- them, their signed ends left to expire (drop_map), and the registry is not looked at.
+-- Returns, for ended maps, {id, its runs lost with their process (the `tries` hash, as
+-- HGETALL: index, history...)} per map, read as they go (the client's record of the map
+-- gets them in the reply of the write that ended it: no round trip on the map's return);
+-- else the ids of the maps dropped.
 local every, step = tonumber(ARGV[2]), tonumber(ARGV[3])
 if #ARGV > 3 then
   local ended = {}
   for i = 4, #ARGV do
+    ended[#ended + 1] = {ARGV[i], redis.call('HGETALL', K.tries(ARGV[i]))}
     drop_map(ARGV[i], true)
-    ended[#ended + 1] = ARGV[i]
   end
   return ended
 end

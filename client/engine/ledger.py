@@ -128,10 +128,15 @@ class Ledger:
         """Every run of the map that died with its process, from the broker's histories
         (read once, when the map ends, before its keys go)."""
         try:
-            for index, history in storage.maps.attempt_histories(map_id).items():
-                self.lost_runs(index, history)
+            self.note_lost_runs(storage.maps.attempt_histories(map_id))
         except ConnectionProblem:
             pass            # the record lacks them; the results are whole
+
+    def note_lost_runs(self, histories: dict[int, str]) -> None:
+        """:meth:`lost_runs` of every task in ``histories`` (index -> its history, as the
+        broker kept it), as they come with the reply of the write that ended the map."""
+        for index, history in histories.items():
+            self.lost_runs(index, history)
 
     def __len__(self) -> int:
         return len(self._index)

@@ -331,15 +331,24 @@ class MapRun:
     def _finish(self) -> None:
         """Every task answered: sign the map's end, check its state, keep its lost runs."""
         self.end = time.time()
-        self._sign_end()
-        # the runs lost with their process, read before the keys go, whatever the map's length:
-        # it used to read them only for maps over 0.5 s ("a restart takes longer"), and a task
-        # process that crashed and came back within a short map was missing from its record
-        self.state.ledger.read_lost_runs(self.storage, self.map_id)
-        self._drop()
+        # every result is read: the keys go in the end's own write, and the runs lost with
+        # their process come back in its reply (read with the next command's, or when the
+        # record is asked for: settle), whatever the map's length, with no round trip on the
+        # map's return. (It used to read them only for maps over 0.5 s, "a restart takes
+        # longer", and a short map's crashed run was missing from its record; then in a
+        # round trip of its own at every map's end: 0.23 ms of a 1.1 ms one-task map.)
+        self._sign_end(drop=True)
+        if self.state.life.may_drop_keys:     # the end was not written: read them now
+            self.state.ledger.read_lost_runs(self.storage, self.map_id)
+            self._drop()
         if self.settings.check_invariants:
             self.validate()
         self.feed.flush(later=True)    # off the map's path: no round trip
+
+    def settle(self) -> None:
+        """Read what the broker still owes this client's hot lane: the runs lost with their
+        process, which come with the reply of the write that ended the map."""
+        self.storage.maps.settle()
 
     def cancel(self) -> int:
         """Remove the map's queued tasks and keys; returns how many queued tasks were dropped.
@@ -385,7 +394,8 @@ class MapRun:
             return
         signed = False
         try:
-            self.storage.maps.sign_end(self.map_id, self.nonce, drop=drop)
+            self.storage.maps.sign_end(self.map_id, self.nonce, drop=drop,
+                                       lost_runs=self.state.ledger.note_lost_runs if drop else None)
             signed = True
         except BrokerTrouble:
             pass

@@ -19,3 +19,23 @@ def test_a_big_value_set_through_the_fast_lane_comes_back_whole(storage):
     finally:
         storage.r.delete(*values)
         lane.reset()
+
+
+def test_a_reply_sent_to_a_handler_reaches_it_and_nothing_else(storage, caplog):
+    """``send(on_reply=...)``: the reply goes to the handler when it is read (with the next
+    command's), never to the caller of that command; an error reply is dropped; a handler
+    that raises is logged, and the command that read its reply gets its own reply whole."""
+    lane, got = FastLane(storage.r), []
+    try:
+        lane.send("ECHO", "for the handler", on_reply=got.append)
+        storage.r.set("fastlane-test:not-a-number", "x", ex=60)
+        lane.send("INCR", "fastlane-test:not-a-number", on_reply=got.append)     # (an error reply)
+        assert got == []
+        lane.send("ECHO", "mine")
+        assert lane.collect_all() == [b"mine"] and got == [b"for the handler"]
+        lane.send("ECHO", "again", on_reply=lambda reply: 1 / 0)
+        assert lane.call("ECHO", "whole") == b"whole"
+        assert "a reply's handler failed" in caplog.text
+    finally:
+        storage.r.delete("fastlane-test:not-a-number")
+        lane.reset()

@@ -282,6 +282,29 @@ def test_attempt_histories_hold_one_line_per_run_that_killed_its_worker(storage)
     assert storage.maps.attempt_histories(m.map_id) == {0: "the first crash\nthe second crash\n"}
 
 
+@pytest.mark.parametrize("lazy", [False, True], ids=["waited for", "read with the next command"])
+def test_the_end_of_a_map_hands_its_lost_runs_to_the_client_as_its_keys_go(storage, lazy):
+    """The runs lost with their process come back in the reply of the write that ends the
+    map (sweep.lua), read as the keys go: no round trip of their own on the map's return;
+    lazily, when the hot lane's next reply is read (settle), in the thread that reads it."""
+    w = claim(storage)
+    m = start_map(storage, 2, to=w.name)
+    held, _, batch = storage.lease.take(w.name, w.inc, 1)
+    assert held and storage.lease.reconcile(w.name, w.inc, crashed=m.tid(0), why="it crashed") == (1, "queued")
+    got: list = []
+    storage.maps.end(m.map_id, lazy=lazy, lost_runs=got.append)
+    if lazy:
+        assert got == []                                   # (nothing read yet)
+        storage.maps.settle()
+    assert got == [{0: "it crashed\n"}]
+    assert not storage.r.exists(storage.keys.tries(m.map_id), storage.keys.map(m.map_id))
+    other = start_map(storage, 1)
+    quiet: list = []
+    storage.maps.end(other.map_id, lazy=True, lost_runs=quiet.append)
+    storage.maps.settle()
+    assert quiet == [{}]                                   # a map without lost runs: none
+
+
 # -- across the queues ----------------------------------------------------------------------------
 def test_audit_finds_each_task_where_it_is_and_not_one_a_stale_incarnation_holds(storage):
     k, key = storage.keys, storage.config.key
