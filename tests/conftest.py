@@ -39,7 +39,7 @@ from rhtc.broker.storage import Storage
 from rhtc.processes import stop_processes
 
 from tests.samples import NANOAOD, ROOT, needs_nanoaod  # noqa: F401  (re-exported to the tests)
-from tests.parallel import POOL_GROUP, group_of, pytest_xdist_make_scheduler  # noqa: F401  (the hook)
+from tests.parallel import POOL_FIXTURE_GROUPS, group_of, pytest_xdist_make_scheduler  # noqa: F401  (the hook)
 # The real pools, session-wide: defined here once, so every test module shares one HTCondor
 # pool and one Slurm cluster (a module importing them itself would start a second pool).
 from tests.pools.fixtures import (condor_env_pack, condor_pool, pool_analyst, pool_broker,  # noqa: F401
@@ -59,9 +59,6 @@ PROCESS_FIXTURES = frozenset({
 #: markers that keep a test out of the quick tier (pytest.ini_options.markers says what each means)
 FULL_ONLY = ("slow", "pool", "heavy")
 _UNIT = pytest.StashKey[bool]()
-#: the machine's one HTCondor pool and one Slurm cluster: session fixtures that the tests
-#: using them share in one xdist worker (tests/parallel.py's ``pools`` group)
-POOL_FIXTURES = frozenset({"condor_pool", "slurm_pool"})
 
 
 #: where the tests that need no process live (the quick tier, by location), and the folders
@@ -78,15 +75,17 @@ def _where(item) -> str:
 def pytest_collection_modifyitems(config, items):
     """The tier is the folder: every test under tests/unit/ is in the quick tier (unless it is
     ``heavy``), and needs no process; a test elsewhere needs one. Refuse a test that needs a
-    pool outside the modules of the ``pools`` group."""
+    pool outside its group (tests/parallel.py)."""
     wrong = []
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
         where = _where(item)
-        if not POOL_FIXTURES.isdisjoint(fixtures) and group_of(item.nodeid) != POOL_GROUP:
-            raise pytest.UsageError(
-                f"{item.nodeid} uses the HTCondor pool or the Slurm cluster: add its module to "
-                "POOL_MODULES in tests/parallel.py, so that it runs in the worker that holds them")
+        for pool in POOL_FIXTURE_GROUPS.keys() & set(fixtures):
+            if group_of(item.nodeid) != POOL_FIXTURE_GROUPS[pool]:      # the machine's one pool of its kind:
+                raise pytest.UsageError(                                # one xdist worker holds it
+                    f"{item.nodeid} uses {pool}: put its module in POOL_MODULES (or the test in POOL_TESTS) "
+                    f"of tests/parallel.py with the group {POOL_FIXTURE_GROUPS[pool]!r}, so that it runs in "
+                    "the worker that holds it")
         needs = sorted(PROCESS_FIXTURES.intersection(fixtures))
         if where.startswith(UNIT):
             if needs or item.get_closest_marker("slow") or item.get_closest_marker("pool"):
@@ -209,7 +208,13 @@ def storage(broker):
 
 
 class Workers:
-    """Real `python -m rhtc.worker` processes attached to a broker; stopped by pid."""
+    """Real `python -m rhtc.worker` processes attached to a broker; stopped by pid.
+
+    They run the tests' small functions, so they import no analysis stack ahead of them
+    (``RHTC_PRELOAD=none``, unless the test's environment or ``env`` names one): the
+    preload's imports were ~0.3 s of CPU per worker, some 400 times a run. The preload
+    itself is tested where it is the subject (``scenarios/test_preload_before_the_first_task.py``),
+    and the workers of ``LocalCluster``, the pools and the benches keep it on."""
 
     def __init__(self, config, tmp: Path):
         self.config, self.tmp, self.procs, self._n = config, tmp, {}, 0
@@ -227,6 +232,7 @@ class Workers:
                 self.procs[f"{name}#{self._n}"] = self.procs.pop(name)
             log = open(self.tmp / f"{name}.log", "ab")
             e = dict(os.environ, **self.config.env(), **(env or {}))
+            e.setdefault("RHTC_PRELOAD", "none")      # (see the class's docstring)
             p = subprocess.Popen([sys.executable, "-m", "rhtc.worker", "--name", name, *extra],
                                  env=e, stdout=log, stderr=subprocess.STDOUT, cwd=str(ROOT))
             log.close()

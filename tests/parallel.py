@@ -3,10 +3,15 @@
 Every test runs alone, in whichever worker is free (its own broker, workers and temporary
 directory), except the tests of one **group**, which run in one worker, one after another:
 
-* ``pools``: every test of :data:`POOL_MODULES`, the modules that use the HTCondor pool or the
-  Slurm cluster. Those are session fixtures of one process over what the machine has once (the
-  chroot under ``$RHTC_POOL_CACHE`` and its lock, HTCondor's port 9618): a pool asked for in a
-  second worker would wait for the first worker's session to end. In one worker they come up once.
+* ``condor-pool`` and ``slurm-cluster``: the tests of :data:`POOL_MODULES` (and
+  :data:`POOL_TESTS`), which use the HTCondor pool or the Slurm cluster. Those are session
+  fixtures of one process over what the machine has once (the HTCondor pool's chroot under
+  ``$RHTC_POOL_CACHE`` and its lock, its port 9618): a pool asked for in a second worker would
+  wait for the first worker's session to end. In one worker it comes up once. The two are
+  independent (the Slurm cluster runs in a session directory of its own, on free ports), so
+  each has its own group: in one, the HTCondor pool's ~7 minutes (its chroot built from
+  nothing in CI, then the tests) were the suite's longest chain, and the Slurm tests waited
+  at its end.
 * the modules of :data:`MODULE_GROUPS`, whose module-scoped fixture takes long to build (a wheel,
   generated data, a LocalCluster, a downloaded sdist): in one worker it is built once, not once
   per worker.
@@ -22,11 +27,16 @@ from __future__ import annotations
 
 import pytest
 
-#: the modules (their paths under tests/) whose tests use the machine's one HTCondor pool or Slurm cluster
-POOL_MODULES = frozenset({"scenarios/test_condor.py", "scenarios/test_slurm.py",
-                          "scenarios/test_pool_keeper.py",
-                          "docs/test_pool_examples.py"})     # the docs' pool examples
-POOL_GROUP = "pools"
+CONDOR_GROUP, SLURM_GROUP = "condor-pool", "slurm-cluster"
+#: the modules (their paths under tests/) whose tests use the machine's one HTCondor pool or
+#: Slurm cluster, with the group of the one they use
+POOL_MODULES = {"scenarios/test_condor.py": CONDOR_GROUP, "scenarios/test_pool_keeper.py": CONDOR_GROUP,
+                "docs/test_pool_examples.py": CONDOR_GROUP,      # the docs' pool examples
+                "scenarios/test_slurm.py": SLURM_GROUP}
+#: tests of those modules that use the other one (node ids under tests/)
+POOL_TESTS = {"scenarios/test_pool_keeper.py::test_slurm_pool_replaces_cancelled_and_held_jobs": SLURM_GROUP}
+#: the group of the tests that use each pool fixture (tests/conftest.py refuses a test elsewhere)
+POOL_FIXTURE_GROUPS = {"condor_pool": CONDOR_GROUP, "slurm_pool": SLURM_GROUP}
 #: modules kept in one worker for a module-scoped fixture that is slow to build (what it builds)
 MODULE_GROUPS = {
     "unit/bench/test_agcgen.py": "a ttbar file with every one of ~950 branches",
@@ -44,7 +54,8 @@ def group_of(nodeid: str) -> str | None:
     """The group of a test (by its node id), or None: it runs alone."""
     module = nodeid.split("::", 1)[0].split("tests/", 1)[-1]      # its path under tests/
     if module in POOL_MODULES:
-        return POOL_GROUP
+        test = nodeid.split("tests/", 1)[-1].split("[", 1)[0]
+        return POOL_TESTS.get(test, POOL_MODULES[module])
     if module in MODULE_GROUPS:
         return nodeid.split("::", 1)[0]
     return None

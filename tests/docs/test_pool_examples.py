@@ -12,7 +12,7 @@ extra's bindings (tests/docs/pool_client.py runs the blocks). Every job submitte
 directory, the page's own included, is removed at the end.
 
 Without a pool the test skips, saying why; under ``$RHTC_REQUIRE_POOLS`` or ``$CI`` it fails
-(tests/pools/fixtures.py). This module is in tests/parallel.py's ``pools`` group.
+(tests/pools/fixtures.py). This module is in tests/parallel.py's ``condor-pool`` group.
 """
 from __future__ import annotations
 
