@@ -27,6 +27,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -163,6 +164,35 @@ def pytest_configure(config):
     in CI every xdist worker started so, and a Ctrl-C test passed only in a worker where an
     earlier test (nbclient's event loop) happened to put Python's handler back."""
     _restore_ctrl_c()
+
+
+_prebuild: list[threading.Thread] = []
+
+
+def pytest_sessionstart(session):
+    """The full suite's main process (the xdist controller) builds the toxiproxy server in
+    the background at once, on a machine that has none yet (CI: from empty caches): the
+    first test to need it used to build it inside its own timeout (``go install``, about a
+    minute on a busy machine: a 60 s test timed out in CI). A test that needs it before the
+    build is done waits for it (bench/toxiproxy.py's build lock). The quick tier needs none."""
+    paths = [a for a in session.config.invocation_params.args if not str(a).startswith("-") and os.path.exists(a)]
+    whole = all(Path(a).resolve() == ROOT / "tests" for a in paths)     # (not one module run by hand)
+    if hasattr(session.config, "workerinput") or os.environ.get("RHTC_TEST_TIER") == "quick" or not whole:
+        return
+    from rhtc.bench import toxiproxy
+
+    def build():
+        try:
+            toxiproxy.toxiproxy_binary()
+        except Exception:            # (the tests that need it say why, with the same error)
+            pass
+    _prebuild.append(threading.Thread(target=build, name="toxiproxy build", daemon=True))
+    _prebuild[0].start()
+
+
+def pytest_unconfigure(config):
+    for thread in _prebuild:         # (never leave the build running: its go process would outlive us)
+        thread.join()
 
 
 @pytest.fixture(autouse=True)

@@ -30,7 +30,7 @@ def _wait_for_line(workers, name: str, text: str, timeout: float = 60.0) -> str:
 
 @pytest.mark.timeout(120)
 def test_a_fresh_idle_worker_has_imported_the_stack_before_its_first_task(broker, workers):
-    [name] = workers.start(1, extra=("-v",))
+    [name] = workers.start(1, extra=("-v",), env={"RHTC_PRELOAD": ""})    # the default (the fixture's is none)
     log = _wait_for_line(workers, name, "preload: imported")      # idle: it imported them meanwhile
     assert "uproot" in log and "awkward" in log, log
     got = remote_map(imported_before, [0], broker=broker, progress=False, timeout=60)
