@@ -64,16 +64,20 @@ def _timed(executor, items: list, systematics: bool, cachestrategy=None) -> tupl
     return time.perf_counter() - t, out
 
 
+#: warm runs per system and round (--warm-runs): their median is the warm figure
+WARM_RUNS = 2
+
+
 def _phases(name: str, executor, items, warmup, systematics, cachestrategy=None, cores: int = 1,
-            warm_runs: int = 2, after: Callable[[str], dict] | None = None) -> dict:
-    """Warm-up, cold, then warm (median of ``warm_runs``); prints the line at once."""
+            after: Callable[[str], dict] | None = None) -> dict:
+    """Warm-up, cold, then warm (median of :data:`WARM_RUNS`); prints the line at once."""
     _timed(executor, warmup, systematics, cachestrategy)
     cold_s, out = _timed(executor, items, systematics, cachestrategy)
     res = {"cores": cores, "cold_s": cold_s, "entries": out["entries"],
            "events": sum(out["nevents"].values()), "hists": {"cold": _hist_views(out)}}
     res.update(after("cold") if after else {})
     warm = []
-    for _ in range(warm_runs):
+    for _ in range(WARM_RUNS):
         seconds, out = _timed(executor, items, systematics, cachestrategy)
         warm.append(seconds)
         res.update(after("warm") if after else {})
@@ -180,9 +184,16 @@ def _futures(items, warmup, systematics, workers: int) -> dict:
               help="Run ours and the Iterative baseline with the code of this git revision too, in turns with "
                    "this checkout's, and compare (--rounds runs each; --systems and --repeats are ignored).")
 @click.option("--rounds", default=2, show_default=True, help="With --against: runs of each side.")
+@click.option("--warm-runs", default=WARM_RUNS, show_default=True,
+              help="Warm runs of each system per round; the warm figure is their median. A warm run of ours "
+                   "is a tenth of a second here and its time comes in modes: take more to compare two codes.")
 def agc_command(workers, events, chunk_size, systematics, data_dir, systems, repeats, json_path, timeline_path,
-                against, rounds):
+                against, rounds, warm_runs):
     """The AGC ttbar analysis cold and warm: ours vs coffea+dask vs Futures vs one process."""
+    global WARM_RUNS
+    if warm_runs < 1:
+        raise click.BadParameter(f"{warm_runs}: at least one warm run", param_hint="--warm-runs")
+    WARM_RUNS = warm_runs
     if against:
         return compare(against, rounds, workers, events, chunk_size, systematics, data_dir, json_path)
     from coffea import processor
@@ -302,7 +313,8 @@ def compare(ref: str, rounds: int, workers: int, events: int, chunk_size: int, s
     from .against import side_by_side
     args = ["agc", "--workers", str(workers), "--events", str(events), "--chunk-size", str(chunk_size),
             "--systematics" if systematics else "--no-systematics", "--data-dir", os.path.abspath(data_dir),
-            "--systems", "ours,iterative", "--timeline", os.path.join(os.path.abspath(data_dir), "against.png")]
+            "--systems", "ours,iterative", "--timeline", os.path.join(os.path.abspath(data_dir), "against.png"),
+            "--warm-runs", str(WARM_RUNS)]
     ours, theirs = side_by_side(ref, args, rounds, overlay=HARNESS)
     click.echo(f"bench {' '.join(args)}: this checkout against {ref}, {rounds} runs each in turns, medians")
     click.echo(f"{'':30}{'this checkout':>14}{ref[:12]:>14}{'speed ratio':>12}")
