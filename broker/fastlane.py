@@ -139,6 +139,13 @@ class FastLane:
             raise error
         return replies
 
+    def settle(self) -> None:
+        """Read the replies owed so far when each goes to a handler or to nobody (quiet),
+        so that the handlers have theirs; when a caller still waits for one (a reply, or
+        an error, that its :meth:`collect` must see), leave them all to that caller."""
+        if self.pending and len(self._quiet) == self.pending and all(q is not False for q in self._quiet):
+            self.collect_all()
+
     def send(self, *args, flush: bool = True, quiet: bool = False, on_reply=None) -> None:
         """Send a command without waiting for its reply; ``flush=False`` keeps it to go out
         with the next command in one write (one wake-up of the broker, not two);

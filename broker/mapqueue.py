@@ -353,11 +353,12 @@ class MapQueue:
 
     def settle(self) -> None:
         """Read the replies still owed on the hot lane (so that what waits for them, the
-        runs lost in a map that just ended, is in); a broker that cannot answer now is
-        left as it is (they are read with the next command's, or lost with the connection)."""
+        runs lost in a map that just ended, is in), unless one is owed to a caller
+        (:meth:`FastLane.settle`); a broker that cannot answer now is left as it is (they
+        are read with the next command's, or lost with the connection)."""
         try:
             with self.fast.lock:
-                self.fast.collect()
+                self.fast.settle()
         except BrokerTrouble:
             pass
 

@@ -39,3 +39,22 @@ def test_a_reply_sent_to_a_handler_reaches_it_and_nothing_else(storage, caplog):
     finally:
         storage.r.delete("fastlane-test:not-a-number")
         lane.reset()
+
+
+def test_settle_reads_the_handlers_replies_but_leaves_a_callers_to_it(storage):
+    """``settle()`` gives the handlers their replies when nothing else is owed; a reply (or an
+    error) that a caller's collect() must see stays owed, with the handlers' before it."""
+    lane, got = FastLane(storage.r), []
+    try:
+        lane.send("ECHO", "one", on_reply=got.append)
+        lane.send("SET", "fastlane-test:settle", "x", "EX", 60, quiet=True)
+        lane.settle()
+        assert got == [b"one"] and lane.pending == 0
+        lane.send("ECHO", "two", on_reply=got.append)
+        lane.send("ECHO", "the caller's")                     # owed to whoever collects next
+        lane.settle()
+        assert got == [b"one"] and lane.pending == 2
+        assert lane.collect_all() == [b"the caller's"] and got == [b"one", b"two"]
+    finally:
+        storage.r.delete("fastlane-test:settle")
+        lane.reset()
