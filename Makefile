@@ -52,9 +52,12 @@ coverage-report:
 	@awk 'NR <= 2 || /^TOTAL/ || ($$NF + 0 < 80 && $$NF ~ /%$$/)' .coverage-data/report.txt
 
 # the fast tier: tests/unit/ and the smoke tests marked quick by hand (tests/README.md); only
-# those files are collected; property tests run a fifth of their examples (tests/helpers.py)
+# those files are collected; property tests run a fifth of their examples (tests/helpers.py).
+# It computes rather than waits, so one xdist worker per core (-n auto): a third worker on
+# two cores added its collection and contention, ~10 s of CPU (PYTEST_ARGS='-n 3' overrides).
+# The smoke tests first: they mostly wait on their workers, beside the unit tests' computing
 test-quick: setup
-	$(call pytest_run,RHTC_TEST_TIER=quick,-m quick tests/unit $$(grep -rl --include='test_*.py' 'mark.quick' tests/integration tests/scenarios))
+	$(call pytest_run,RHTC_TEST_TIER=quick,-n auto -m quick $$(grep -rl --include='test_*.py' 'mark.quick' tests/integration tests/scenarios) tests/unit)
 
 # the documentation site (docs/, Sphinx + MyST) into docs/_build/html; strict: a broken link or
 # reference, a missing heading anchor or a page outside the toctree fails it. Needs the [docs]

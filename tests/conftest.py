@@ -84,7 +84,7 @@ def pytest_collection_modifyitems(config, items):
         for pool in POOL_FIXTURE_GROUPS.keys() & set(fixtures):
             if group_of(item.nodeid) != POOL_FIXTURE_GROUPS[pool]:      # the machine's one pool of its kind:
                 raise pytest.UsageError(                                # one xdist worker holds it
-                    f"{item.nodeid} uses {pool}: put its module in POOL_MODULES (or the test in POOL_TESTS) "
+                    f"{item.nodeid} uses {pool}: put its module in POOL_MODULES (or the test in TEST_GROUPS) "
                     f"of tests/parallel.py with the group {POOL_FIXTURE_GROUPS[pool]!r}, so that it runs in "
                     "the worker that holds it")
         needs = sorted(PROCESS_FIXTURES.intersection(fixtures))

@@ -4,7 +4,7 @@ Every test runs alone, in whichever worker is free (its own broker, workers and 
 directory), except the tests of one **group**, which run in one worker, one after another:
 
 * ``condor-pool`` and ``slurm-cluster``: the tests of :data:`POOL_MODULES` (and
-  :data:`POOL_TESTS`), which use the HTCondor pool or the Slurm cluster. Those are session
+  :data:`TEST_GROUPS`), which use the HTCondor pool or the Slurm cluster. Those are session
   fixtures of one process over what the machine has once (the HTCondor pool's chroot under
   ``$RHTC_POOL_CACHE`` and its lock, its port 9618): a pool asked for in a second worker would
   wait for the first worker's session to end. In one worker it comes up once. The two are
@@ -12,6 +12,9 @@ directory), except the tests of one **group**, which run in one worker, one afte
   each has its own group: in one, the HTCondor pool's ~7 minutes (its chroot built from
   nothing in CI, then the tests) were the suite's longest chain, and the Slurm tests waited
   at its end.
+* ``worker-packs``: the ``rhtc pack`` tests of ``scenarios/test_condor.py``, which need no
+  pool (so they are out of the HTCondor chain, about 45 s of it) but share the packs' cache
+  (it keeps ``KEEP_PACKS``, and one test checks that packing again comes from it).
 * the modules of :data:`MODULE_GROUPS`, whose module-scoped fixture takes long to build (a wheel,
   generated data, a LocalCluster, a downloaded sdist): in one worker it is built once, not once
   per worker.
@@ -21,20 +24,27 @@ to their node ids in each worker; pytest 9.2's node ids no longer take that (pyt
 1386), and the marks are then silently ignored. So the groups are named here, by module, and
 :func:`pytest_xdist_make_scheduler` gives xdist a scheduler that keeps each group together (and
 still honours an ``xdist_group`` mark where it reaches the scheduler: pytest before 9.2).
-``tests/conftest.py`` refuses a test that asks for a pool outside :data:`POOL_MODULES`.
+``tests/conftest.py`` refuses a test that asks for a pool outside that pool's group.
 """
 from __future__ import annotations
 
 import pytest
 
-CONDOR_GROUP, SLURM_GROUP = "condor-pool", "slurm-cluster"
+CONDOR_GROUP, SLURM_GROUP, PACK_GROUP = "condor-pool", "slurm-cluster", "worker-packs"
 #: the modules (their paths under tests/) whose tests use the machine's one HTCondor pool or
 #: Slurm cluster, with the group of the one they use
 POOL_MODULES = {"scenarios/test_condor.py": CONDOR_GROUP, "scenarios/test_pool_keeper.py": CONDOR_GROUP,
                 "docs/test_pool_examples.py": CONDOR_GROUP,      # the docs' pool examples
                 "scenarios/test_slurm.py": SLURM_GROUP}
-#: tests of those modules that use the other one (node ids under tests/)
-POOL_TESTS = {"scenarios/test_pool_keeper.py::test_slurm_pool_replaces_cancelled_and_held_jobs": SLURM_GROUP}
+#: tests whose group is not their module's (node ids under tests/, without parameters)
+TEST_GROUPS = {
+    "scenarios/test_pool_keeper.py::test_slurm_pool_replaces_cancelled_and_held_jobs": SLURM_GROUP,
+    **{f"scenarios/test_condor.py::{name}": PACK_GROUP for name in (
+        "test_pack_holds_the_worker_for_the_requested_python", "test_pack_pins_the_clients_exact_versions",
+        "test_pack_extra_packages_are_pinned_when_installed_here",
+        "test_rhtc_pack_says_what_it_wrote_and_how_to_give_it_to_the_workers",
+        "test_pack_for_an_older_python_warns_naming_what_it_could_not_pin")},
+}
 #: the group of the tests that use each pool fixture (tests/conftest.py refuses a test elsewhere)
 POOL_FIXTURE_GROUPS = {"condor_pool": CONDOR_GROUP, "slurm_pool": SLURM_GROUP}
 #: modules kept in one worker for a module-scoped fixture that is slow to build (what it builds)
@@ -53,9 +63,11 @@ MODULE_GROUPS = {
 def group_of(nodeid: str) -> str | None:
     """The group of a test (by its node id), or None: it runs alone."""
     module = nodeid.split("::", 1)[0].split("tests/", 1)[-1]      # its path under tests/
+    test = nodeid.split("tests/", 1)[-1].split("[", 1)[0]
+    if test in TEST_GROUPS:
+        return TEST_GROUPS[test]
     if module in POOL_MODULES:
-        test = nodeid.split("tests/", 1)[-1].split("[", 1)[0]
-        return POOL_TESTS.get(test, POOL_MODULES[module])
+        return POOL_MODULES[module]
     if module in MODULE_GROUPS:
         return nodeid.split("::", 1)[0]
     return None

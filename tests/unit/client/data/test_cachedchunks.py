@@ -36,7 +36,6 @@ def test_a_chunk_served_without_its_file_is_what_uproot_returns(tmp_path, how, l
     saved = context.current
 
     def read(worker: str):
-        close_files()                                # a new process: nothing open
         context.current = context.TaskContext(worker=worker, cache=BranchCache(
             10**9, disk=DiskTier(tmp_path, size_limit=10**9, min_free=0)))
         out = chunk.arrays(branches, **kwargs)
@@ -46,7 +45,8 @@ def test_a_chunk_served_without_its_file_is_what_uproot_returns(tmp_path, how, l
     try:
         close_files()
         direct = chunk.arrays(branches, **kwargs)
-        read("first")
+        read("first")                                # fills the disk tier (the file open since the direct read)
+        close_files()                                # a new process: nothing open
         served, ctx = read("replaced")
     finally:
         context.current = saved
