@@ -5,8 +5,11 @@ round trip.
 
 A connection the broker closed while it sat idle (Redis restarted, ``CLIENT KILL``, a
 firewall that dropped it) is noticed before the next command is written and replaced,
-so that command is never lost in a dead socket; :meth:`FastLane.retrying` runs a step
-again on a fresh connection, with back-off, when the connection breaks under it.
+so that command is never lost in a dead socket; one closed under the lane while replies
+were owed (its pool's ``disconnect()``) raises ``ConnectionError`` at the next command, which
+would otherwise wait out the socket timeout for replies that went with the old socket;
+:meth:`FastLane.retrying` runs a step again on a fresh connection, with back-off, when the
+connection breaks under it.
 
     >>> from rhtc.broker.fastlane import FastLane
     >>> from rhtc.broker.embedded import EmbeddedBroker
@@ -91,6 +94,12 @@ class FastLane:
         self.lock = threading.RLock()     # for clients with several maps in threads
 
     def _connection(self):
+        if self.conn is not None and self.pending and not getattr(self.conn, "_sock", True):
+            owed = self.pending           # closed under the lane (its pool's disconnect()) with
+            self.reset()                  # replies owed: redis-py would write the next command on
+            raise redis.ConnectionError(  # a new socket, and its reply would be read as theirs
+                f"the connection was closed with {owed} repl{'y' if owed == 1 else 'ies'} owed; they are "
+                "lost with it (the next command goes out on a fresh connection)")
         if self.conn is not None and not self.pending and self._closed_by_peer():
             self.reset()                  # closed while idle: nothing was owed, nothing lost
         if self.conn is None:

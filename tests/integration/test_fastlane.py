@@ -3,6 +3,9 @@ the fast lane, small or several times ``BIG_ARG``, comes back from a real redis-
 whole. (The bytes on the wire, without Redis: tests/unit/broker/test_fastlane.py.)"""
 from __future__ import annotations
 
+import pytest
+import redis
+
 from rhtc.broker.fastlane import BIG_ARG, FastLane
 
 
@@ -58,3 +61,27 @@ def test_settle_reads_the_handlers_replies_but_leaves_a_callers_to_it(storage):
     finally:
         storage.r.delete("fastlane-test:settle")
         lane.reset()
+
+
+def test_a_connection_closed_under_the_lane_with_replies_owed_fails_the_next_command_at_once(storage):
+    """The client's map ends with its end's reply owed (read with the next command's); the
+    broker restarts and the connection pool is disconnected. redis-py writes the next
+    command on a new socket, so the lane read that command's reply as the lost one's and
+    waited out the socket timeout (30 s) for another: the next map after a restart took 31 s
+    (tests/scenarios/test_maps_on_real_workers.py). Now the next command raises
+    ``ConnectionError`` (what :meth:`FastLane.retrying` sends again on), the lost reply's
+    handler is never called, and the command after it has its own reply."""
+    r = redis.Redis(connection_pool=redis.ConnectionPool(**storage.r.connection_pool.connection_kwargs
+                                                          | {"socket_timeout": 3}))
+    lane, got = FastLane(r), []
+    try:
+        lane.send("ECHO", "owed to a handler", on_reply=got.append)
+        lane.send("ECHO", "owed, dropped", quiet=True)
+        r.connection_pool.disconnect()           # (a timeout here, redis.TimeoutError, was the bug)
+        with pytest.raises(redis.ConnectionError, match="closed with 2 replies owed"):
+            lane.call_behind("ECHO", "next")
+        assert lane.call_behind("ECHO", "mine") == b"mine" and got == []
+        assert lane.retrying(lambda: lane.call_behind("ECHO", "again"), 5, "echo", "here") == b"again"
+    finally:
+        lane.reset()
+        r.close()
