@@ -13,7 +13,7 @@ Files are ``agc_<process>__<variation>_NNN.root`` (what ``examples.agc_ttbar.agc
 reads); the events are split over the samples in proportion to the AGC's own (each
 sample at least ``min_events``).
 
-    >>> paths = make_agc_data("/tmp/agc_doc", events=9_000, progress=False)
+    >>> paths = make_agc_data("agc_doc", events=1_800, min_events=200, lean=True, progress=False)
     >>> len(paths), paths[0].rsplit("/", 1)[1]
     (9, 'agc_ttbar__nominal_000.root')
 """

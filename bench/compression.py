@@ -16,7 +16,7 @@ runs reuse the files. Level 1 writes about 4x faster and reads just as fast.
 Example::
 
     >>> from rhtc.bench.compression import compression_benchmark
-    >>> result = compression_benchmark("/tmp/codecs", events=5_000, repeats=1, progress=False)
+    >>> result = compression_benchmark("codecs", events=2_000, repeats=1, progress=False)
     >>> [row["codec"] for row in result["rows"]]
     ['LZMA', 'ZLIB', 'LZ4', 'ZSTD']
     >>> result["rows"][0]["speed_vs_lzma"]
@@ -108,7 +108,7 @@ def compression_benchmark(outdir: str | os.PathLike[str], *, events: int = 1_000
     ``read_s_all``, ``mhz`` (million events/s), ``mb_per_s`` (uncompressed),
     ``speed_vs_lzma`` (LZMA's read time / this one's) and ``size_vs_lzma``.
 
-    >>> r = compression_benchmark("/tmp/codecs", events=5_000, repeats=1,
+    >>> r = compression_benchmark("codecs", events=2_000, repeats=1,
     ...                           compressions=("LZ4", "ZSTD"), progress=False)
     >>> sorted(r["rows"][1])[:4]
     ['branches_mb', 'codec', 'compression', 'file_mb']

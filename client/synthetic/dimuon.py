@@ -22,7 +22,7 @@ the parameters, and a later call with the same parameters reuses the file.
 Example::
 
     >>> from rhtc.client.synthetic import make_data, dimuon_fraction
-    >>> paths = make_data("/tmp/nano", files=2, events=20_000, progress=False)
+    >>> paths = make_data("nano", files=2, events=5_000, progress=False)
     >>> [p.rsplit("/", 1)[1] for p in paths]
     ['nano_gen_000.root', 'nano_gen_001.root']
     >>> dimuon_fraction(paths[0]) < 0.1
@@ -249,7 +249,7 @@ def make_data(outdir: str | os.PathLike[str], *, files: int = 8, events: int = 1
     per CPU). Returns the paths in order; files already written with the same parameters
     (recorded in a ``.json`` sidecar) are reused, not rewritten.
 
-    >>> paths = make_data("/tmp/nano_small", files=1, events=5_000, compression="zstd", progress=False)
+    >>> paths = make_data("nano_small", files=1, events=5_000, compression="zstd", progress=False)
     >>> import uproot; uproot.open(paths[0])["Events"].num_entries
     5000
     """

@@ -8,8 +8,8 @@ sidecar records its parameters, so a later call with the same parameters reuses 
     >>> import numpy as np
     >>> def flat(n, rng, first, params): return {"x": rng.random(n, np.float32)}
     >>> p = {"events": 10, "basket_events": 10, "seed": 1, "file_index": 0, "compression": "ZLIB:1"}
-    >>> write_files(["/tmp/writer_doc.root"], [p], flat, progress=False)
-    ['/tmp/writer_doc.root']
+    >>> write_files(["writer_doc.root"], [p], flat, progress=False)
+    ['writer_doc.root']
 """
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ import importlib
 import importlib.util
 import pkgutil
 import re
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -81,6 +82,7 @@ def run_examples(name, tmp_path, monkeypatch, request, broker) -> None:
     if SHARED.is_dir():
         (tmp_path / "shared").symlink_to(SHARED)
     monkeypatch.chdir(work)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))   # tempfile.mkdtemp() in an example too
     if broker is not None:
         for key, value in broker.config.env().items():
             monkeypatch.setenv(key, value)

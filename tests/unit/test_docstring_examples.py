@@ -37,3 +37,15 @@ def test_the_examples_are_not_silently_left_out():
         found += n
     total = sum(p.read_text().count(">>>") for f in (*FOLDERS, "rhtc") for p in (root / f).glob("*.py"))
     assert found >= 0.8 * total, f"{found} examples collected of about {total} >>> lines"
+
+
+def test_no_example_writes_to_a_fixed_path_under_tmp():
+    """An example writes where it runs (the runner's directory, in pytest's ``tmp_path``) or
+    where ``tempfile`` puts it (the runner points that there too): a literal ``/tmp/...`` path
+    outlived every run (``/tmp/codecs``, ``/tmp/nano``: files no test owned)."""
+    root = Path(rhtc.__file__).resolve().parent.parent
+    found = [f"{p.relative_to(root)}:{n}: {line.strip()}"
+             for f in (*FOLDERS, "rhtc") for p in sorted((root / f).rglob("*.py"))
+             for n, line in enumerate(p.read_text().splitlines(), 1)
+             if line.lstrip().startswith((">>>", "...")) and "/tmp" in line and "+SKIP" not in line]
+    assert not found, "examples that write under /tmp (write a relative path instead):\n" + "\n".join(found)
