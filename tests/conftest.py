@@ -14,8 +14,8 @@ Two tiers (the Makefile's targets; tests/README.md says where a test goes):
   when it starts processes itself, mark it ``heavy``.
 * ``make test`` (``pytest -q``, what CI runs): everything, the pools and chaos included.
 
-Both run in three pytest-xdist workers (pyproject's ``addopts``; ``-n 0``: in this process
-alone); the tests that must share a worker (the pools, a slow module fixture) are grouped by
+``make test`` runs in four pytest-xdist workers (pyproject's ``addopts``), ``make test-quick`` in
+one per core (``-n 0``: in this process alone); the tests that must share a worker (the pools, a slow module fixture) are grouped by
 :mod:`tests.parallel`.
 
 Workers are stopped at teardown without waiting out their idle poll (:meth:`Workers.stop_all`):

@@ -1,4 +1,4 @@
-"""The suite in parallel: pytest-xdist workers (pyproject's ``addopts``: ``-n 3 --dist loadgroup``).
+"""The suite in parallel: pytest-xdist workers (pyproject's ``addopts``: ``-n 4 --dist loadgroup``).
 
 Every test runs alone, in whichever worker is free (its own broker, workers and temporary
 directory), except the tests of one **group**, which run in one worker, one after another:
