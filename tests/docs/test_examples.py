@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 
 import pytest
 
@@ -87,7 +88,7 @@ def _params():
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("page, heavy", list(_params()))
-def test_page_examples_run(page, heavy, request, docs_data, monkeypatch):
+def test_page_examples_run(page, heavy, request, docs_data, monkeypatch, tmp_path):
     unknown = unknown_requirements(page)
     assert not unknown, (f"{page}: {'; '.join(unknown)}: the suite provides {sorted(SERVER_FIXTURES)} here and "
                          "the pools in tests/docs/test_pool_examples.py; wire a new one in (tests/docs/)")
@@ -95,6 +96,7 @@ def test_page_examples_run(page, heavy, request, docs_data, monkeypatch):
         request.getfixturevalue(SERVER_FIXTURES[server])
     cluster = request.getfixturevalue("docs_cluster") if needs_cluster(page) else None
     monkeypatch.chdir(docs_data)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))     # what a block makes with tempfile goes too
     with default_for_the_page(cluster) if cluster is not None else contextlib.nullcontext():
         for block in blocks(page):
             try:
