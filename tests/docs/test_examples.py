@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -88,7 +90,7 @@ def _params():
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("page, heavy", list(_params()))
-def test_page_examples_run(page, heavy, request, docs_data, monkeypatch, tmp_path):
+def test_page_examples_run(page, heavy, request, docs_data, monkeypatch):
     unknown = unknown_requirements(page)
     assert not unknown, (f"{page}: {'; '.join(unknown)}: the suite provides {sorted(SERVER_FIXTURES)} here and "
                          "the pools in tests/docs/test_pool_examples.py; wire a new one in (tests/docs/)")
@@ -96,7 +98,12 @@ def test_page_examples_run(page, heavy, request, docs_data, monkeypatch, tmp_pat
         request.getfixturevalue(SERVER_FIXTURES[server])
     cluster = request.getfixturevalue("docs_cluster") if needs_cluster(page) else None
     monkeypatch.chdir(docs_data)
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))     # what a block makes with tempfile goes too
+    # what a block makes with tempfile goes in a directory removed at the end: under docs_data
+    # (0755), not pytest's 0700 tmp_path, since a server that drops root (xrootd) enters it
+    scratch = Path(tempfile.mkdtemp(prefix="tmp-", dir=docs_data))
+    scratch.chmod(0o755)
+    request.addfinalizer(lambda: shutil.rmtree(scratch, ignore_errors=True))
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     with default_for_the_page(cluster) if cluster is not None else contextlib.nullcontext():
         for block in blocks(page):
             try:
