@@ -6,7 +6,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup example test test-quick coverage coverage-quick coverage-report docs clean
+.PHONY: setup example test test-quick test-deps coverage coverage-quick coverage-report docs clean
 
 setup: $(VENV)/.installed
 
@@ -27,8 +27,13 @@ example: setup
 # included (pyproject.toml's [tool.coverage.run]); then the summary: the total and every module
 # under 80 % (the whole report: .coverage-data/report.txt, by line: .coverage-data/html)
 COVERAGE ?=
+# The checkout's modules compiled ahead (as pip does for an installed package; not for an
+# editable one): where PYTHONDONTWRITEBYTECODE is set, as in this project's machine image,
+# every Python process a run starts (each worker, each command) compiled them from source again
+PYSRC := rhtc broker worker client condor bench examples tests
 # pytest with the environment $(1) and the arguments $(2), under coverage.py if COVERAGE is set
 define pytest_run
+	@$(PY) -m compileall -q -j 0 $(PYSRC) >/dev/null
 	@$(if $(COVERAGE),rm -rf .coverage-data && mkdir -p .coverage-data,true)
 	@status=0; $(1) $(PY) -m $(if $(COVERAGE),coverage run -m )pytest -q $(2) $(PYTEST_ARGS) || status=$$?; \
 	  $(if $(COVERAGE),$(MAKE) --no-print-directory coverage-report || true;) exit $$status
@@ -58,6 +63,12 @@ coverage-report:
 # The smoke tests first: they mostly wait on their workers, beside the unit tests' computing
 test-quick: setup
 	$(call pytest_run,RHTC_TEST_TIER=quick,-n auto -m quick $$(grep -rl --include='test_*.py' 'mark.quick' tests/integration tests/scenarios) tests/unit)
+
+# what the full suite runs besides the package, made once per machine and cached (tests/provision.py):
+# the HTCondor pool's chroot, the Slurm packages, the toxiproxy server, coffea's executor tests.
+# make test makes what is missing when a test first needs it; CI runs this first and times it apart
+test-deps: setup
+	$(PY) -m tests.provision
 
 # the documentation site (docs/, Sphinx + MyST) into docs/_build/html; strict: a broken link or
 # reference, a missing heading anchor or a page outside the toctree fails it. Needs the [docs]

@@ -1,9 +1,9 @@
 """coffea's contract, checked by coffea's own tests: its executor tests pass with
 ``RedisExecutor``, and its ``Runner(checkpointer=...)`` resumes an interrupted run.
 
-``test_coffea_executor_tests_pass_on_redis_executor`` downloads the source distribution of
-the installed coffea (``pip download --no-binary :all: --no-deps coffea==<version>``, kept in
-pytest's cache directory, never in the repository), unpacks it, and runs its
+``test_coffea_executor_tests_pass_on_redis_executor`` takes the source distribution of the
+installed coffea (``tests/kits/coffea_sdist.py``: downloaded once per machine into rhtc's
+cache, never into the repository) and runs its
 ``tests/test_local_executors.py`` in a subprocess, in the unpacked tree (its tests read
 ``tests/samples/...``), with ``tests/coffea_contract_plugin.py``: every test there
 parametrized over ``[IterativeExecutor, FuturesExecutor]`` gets ``[IterativeExecutor,
@@ -19,16 +19,13 @@ file, samples, processor and ``SimpleCheckpointer``, real uproot reads.
 """
 from __future__ import annotations
 
-import importlib.metadata
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import tarfile
 import threading
 import time
-import uuid
 import warnings
 import xml.etree.ElementTree as ET
 from collections import Counter
@@ -37,6 +34,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import register_by_value, wait_until
+from tests.kits.coffea_sdist import COFFEA_VERSION, EXECUTOR_TESTS, SdistUnavailable, unpacked_sdist
 from tests.samples import NANOAOD, needs_nanoaod
 
 pytest.importorskip("coffea")
@@ -53,10 +51,7 @@ register_by_value(__name__)   # the processors below reach workers in any cwd
 
 pytestmark = pytest.mark.heavy          # starts its own broker and workers (LocalCluster), once for the module
 
-COFFEA_VERSION = importlib.metadata.version("coffea")
 PLUGIN = Path(__file__).parents[1] / "coffea_contract_plugin.py"      # tests/coffea_contract_plugin.py
-#: the test file of coffea's source distribution that holds its executor tests
-EXECUTOR_TESTS = "tests/test_local_executors.py"
 FILETYPES = ("ttree", "rntuple", "parquet")
 
 
@@ -68,46 +63,14 @@ def cluster():
     c.close()
 
 
-def _download_sdist(dest: Path) -> Path:
-    """The installed coffea's source distribution, downloaded into ``dest``."""
-    cmd = [sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps",
-           "--disable-pip-version-check", "-d", str(dest), f"coffea=={COFFEA_VERSION}"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    found = sorted(dest.glob(f"coffea-{COFFEA_VERSION}.tar.gz"))
-    if done.returncode != 0 or not found:
-        pytest.fail(f"could not download coffea {COFFEA_VERSION}'s source distribution (its executor tests and "
-                    f"samples), so coffea's contract is unchecked: `{' '.join(cmd)}` exited with "
-                    f"{done.returncode}:\n{(done.stdout + done.stderr)[-2000:]}\nGive this machine access to "
-                    "the package index (pip's index-url, proxy), or put the file in "
-                    f"{dest} by hand, then run the test again.", pytrace=False)
-    return found[0]
-
-
 @pytest.fixture(scope="module")
-def coffea_sdist(request, tmp_path_factory) -> Path:
-    """The unpacked source distribution of the installed coffea: downloaded and unpacked
-    once into pytest's cache directory (``.pytest_cache/d/``), else a temporary one."""
-    cache = getattr(request.config, "cache", None)      # None under -p no:cacheprovider
-    base = cache.mkdir(f"coffea-sdist-{COFFEA_VERSION}") if cache is not None else tmp_path_factory.mktemp("sdist")
-    tree = base / f"coffea-{COFFEA_VERSION}"
-    if not (tree / ".unpacked").exists():
-        archive = next(iter(base.glob(f"coffea-{COFFEA_VERSION}.tar.gz")), None) or _download_sdist(base)
-        staging = base / f"unpacking-{uuid.uuid4().hex}"
-        with tarfile.open(archive) as tar:
-            tar.extractall(staging, filter="data")
-        (staging / tree.name / ".unpacked").touch()
-        try:
-            os.rename(staging / tree.name, tree)       # whole, or not at all (another session may race)
-        except OSError:
-            if not (tree / ".unpacked").exists():
-                raise
-        shutil.rmtree(staging, ignore_errors=True)
-    missing = [p for p in (EXECUTOR_TESTS, "tests/samples/nano_dy.root") if not (tree / p).exists()]
-    if missing:
-        pytest.fail(f"coffea {COFFEA_VERSION}'s source distribution in {tree} lacks {missing}: this coffea keeps "
-                    "its executor tests elsewhere. Find them and point EXECUTOR_TESTS (and the plugin) there.",
-                    pytrace=False)
-    return tree
+def coffea_sdist() -> Path:
+    """The unpacked source distribution of the installed coffea (tests/kits/coffea_sdist.py:
+    downloaded once per machine into rhtc's cache; ``make test-deps`` fetches it ahead)."""
+    try:
+        return unpacked_sdist()
+    except SdistUnavailable as err:
+        pytest.fail(str(err), pytrace=False)
 
 
 def _outcomes(report: Path) -> dict[str, str]:
