@@ -51,12 +51,13 @@ POOL_FIXTURE_GROUPS = {"condor_pool": CONDOR_GROUP, "slurm_pool": SLURM_GROUP}
 MODULE_GROUPS = {
     "unit/bench/test_agcgen.py": "a ttbar file with every one of ~950 branches",
     "scenarios/test_coffea_on_workers_answers_as_coffea.py": "the nine AGC samples",
-    "scenarios/test_coffea_contract.py": "a LocalCluster and coffea's sdist (downloaded into .pytest_cache)",
+    "scenarios/test_coffea_contract.py": "a LocalCluster and coffea's sdist (unpacked from rhtc's cache)",
     "unit/client/synthetic/test_dimuon.py": "a generated NanoAOD file",
     "scenarios/test_a_warm_answer_is_the_cold_answer.py": "generated files and a node of workers",
     "scenarios/test_wheel.py": "the wheel and sdist (python -m build)",
     "scenarios/test_nanoaod_over_xrootd.py": "copies of the samples and a generated file to serve",
     "scenarios/test_xrootd_errors_and_timeouts.py": "an xrootd server",
+    "docs/test_site.py": "a copy of the site built with every breakage",
 }
 
 
