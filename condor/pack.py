@@ -242,6 +242,15 @@ def _prune(packs: Path, pattern: str, keep: int) -> None:
                 old.unlink()
 
 
+def _remove_leftovers(packs: Path) -> None:
+    """Delete the half-written tarballs of packs that were killed while writing (``.tmp-*``):
+    each is written under the cache's lock, which the caller holds, so none is in progress.
+    Nothing else would ever delete them (``_prune`` keeps only finished packs to its count)."""
+    for tmp in packs.glob(".tmp-*.tar.gz"):
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
 def pack_environment(output: str | os.PathLike | None = None, *, python_version: str | None = None,
                      glibc: str = DEFAULT_GLIBC, arch: str | None = None,
                      extra: Iterable[str] = (), exclude: Iterable[str] = DEFAULT_EXCLUDE,
@@ -288,6 +297,7 @@ def pack_environment(output: str | os.PathLike | None = None, *, python_version:
     packs = cache_dir() / "packs"
     tarball = packs / f"rhtc-env-{python_version}-{key}.tar.gz"
     with _locked(packs):
+        _remove_leftovers(packs)
         if rebuild or not tarball.is_file():
             site = packs / f"site-{python_version}-{dep_key}"
             if rebuild or not (site / ".complete").is_file():

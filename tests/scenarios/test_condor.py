@@ -161,7 +161,14 @@ def test_pack_holds_the_worker_for_the_requested_python(tmp_path):
     assert any(n.startswith("site/uproot/") for n in names)
     assert not any("__pycache__" in n for n in names)
     time.sleep(1.1)         # a rebuilt pack would carry a later "created" stamp
-    again = pack_environment(tmp_path / "again.tar.gz", python_version="3.13")
+    from rhtc.broker.wire.config import cache_dir
+    killed = cache_dir() / "packs" / ".tmp-of-a-pack-killed-while-writing.tar.gz"
+    killed.write_bytes(b"half a tarball")
+    try:
+        again = pack_environment(tmp_path / "again.tar.gz", python_version="3.13")
+        assert not killed.exists(), "the half-written tarball of a killed pack outlived the next pack"
+    finally:
+        killed.unlink(missing_ok=True)
     assert read_manifest(again)["key"] == manifest["key"]
     assert read_manifest(again)["created"] == manifest["created"], "an unchanged pack must come from the cache"
 

@@ -5,6 +5,7 @@ figures carried in between. Which names the heartbeat and the dashboard know:
 tests/unit/broker/wire/test_messages.py."""
 from __future__ import annotations
 
+import mmap
 import os
 
 import psutil
@@ -42,15 +43,17 @@ def test_the_node_figures_are_reread_every_node_every_samples(monkeypatch):
 
 
 def test_the_own_figures_are_read_on_every_sample():
-    """A later sample sees the process grow. (The kernel's resident count can lag the page
-    faults that made it: in one CI run a sample right after touching 64 MB read the same
-    RSS as before. A cached figure would never move, so a few more samples still tell.)"""
+    """A later sample sees the process grow by 64 MB of new pages. They are mapped from the
+    kernel (``mmap``), not allocated: a ``bytearray`` may reuse heap memory an earlier test in
+    this process freed but the allocator kept resident, and the RSS did not grow (it failed so
+    in CI). The kernel's resident count may still lag the page faults, so a few more samples
+    are taken; a cached figure would never move."""
     m = NodeMetrics(node_every=1000)
     first = m.sample()["rss"]
-    keep = bytearray(64 << 20)                            # touched: resident
-    keep[::4096] = b"x" * len(keep[::4096])
-    wait_until(lambda: m.sample()["rss"] >= first + (48 << 20), 5, "the sample to count the 64 MB touched")
-    del keep
+    with mmap.mmap(-1, 64 << 20) as fresh:
+        for page in range(0, len(fresh), mmap.PAGESIZE):  # every page touched: resident
+            fresh[page] = 1
+        wait_until(lambda: m.sample()["rss"] >= first + (48 << 20), 5, "the sample to count the 64 MB touched")
 
 
 def test_another_process_is_watched_by_its_pid():
