@@ -97,14 +97,16 @@ def test_submit_reads_the_config_with_the_brokers_own_checks(tmp_path, pool_brok
 
 
 def _fake_python(tmp_path: Path) -> Path:
-    """A stand-in for python3 that records how the worker would be started."""
+    """A stand-in for python3 that records how the worker would be started. The record is
+    written aside and renamed into place: the test waits for it to exist, and ``echo > args``
+    makes the file before it writes (a loaded machine read it empty once)."""
     fake = tmp_path / "fakepython"
     fake.write_text(textwrap.dedent(f"""\
         #!/bin/sh
         case "$1" in
           -c) exit 0 ;;
           -V) echo "Python 3.99"; exit 0 ;;
-          -m) shift; echo "$@" > {tmp_path}/args
+          -m) shift; echo "$@" > {tmp_path}/args.writing && mv {tmp_path}/args.writing {tmp_path}/args
               trap 'echo TERM >> {tmp_path}/args; exit 0' TERM
               while :; do sleep 0.1; done ;;
         esac
