@@ -144,7 +144,7 @@ class RedisExecutor(ExecutorBase):
                         raise TimeoutError(f"{self.desc}: {handle.received}/{len(tasks)} items done "
                                            f"after {self.timeout} s (map {handle.map_id})")
                     bar.update(bar_id, completed=handle.received, refresh=True)
-                    time.sleep(0.05)
+                    handle.join(0.05)     # back at once when the map ends: a sleep made each run 25 ms longer on average
                 bar.update(bar_id, completed=handle.received, refresh=True)
             value = handle.wait()
         except BaseException:

@@ -100,6 +100,19 @@ class MapHandle:
             return True
         return self.run.done and (self._thread is None or not self._thread.is_alive())
 
+    def join(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for :meth:`done`, and say whether it is: returns the moment
+        the last result is in (a caller that checks on the map between waits, as
+        ``RedisExecutor`` does for its progress bar, loses no poll's worth of time at the end)."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        elif not self.done():
+            try:
+                self._collect(timeout)
+            except TimeoutError:
+                pass
+        return self.done()
+
     def wait(self, timeout: float | None = None):
         """Block until every result is in; return them (ordered list, or the reduction)."""
         try:

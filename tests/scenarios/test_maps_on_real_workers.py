@@ -95,6 +95,25 @@ def test_non_blocking_handle_progress_and_wait(broker, workers):
     assert h.done() and h.progress() == (6, 6) and len(set(pids)) == 2
 
 
+def wait_for_gate(path):
+    deadline = time.monotonic() + 60
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return os.path.exists(path)
+
+
+def test_join_waits_up_to_its_timeout_and_says_whether_the_map_ended(broker, workers, tmp_path):
+    """``handle.join(t)`` (RedisExecutor waits with it between progress updates): False while
+    tasks are held, True once the last result is in, with every result there."""
+    workers.start(2)
+    gate = tmp_path / "gate"
+    h = submit(wait_for_gate, [str(gate)] * 4, broker=broker)
+    assert h.join(0.3) is False and not h.done() and h.progress()[0] < 4
+    gate.touch()
+    assert h.join(30) is True and h.done() and h.progress() == (4, 4)
+    assert h.wait(timeout=5) == [True] * 4
+
+
 def test_concurrent_maps_never_mix(broker, workers):
     workers.start(2)
     results = {}
