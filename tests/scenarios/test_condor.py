@@ -9,6 +9,7 @@ knobs, with no process, are in tests/unit/condor/test_submit.py.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -130,7 +131,8 @@ def test_executable_names_the_worker_and_passes_sigterm_on(tmp_path, env, name):
         env = {"_CONDOR_JOB_AD": str(ad)}
     proc = subprocess.Popen([str(EXECUTABLE), "--python", str(fake), "--cache-size", "1GB"],
                             cwd=tmp_path, env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), **env},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)     # its group: the fake worker too, if the test fails
     try:
         wait_until((tmp_path / "args").exists, 20, "the executable to start the (fake) worker")
         args = (tmp_path / "args").read_text().split()
@@ -144,6 +146,8 @@ def test_executable_names_the_worker_and_passes_sigterm_on(tmp_path, env, name):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)     # a fake worker the killed executable left looping
     assert proc.returncode == 0, out
     assert "TERM" in (tmp_path / "args").read_text()
 
