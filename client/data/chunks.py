@@ -133,6 +133,8 @@ class Chunk:
 
 
 def _check_branches(opened: _OpenFile, branches: Sequence[str], chunk: Chunk) -> None:
+    if opened.has_branches(branches):
+        return
     known = opened.branches
     for b in branches:
         if b not in known:
