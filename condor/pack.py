@@ -1,4 +1,4 @@
-"""Pack what a worker needs into one tarball that a batch job unpacks in its scratch dir.
+"""Pack what a worker needs into one tarball that a batch job unpacks (once per node).
 
 Execute nodes share nothing with the analyst's machine: they have neither this project
 nor numpy, uproot, awkward... and often another Python than the notebook's. ``rhtc pack``

@@ -5,7 +5,7 @@
 # runs `python -m rhtc.worker --config FILE --name NAME` until the batch system sends
 # SIGTERM (condor_rm, scancel, the end of the job's time), which it passes on.
 #
-#   rhtc_worker.sh [--config FILE] [--env TARBALL | --python PYTHON]
+#   rhtc_worker.sh [--config FILE] [--env TARBALL [--env-cache DIR] | --python PYTHON]
 #                  [--cache-size SIZE] [-- EXTRA WORKER ARGS]
 #                  (any other option goes to the worker as is, e.g. --disk-cache DIR)
 #
@@ -14,7 +14,14 @@
 #                    transfers it), else $RHTC_CONFIG, else ~/.config/rhtc/broker.json.
 #   --env TARBALL    a worker environment made by `rhtc pack` (wheels of the worker's
 #                    dependencies installed for the node's Python, plus this project's
-#                    sources).  It is unpacked into the job's scratch directory.
+#                    sources).  It is unpacked once per node (see --env-cache).
+#   --env-cache DIR  where the node's workers share the unpacked environments (default
+#                    $RHTC_ENV_CACHE, else /tmp/rhtc-envs-<uid>; a directory of the user's,
+#                    0700). The first worker of a node unpacks a tarball there; the next
+#                    ones start without unpacking (each unpack is ~130 MB written and 1-2 s
+#                    of CPU). A job holds a shared lock on the environment it runs; one that
+#                    no job holds is removed by the next job that starts, so the directory
+#                    keeps what runs and the newest. `none`: unpack into the job's scratch.
 #   --python PYTHON  a Python that already has the project installed (shared filesystem,
 #                    CVMFS, container image).  Also $RHTC_PYTHON.
 #   --cache-size S   the worker's branch cache cap, e.g. 2GB (default: half the job's
@@ -32,6 +39,7 @@ die() { log "ERROR: $*"; exit 1; }
 
 config=""
 env_pack=""
+env_cache="${RHTC_ENV_CACHE:-/tmp/rhtc-envs-$(id -u)}"
 python="${RHTC_PYTHON:-}"
 cache_size=""
 token_file=""
@@ -40,6 +48,7 @@ while [ $# -gt 0 ]; do
         --token-file) token_file=$2; shift 2 ;;
         --config) config=$2; shift 2 ;;
         --env) env_pack=$2; shift 2 ;;
+        --env-cache) env_cache=$2; shift 2 ;;
         --python) python=$2; shift 2 ;;
         --cache-size) cache_size=$2; shift 2 ;;
         --) shift; break ;;
@@ -89,17 +98,56 @@ fi
 name="$job@$host"
 
 # --- the worker's Python -----------------------------------------------------------
+# The node's shared copy of the environment (see --env-cache): sets envdir and returns 0,
+# or returns 1 (nothing shared: the caller unpacks into the job's scratch).
+shared_env() {
+    [ "$env_cache" = none ] && return 1
+    for tool in flock sha256sum; do
+        command -v "$tool" >/dev/null 2>&1 || { log "no $tool on $host: the environment is unpacked for this job alone"; return 1; }
+    done
+    (umask 077 && mkdir -p "$env_cache") 2>/dev/null
+    if [ -L "$env_cache" ] || [ ! -d "$env_cache" ] || [ ! -O "$env_cache" ]; then
+        log "$env_cache is not a directory of $(id -un 2>/dev/null || id -u): the environment is unpacked for this job alone (set --env-cache)"
+        return 1
+    fi
+    chmod 700 "$env_cache" || return 1
+    key=$(sha256sum < "$env_pack" | cut -c1-16) || return 1
+    exec 8>"$env_cache/.lock" || return 1
+    flock 8                                      # one job of the node unpacks or removes at a time
+    envdir="$env_cache/$key"
+    if [ -f "$envdir/.unpacked" ]; then
+        log "using the environment unpacked on this node by an earlier worker ($envdir)"
+    else
+        rm -rf "$envdir"                         # what a job killed while unpacking left
+        mkdir -p "$envdir" && tar -xzf "$env_pack" -C "$envdir" || die "cannot unpack $env_pack into $envdir"
+        : > "$envdir/.unpacked"
+        log "unpacked $env_pack into $envdir (this node's next workers use it)"
+    fi
+    exec 9<"$envdir/.unpacked"
+    flock -s 9                                   # held while this job runs (the worker inherits it)
+    for other in "$env_cache"/*; do              # what no running job holds is removed
+        [ -d "$other" ] && [ "$other" != "$envdir" ] || continue
+        if [ ! -f "$other/.unpacked" ] || flock -xn "$other/.unpacked" true; then
+            rm -rf "$other" && log "removed $other: no worker of this node runs it"
+        fi
+    done
+    flock -u 8
+    exec 8>&-
+}
+
 cleanup_dir=""
 if [ -n "$env_pack" ]; then
     [ -f "$env_pack" ] || die "worker environment '$env_pack' not found (make it with \`rhtc pack\`)"
-    if [ -n "${_CONDOR_SCRATCH_DIR:-}" ]; then
+    if shared_env; then
+        :
+    elif [ -n "${_CONDOR_SCRATCH_DIR:-}" ]; then
         envdir="$_CONDOR_SCRATCH_DIR/rhtc-env"          # HTCondor removes it after the job
+        mkdir -p "$envdir" && tar -xzf "$env_pack" -C "$envdir" || die "cannot unpack $env_pack into $envdir"
     else
         envdir=$(mktemp -d "${SLURM_TMPDIR:-${TMPDIR:-/tmp}}/rhtc-env.XXXXXX") || die "cannot make a scratch directory"
         cleanup_dir=$envdir
+        tar -xzf "$env_pack" -C "$envdir" || die "cannot unpack $env_pack into $envdir"
     fi
-    mkdir -p "$envdir"
-    tar -xzf "$env_pack" -C "$envdir" || die "cannot unpack $env_pack into $envdir"
     [ -f "$envdir/manifest.json" ] || die "cannot unpack a worker environment from $env_pack: it holds no manifest.json (not made by \`rhtc pack\`, or damaged)"
     want=$(sed -n 's/.*"python": *"\([0-9.]*\)".*/\1/p' "$envdir/manifest.json" | head -n 1)
     if [ -z "$python" ]; then

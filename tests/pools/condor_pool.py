@@ -318,6 +318,12 @@ class CondorPool:
         if stray:
             terminate(stray, grace=5)
         unmount_all(self.root)
+        # the environments the jobs unpacked for the node's next workers (rhtc_worker.sh
+        # --env-cache, /tmp/rhtc-envs-<uid>): a real node's /tmp cleanup ends them; in the
+        # chroot, which outlives the pool, nothing would
+        for envs in (self.root / "tmp").glob("rhtc-envs-*"):
+            if not mounts_under(envs):
+                shutil.rmtree(envs, ignore_errors=True)
         for path in (self.shared, self.session):
             if path is not None and not mounts_under(path):
                 shutil.rmtree(path, ignore_errors=True)

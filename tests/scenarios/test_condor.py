@@ -152,6 +152,125 @@ def test_executable_names_the_worker_and_passes_sigterm_on(tmp_path, env, name):
     assert "TERM" in (tmp_path / "args").read_text()
 
 
+def _tiny_pack(path: Path, marker: str) -> Path:
+    """A tarball laid out as ``rhtc pack`` writes one (manifest.json, src/, site/), small."""
+    import io
+    import json
+    import tarfile
+    with tarfile.open(path, "w:gz") as tar:
+        for name, text in (("manifest.json", json.dumps({"python": "3.99"})), ("src/marker.txt", marker),
+                           ("site/README", "wheels")):
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+class _Job:
+    """The executable started as a batch system starts it, with a stand-in python that records
+    the PYTHONPATH it was given (``<dir>/pythonpath``) and serves until SIGTERM."""
+
+    def __init__(self, tmp_path: Path, name: str, *args: str, env: dict | None = None):
+        self.dir = tmp_path / name
+        self.dir.mkdir()
+        fake = self.dir / "fakepython"
+        fake.write_text(textwrap.dedent(f"""\
+            #!/bin/sh
+            case "$1" in
+              -c) exit 0 ;;
+              -V) echo "Python 3.99"; exit 0 ;;
+              -m) echo "$PYTHONPATH" > {self.dir}/pythonpath.writing && mv {self.dir}/pythonpath.writing {self.dir}/pythonpath
+                  trap 'exit 0' TERM
+                  while :; do sleep 0.1; done ;;
+            esac
+        """))
+        fake.chmod(0o755)
+        (self.dir / "broker.json").write_text("{}")
+        self.proc = subprocess.Popen([str(EXECUTABLE), "--python", str(fake), *args], cwd=self.dir,
+                                     env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), **(env or {})},
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     start_new_session=True)
+        try:
+            wait_until(lambda: (self.dir / "pythonpath").exists() or self.proc.poll() is not None, 20,
+                       f"job {name} to start its (fake) worker")
+        except BaseException:
+            self.stop()
+            raise
+        assert self.proc.poll() is None, self.stop()
+
+    @property
+    def env_dir(self) -> Path:
+        """The unpacked environment the worker was given (its src/ on PYTHONPATH)."""
+        return Path((self.dir / "pythonpath").read_text().split(":")[0]).parent
+
+    def stop(self) -> str:
+        """SIGTERM, as condor_rm; the executable's log."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            out, _ = self.proc.communicate(timeout=20)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)     # a fake worker a killed executable left
+        return out
+
+
+@pytest.mark.heavy
+def test_a_nodes_workers_unpack_an_environment_once_and_remove_what_none_runs(tmp_path):
+    """The first worker of a node unpacks the tarball into the node's shared directory, the
+    next ones run it as it is; a newer pack is unpacked beside it, and once no job runs the
+    older one, the next job that starts removes it (and what a job killed while unpacking
+    left). Each unpack was ~130 MB written and 1-2 s of CPU, in every job."""
+    cache = tmp_path / "envs"
+    old, new = _tiny_pack(tmp_path / "old.tar.gz", "old"), _tiny_pack(tmp_path / "new.tar.gz", "new")
+    jobs = []
+    try:
+        jobs.append(_Job(tmp_path, "first", "--env", str(old), "--env-cache", str(cache)))
+        jobs.append(_Job(tmp_path, "second", "--env", str(old), "--env-cache", str(cache)))
+        first, second = jobs
+        assert first.env_dir == second.env_dir and first.env_dir.parent == cache
+        assert (first.env_dir / "src" / "marker.txt").read_text() == "old"
+        assert oct(cache.stat().st_mode & 0o777) == "0o700"
+        killed = cache / "0123456789abcdef"             # a job killed while unpacking: no marker
+        (killed / "src").mkdir(parents=True)
+        jobs.append(_Job(tmp_path, "newer", "--env", str(new), "--env-cache", str(cache)))
+        newer = jobs[-1]
+        assert (newer.env_dir / "src" / "marker.txt").read_text() == "new"
+        assert first.env_dir.is_dir(), "an environment that running workers use was removed"
+        assert not killed.exists(), "a half-unpacked environment outlived the next job"
+        logs = {job.dir.name: job.stop() for job in (first, second)}
+        assert "unpacked" in logs["first"] and "this node's next workers use it" in logs["first"], logs["first"]
+        assert "using the environment unpacked on this node by an earlier worker" in logs["second"], logs["second"]
+        jobs.append(_Job(tmp_path, "last", "--env", str(new), "--env-cache", str(cache)))
+        assert not first.env_dir.exists(), "an environment no job runs outlived the next job's start"
+        assert sorted(p.name for p in cache.iterdir()) == [".lock", newer.env_dir.name]
+    finally:
+        for job in jobs:
+            job.stop()
+
+
+@pytest.mark.heavy
+@pytest.mark.parametrize("setting", ["none", "a symlink"])
+def test_an_environment_is_unpacked_into_the_jobs_scratch_when_not_shared(tmp_path, setting):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    cache = "none" if setting == "none" else str(tmp_path / "link")
+    if setting == "a symlink":                          # another user's link to where they could write
+        (tmp_path / "link").symlink_to(elsewhere)
+    pack = _tiny_pack(tmp_path / "env.tar.gz", "mine")
+    job = _Job(tmp_path, "job", "--env", str(pack), "--env-cache", cache, env={"_CONDOR_SCRATCH_DIR": str(scratch)})
+    try:
+        assert job.env_dir == scratch / "rhtc-env" and (job.env_dir / "src" / "marker.txt").read_text() == "mine"
+        assert not any(elsewhere.iterdir())
+    finally:
+        log = job.stop()
+    if setting == "a symlink":
+        assert "is not a directory of" in log and "unpacked for this job alone" in log, log
+
+
 @pytest.mark.heavy  # builds a worker pack
 def test_pack_holds_the_worker_for_the_requested_python(tmp_path):
     from rhtc.condor.pack import pack_environment, read_manifest
@@ -443,4 +562,7 @@ def test_a_replaced_condor_worker_is_warm_from_its_nodes_disk(condor_pool, pool_
     assert [t["value"] for t in warm] == [t["value"] for t in cold]
     assert all(t["worker"].startswith(f"condor-{second}.") for t in warm)
     assert sum(t["bytes_file"] for t in warm) == 0, warm
+    for job in (0, 1):       # and they ran the environment the first jobs unpacked on the node
+        log = (work / "rhtc-logs" / f"worker-{second}.{job}.err").read_text()
+        assert "using the environment unpacked on this node by an earlier worker" in log, log
     assert all(t["bytes_disk"] > 0 for t in warm)
