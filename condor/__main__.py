@@ -51,7 +51,7 @@ def _print_jobs(rows, scheduler):
 @click.option("--list", "do_list", is_flag=True, help="List the worker jobs instead (same as `list`).")
 @click.option("--rm", "rm_id", default=None, metavar="ID", help="Remove workers instead (same as `rm ID`).")
 def submit(workers, scheduler, config_file, env_pack, python, python_version, log_dir, memory, cpus,
-           disk, cache_size, disk_cache, disk_cache_size, lifetime, idle_timeout, credentials, submit_file, append, sbatch_args,
+           disk, env_cache, cache_size, disk_cache, disk_cache_size, lifetime, idle_timeout, credentials, submit_file, append, sbatch_args,
            schedd, pool, dry_run, terse, do_list, rm_id):
     """Submit N workers; print the cluster (or Slurm array) id."""
     from .submit import list_workers, remove_workers, submit_workers
@@ -62,7 +62,8 @@ def submit(workers, scheduler, config_file, env_pack, python, python_version, lo
             n = remove_workers(rm_id, scheduler, schedd=schedd, pool=pool)
             return click.echo(f"removed {n} worker job(s) of {rm_id}")
         jobs = submit_workers(workers, scheduler=scheduler, config_file=config_file, env_pack=env_pack,
-                              python=python, python_version=python_version, cache_size=cache_size,
+                              python=python, python_version=python_version, env_cache=env_cache,
+                              cache_size=cache_size,
                               disk_cache=disk_cache, disk_cache_size=disk_cache_size,
                               lifetime=lifetime, idle_timeout=idle_timeout, credentials=credentials,
                               log_dir=log_dir, memory=memory, cpus=cpus, disk=disk,

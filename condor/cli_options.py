@@ -37,6 +37,9 @@ _WORKER_OPTIONS = [
     click.option("--memory", default="2GB", show_default=True, help="Memory per worker."),
     click.option("--cpus", type=int, default=1, show_default=True, help="Cores per worker."),
     click.option("--disk", default="1GB", show_default=True, help="Scratch disk per worker (HTCondor)."),
+    click.option("--env-cache", default=None, metavar="DIR",
+                 help="Where a node's workers share the unpacked --env (the first job unpacks it; default "
+                      "/tmp/rhtc-envs-<uid>; none: each job unpacks into its scratch)."),
     click.option("--cache-size", default=None, help="Branch cache cap per worker (default: half the memory)."),
     click.option("--disk-cache", default=None, metavar="DIR",
                  help="The node's disk tier: a node-local directory that outlives the jobs, shared by the "

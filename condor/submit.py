@@ -122,7 +122,8 @@ def build_condor_description(macros: dict, submit_file: Path = WORKERS_SUB,
 def submit_workers(workers: int = 3, *, scheduler: str = "condor",
                    config_file: str | os.PathLike | None = None,
                    env_pack: str | os.PathLike | None = None, python: str | None = None,
-                   python_version: str | None = None, cache_size: str | None = None,
+                   python_version: str | None = None, env_cache: str | None = None,
+                   cache_size: str | None = None,
                    disk_cache: str | None = None, disk_cache_size: str | None = None,
                    lifetime: str | None = None, idle_timeout: str | None = None, credentials: bool = True,
                    log_dir: str | os.PathLike = "rhtc-logs", memory: str = "2GB", cpus: int = 1,
@@ -138,6 +139,9 @@ def submit_workers(workers: int = 3, *, scheduler: str = "condor",
         env_pack: a ``rhtc pack`` tarball. HTCondor default: packed now for ``python_version``.
         python: instead of a pack, a Python on the nodes with the project installed
             (shared filesystem, CVMFS, container). Slurm default: this Python.
+        env_cache: where a node's workers share the unpacked ``env_pack`` (the first job on a
+            node unpacks it; default ``/tmp/rhtc-envs-<uid>``; ``"none"``: each job unpacks
+            into its scratch).
         append: extra submit lines for HTCondor, e.g. ``['+JobFlavour = "workday"']``.
         sbatch_args: extra ``sbatch`` options for Slurm, e.g. ``["--partition=short"]``.
         schedd, pool: which schedd (name) in which pool (collector host), default the local one.
@@ -186,6 +190,8 @@ def submit_workers(workers: int = 3, *, scheduler: str = "condor",
     if scheduler == "slurm":
         worker_args = ["--config", str(cfg_path)]
         worker_args += ["--python", python] if python else ["--env", str(pack)]
+        if env_cache and not python:
+            worker_args += ["--env-cache", env_cache]
         if cache_size:
             worker_args += ["--cache-size", cache_size]
         if disk_cache:
@@ -205,6 +211,7 @@ def submit_workers(workers: int = 3, *, scheduler: str = "condor",
 
     macros = {"workers": workers, "worker_sh": EXECUTABLE, "broker_config": cfg_path,
               "log_dir": log_dir, "memory": memory, "cpus": cpus, "disk": disk, "cache_size": cache_size,
+              "env_cache": env_cache,
               "disk_cache": disk_cache, "disk_cache_size": disk_cache_size,
               "lifetime": _duration(lifetime, "lifetime"), "idle_timeout": _duration(idle_timeout, "idle_timeout")}
     for c in found:

@@ -68,6 +68,28 @@ def test_a_dry_run_prints_what_the_schedd_would_get_and_submits_nothing(analyst,
     assert not (analyst / "rhtc-logs").exists(), "a dry run makes nothing, not even the log directory"
 
 
+def test_env_cache_reaches_the_executable_before_the_workers_own_options(analyst):
+    """rhtc_worker.sh reads its own options first and hands the rest to the worker: the
+    shared directory of the unpacked environment comes right after --env (HTCondor and
+    Slurm alike), and is not passed where the nodes' Python is given instead."""
+    got = _run("submit", "-n", "2", "--config", "broker.json", "--env", "rhtc-env.tar.gz", "--no-credentials",
+               "--env-cache", "/scratch/$USER/envs", "--disk-cache", "/scratch/$USER/c", "--dry-run")
+    assert got.exit_code == 0, got.output
+    arguments, = [line for line in got.stdout.splitlines() if line.startswith("arguments = ")]
+    assert arguments.split()[2:8] == ["--config", "broker.json", "--env", "rhtc-env.tar.gz",
+                                      "--env-cache", "/scratch/$USER/envs"], arguments
+    assert "--disk-cache" in arguments.split()[8:]
+    slurm = _run("submit", "-n", "2", "--scheduler", "slurm", "--config", "broker.json", "--no-credentials",
+                 "--env", "rhtc-env.tar.gz", "--env-cache", "none", "--dry-run")
+    assert slurm.exit_code == 0, slurm.output
+    args = str(['--config', str(analyst / 'broker.json'), '--env', str(analyst / 'rhtc-env.tar.gz'),
+                '--env-cache', 'none'])
+    assert f"args = {args}" in slurm.stdout.splitlines(), slurm.stdout
+    python = _run("submit", "-n", "2", "--scheduler", "slurm", "--config", "broker.json", "--no-credentials",
+                  "--env-cache", "none", "--dry-run")
+    assert python.exit_code == 0 and "--env-cache" not in python.stdout, python.stdout
+
+
 def test_a_slurm_submission_warns_of_a_credential_in_tmp_and_of_one_expiring(analyst, monkeypatch):
     """Slurm's jobs read the analyst's credentials where they are: one in /tmp (a node's own)
     is named with where to put it, and one about to expire with what to do. Before, the
