@@ -30,6 +30,7 @@ import multiprocessing.util
 import os
 import signal
 import sys
+import threading
 import time
 import types
 
@@ -168,15 +169,38 @@ def end_children(exclude: frozenset[int] = frozenset(), grace: float = GRACE_SEC
     return sorted((set(termed) | set(before)) - helpers)
 
 
+_RESET_IN_CHILDREN = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+
+
 def default_signals_in_children() -> None:
     """A process this one forks (a Pool's workers) starts with Python's default handling
     of SIGTERM, SIGUSR1 and SIGINT, as it would in the analyst's own process: stopping a
-    pool then never raises the task process's hand-back inside it."""
+    pool then never raises the task process's hand-back inside it.
+
+    The three are blocked across the fork, and in the child until its handlers are reset: a
+    pool stopped right after it forked a worker (``with Pool(2)`` whose map the first
+    worker finished) sent SIGTERM while the new worker was still inside the fork, the
+    inherited hand-back ran there instead of the reset, and ``Pool.terminate`` waited
+    forever for a worker that had caught its SIGTERM (a task that never ended). Blocked,
+    the SIGTERM waits for the reset and then ends the worker as the pool expects."""
+    saved = threading.local()           # each forking thread's own mask
+
+    def block() -> None:
+        saved.mask = signal.pthread_sigmask(signal.SIG_BLOCK, _RESET_IN_CHILDREN)
+
+    def unblock() -> None:
+        mask = saved.__dict__.pop("mask", None)
+        if mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
     def reset() -> None:
-        for sig in (signal.SIGTERM, signal.SIGUSR1):
-            signal.signal(sig, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    os.register_at_fork(after_in_child=reset)
+        try:
+            for sig in (signal.SIGTERM, signal.SIGUSR1):
+                signal.signal(sig, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        finally:
+            unblock()
+    os.register_at_fork(before=block, after_in_parent=unblock, after_in_child=reset)
 
 
 

@@ -168,6 +168,53 @@ def test_tasks_may_use_process_pools_and_their_leftovers_are_stopped(broker, sto
         assert remote_map(spawn_pool_square, [2], broker=broker.config, progress=False, timeout=120) == [4]
 
 
+# The child's reset of its signal handlers made slow (0.5 s per handler): a SIGTERM sent
+# right after the fork lands inside it, every time, as one sent by a pool stopped right after
+# it forked a worker did by chance in CI (the task never ended).
+_SIGTERM_DURING_THE_FORK = """
+import os, signal, sys, time
+from rhtc.worker.children import default_signals_in_children
+
+def hand_back(signum, frame):          # the task process's own SIGTERM handler
+    os.write(1, b"the task process's hand-back ran in the child\\n")
+    raise RuntimeError("hand-back")
+
+signal.signal(signal.SIGTERM, hand_back)
+default_signals_in_children()
+real = signal.signal
+def slow(sig, handler):
+    time.sleep(0.5)
+    return real(sig, handler)
+signal.signal = slow
+pid = os.fork()
+if pid == 0:
+    while True:
+        time.sleep(0.05)
+signal.signal = real
+os.kill(pid, signal.SIGTERM)
+for _ in range(200):
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        break
+    time.sleep(0.05)
+else:
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    sys.exit("the child caught its SIGTERM and ran on")
+print("the child ended by", signal.Signals(os.WTERMSIG(status)).name if os.WIFSIGNALED(status) else status)
+"""
+
+
+@pytest.mark.heavy       # forks a process of its own
+def test_a_sigterm_that_reaches_a_tasks_child_inside_its_fork_ends_it():
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-c", _SIGTERM_DURING_THE_FORK], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip() == "the child ended by SIGTERM", done.stdout + done.stderr
+
+
 def linger(path):
     """Starts a child that ignores SIGTERM, then runs until the worker stops."""
     import subprocess
