@@ -10,15 +10,17 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 setup: $(VENV)/.installed
 
-# uv installs what pip would (the same versions: pip freeze is identical) in a fifth of the
-# time: 11 s against 58 s from empty caches on this 2-core machine. pip stays in the venv
-# (rhtc pack installs the workers' wheels with it).
+# uv installs what pip would (the same versions: pip freeze is identical), bytecode compiled
+# as pip does, in under half the time: 25 s against 58 s from empty caches on this 2-core
+# machine. (Without --compile-bytecode it took 16 s, and the first test run then compiled
+# what it imported: make test-quick took 52 s instead of 44.) pip stays in the venv (rhtc
+# pack installs the workers' wheels with it).
 $(VENV)/.installed: setup.cfg pyproject.toml
 	@command -v redis-server >/dev/null || { echo "installing redis-server (apt-get)"; \
 	  $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server >/dev/null; }
 	@[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip uv
-	$(PY) -m uv pip install -q --python $(PY) -e '.[all]'
+	$(PY) -m uv pip install -q --compile-bytecode --python $(PY) -e '.[all]'
 	@touch $@
 
 example: setup
